@@ -1,0 +1,186 @@
+/* kjit: runtime-compiled CUDA kernels for the per-row AdaLN ops of diffusion
+ * transformers, bitwise batch-invariant and deterministic.
+ *
+ * Conventions kept by every function here:
+ * - Calls that can fail return int: KJIT_OK (0) or a negative KJIT_E* status.
+ *   kjit_last_error() then holds a thread-local message naming the argument,
+ *   file or kernel at fault and why (for compiles, the NVRTC log).
+ * - A call that fails on its arguments writes nothing to any output.
+ * - Device pointers are plain addresses (torch's data_ptr(), cuMemAlloc's
+ *   CUdeviceptr); strides are in elements; rows are counted in int64_t.
+ * - Nothing is printed unless KJIT_LOG=1; nothing calls exit().
+ */
+#ifndef KJIT_H
+#define KJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KJIT_VERSION_MAJOR 0
+#define KJIT_VERSION_MINOR 1
+#define KJIT_VERSION_PATCH 0
+#define KJIT_VERSION_STRING "0.1.0"
+
+#if defined(_WIN32)
+#define KJIT_API
+#else
+#define KJIT_API __attribute__((visibility("default")))
+#endif
+
+/* CUstream without pulling in cuda.h (the same typedef as the driver API). */
+typedef struct CUstream_st *CUstream;
+
+/* name, value, message */
+#define KJIT_ERROR_MAP(XX)                                                        \
+    XX(OK, 0, "success")                                                          \
+    XX(EINVAL, -1, "invalid argument")                                            \
+    XX(ENOMEM, -2, "out of memory")                                               \
+    XX(ENODRIVER, -3, "no CUDA driver")                                           \
+    XX(ENONVRTC, -4, "NVRTC library not found")                                   \
+    XX(ECOMPILE, -5, "kernel compile failed")                                     \
+    XX(ECUDA, -6, "CUDA driver call failed")                                      \
+    XX(EIO, -7, "I/O error")                                                      \
+    XX(EPERM, -8, "permission refused")                                           \
+    XX(EUNSUPPORTED, -9, "unsupported configuration")                             \
+    XX(EINDEX, -10, "index out of range")                                         \
+    XX(EBADENTRY, -11, "bad cache entry")                                         \
+    XX(ENOTFOUND, -12, "not found")
+
+typedef enum kjit_status {
+#define KJIT_STATUS_ENUM(name, code, msg) KJIT_##name = code,
+    KJIT_ERROR_MAP(KJIT_STATUS_ENUM)
+#undef KJIT_STATUS_ENUM
+} kjit_status;
+
+/* "KJIT_EINVAL" */
+KJIT_API const char *kjit_status_name(int status);
+/* "invalid argument" */
+KJIT_API const char *kjit_status_string(int status);
+/* The calling thread's message for its last failed call ("" if none). */
+KJIT_API const char *kjit_last_error(void);
+
+typedef enum kjit_dtype {
+    KJIT_F32 = 0,
+    KJIT_BF16 = 1,
+    KJIT_F16 = 2,
+    KJIT_I32 = 3,
+    KJIT_I64 = 4
+} kjit_dtype;
+
+/* "fp32", "bf16", "fp16", "int32", "int64" */
+KJIT_API const char *kjit_dtype_name(kjit_dtype dt);
+/* Accepts the names above and "float32", "bfloat16", "float16", "f32", ... */
+KJIT_API int kjit_dtype_parse(const char *name, kjit_dtype *out);
+KJIT_API size_t kjit_dtype_size(kjit_dtype dt);
+
+
+/* ---- Context ----------------------------------------------------------- */
+
+typedef struct kjit_ctx kjit_ctx;
+
+#define KJIT_NO_DEVICE (-1)
+
+typedef enum kjit_index_check {
+    KJIT_INDEX_CHECK_OFF = 0,   /* fast default: the caller guarantees 0 <= index < R */
+    KJIT_INDEX_CHECK_SYNC = 1,  /* a bad index fails the call with KJIT_EINDEX (syncs the stream) */
+    KJIT_INDEX_CHECK_ASYNC = 2  /* a device flag is raised; read it with kjit_ctx_index_error */
+} kjit_index_check;
+
+typedef struct kjit_ctx_options {
+    int device;            /* CUDA ordinal, or KJIT_NO_DEVICE for a compile-only context */
+    const char *cache_dir; /* NULL: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit; "" memory only */
+    const char *arch;      /* NULL: the device's own (sm_90 without a device) */
+    kjit_index_check index_check;
+} kjit_ctx_options;
+
+KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
+
+/* Creates a context on a device's primary CUDA context. Without a CUDA
+ * driver the context is created compile-only (prewarm works) and every op
+ * call returns KJIT_ENODRIVER. opts may be NULL (defaults, device 0). */
+KJIT_API int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts);
+/* Unloads modules and releases the primary context. NULL is a no-op. */
+KJIT_API void kjit_ctx_destroy(kjit_ctx *ctx);
+/* 1 when ops can run (driver and device present). */
+KJIT_API int kjit_ctx_has_device(const kjit_ctx *ctx);
+/* "sm_90" */
+KJIT_API const char *kjit_ctx_arch(const kjit_ctx *ctx);
+KJIT_API const char *kjit_ctx_cache_dir(const kjit_ctx *ctx);
+/* Asynchronous index checking: waits for `stream`, returns 1 in *flag if any
+ * op since the last call saw an index out of range, and clears the flag. */
+KJIT_API int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag);
+
+typedef struct kjit_cache_counters {
+    uint64_t mem_hits, disk_hits, misses, compiles, bad_entries, evictions;
+} kjit_cache_counters;
+KJIT_API int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out);
+
+/* ---- Versions and environment ----------------------------------------- */
+
+typedef struct kjit_runtime_info {
+    int nvrtc_major, nvrtc_minor; /* 0 when NVRTC is missing */
+    char nvrtc_path[256];
+    int n_archs;
+    int archs[64];               /* sm numbers NVRTC can target */
+    int driver_version;          /* e.g. 13000; 0 without a driver */
+    int device_count;
+} kjit_runtime_info;
+KJIT_API int kjit_runtime_info_get(kjit_runtime_info *out);
+
+typedef struct kjit_device_info {
+    char name[128];
+    int sm;           /* 90 */
+    int sm_count;
+    uint64_t memory_bytes;
+} kjit_device_info;
+KJIT_API int kjit_device_info_get(int ordinal, kjit_device_info *out);
+
+/* ---- Registered ops and their kernels (prewarm) ------------------------ */
+
+KJIT_API int kjit_op_count(void);
+/* NULL when i is out of range. */
+KJIT_API const char *kjit_op_name(int i);
+
+typedef struct kjit_kernel_spec {
+    const char *op;            /* registered op name */
+    const char *template_file; /* e.g. "timestep_sinusoid.cuh" */
+    char name_expr[224];       /* e.g. "kjit_sinusoid<kjit::bf16>" */
+} kjit_kernel_spec;
+
+/* Lists the kernels (forward and backward) an op uses for a hidden size
+ * (for timestep_sinusoid: D) and activation dtype. Writes up to max specs,
+ * sets *count to the number there are. */
+KJIT_API int kjit_op_kernels(const char *op, int hidden, kjit_dtype dtype,
+                             kjit_kernel_spec *out, int max, int *count);
+
+/* Compiles one kernel for an arch ("sm_90"; NULL: the context's) into the
+ * context's cache. *cached (may be NULL) is 1 when it was there already. */
+KJIT_API int kjit_kernel_build(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch,
+                               int *cached);
+
+/* ---- timestep_sinusoid -------------------------------------------------- */
+
+typedef struct kjit_sinusoid_opts {
+    int flip_sin_to_cos;         /* default 0 */
+    double downscale_freq_shift; /* default 1 */
+    double scale;                /* default 1 */
+    double max_period;           /* default 10000 */
+} kjit_sinusoid_opts;
+
+KJIT_API void kjit_sinusoid_opts_init(kjit_sinusoid_opts *o);
+
+/* out[n, d] (row stride out_stride >= d, dtype fp32/bf16/fp16) from t[n]
+ * (fp32, contiguous). opts NULL: diffusers' defaults. n == 0 is a no-op.
+ * 1 <= d <= 65536; d/2 - downscale_freq_shift must not be 0. */
+KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, int d, void *out,
+                                    int64_t out_stride, kjit_dtype out_dtype,
+                                    const kjit_sinusoid_opts *opts, CUstream stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

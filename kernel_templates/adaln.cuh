@@ -1,0 +1,1034 @@
+// AdaLN row ops: one template family, three ops (MODE), forward and backward.
+//   MODE 1 norm_modulate:  y = x * rstd * w * (1 + scale[i]) + shift[i],
+//                          rstd = 1 / sqrt(mean(x^2) + eps), w optional (NULL = ones)
+//   MODE 2 gated_residual: out = res + gate[i] * y
+//   MODE 3 gated_residual_norm_modulate: h = res + gate[i] * y (rounded to TA once),
+//                          out = norm_modulate(h) computed from the ROUNDED h
+// i = index[row]; table chunks in kjit_table_set: 0 shift, 1 scale, 2 gate, each
+// with its own base and row stride. Activations have their own row strides.
+//
+// Template parameters
+//   MODE  1 | 2 | 3                                     arithmetic-fixing
+//   TA    activation dtype kjit::f32 | kjit::bf16 | kjit::f16   arithmetic-fixing
+//   TP    table / weight / dtable dtype kjit::f32 | kjit::bf16  arithmetic-fixing
+//   TI    index dtype int | long long                    no effect on numbers
+//   H     hidden size for the fast path, 0 = generic path with runtime p.h
+//   TPR   threads per row                               arithmetic-fixing
+//   RPC   (fwd) rows per CTA                            launch-only
+//   PF    rows whose loads are issued ahead of the one being reduced:
+//           fwd 0 | 1 (grid-stride look-ahead), bwd 0..3  launch-only
+//   ACCS  (bwd) where per-column state lives            launch-only
+//           0: segment constants and accumulators in registers
+//           1: segment constants in shared memory, accumulators in registers
+//           2: both in shared memory
+// The fast path (H > 0) and the generic path (H = 0) of the same TPR execute
+// the same floating-point operations in the same order, so the host may pick
+// either one (by alignment) without changing a bit.
+//
+// TPR, a function of the hidden size h and sizeof(TA) only (the host must use
+// exactly this; fwd and bwd of one op must use the same TPR):
+//     v = 16 / sizeof(TA);  g = ceil(h / v)          // 16-byte granules per row
+//     for cap in 256, 512, 1024:
+//         for items = ceil(g / cap) .. 8:
+//             if g % items == 0 && (g / items) % 32 == 0: return g / items
+//     items = ceil(g / 256); return 32 * ceil(g / (32 * items))   // ragged
+//   e.g. h = 5376: bf16/f16 -> 224 (3 granules = 24 columns per thread),
+//   f32 -> 224 (6 granules); h = 4096 bf16 -> 256; h = 16384 bf16 -> 256.
+// Thread t of a row owns granules t, t + TPR, t + 2 TPR, ... (v columns each).
+// Row reductions: each thread accumulates v lane sums over its granules in
+// order, folds them pairwise (lane 0+1, 2+3, ..., then pairs of pairs), the
+// warp folds with an xor butterfly (16, 8, 4, 2, 1), and the warps' totals
+// are added in warp order 0, 1, ... TPR/32-1. This order depends on h, TA and
+// TPR alone, never on RPC, the grid, N or the row's position.
+// Rounding: every multiply and add is an explicit __f*_rn intrinsic (no FMA
+// contraction freedom); rstd = __frsqrt_rn(sumsq / h + eps).
+//
+// kjit_adaln_fwd<MODE, TA, TP, TI, H, TPR, RPC, PF>
+//   e.g. "kjit_adaln_fwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 1>"
+//   block = TPR * RPC (<= 1024; RPC <= 15), dynamic smem = 0
+//   grid  = any value in [1, ceil(n / RPC)] (and <= 2^31-1): the row groups
+//           grid-stride, so a persistent grid (a few CTAs per SM) and a full
+//           grid give the same bits. n = 0: do not launch. H = 0: PF = 0.
+//   Measured on the H200 (h = 5376 bf16, N = 32768): MODE 1 RPC 1 PF 1 with
+//   grid 2 * SMs (205 us); MODE 2 RPC 1 PF 0 full grid (261 us); MODE 3 RPC 1
+//   PF 0 full grid (379 us). Every RPC / PF / grid gives the same bits.
+//   RPC 4 at h = 5376 spills (the 896-thread bound caps registers at 72).
+//   Reads p.x (MODE 1) or p.res, p.y (MODE 2, 3); writes p.out, and p.h_out
+//   (MODE 3). p.rstd (optional, [n] fp32) receives rstd (MODE 1, 3).
+//   In place is allowed: out may alias x (MODE 1) or res (MODE 2), h_out may
+//   alias res (MODE 3).
+//
+// kjit_adaln_bwd<MODE, TA, TP, TI, H, TPR, PF, ACCS>
+//   e.g. "kjit_adaln_bwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 0>"
+//   grid = p.part.chunks (one CTA per chunk of the sorted-row partition),
+//   block = TPR,
+//   dynamic smem = ((ACCS >= 1 ? NTAB : 0) + (ACCS == 2 ? NACC : 0))
+//                  * ceil(g / TPR) * v * TPR * 4 bytes      (H > 0)
+//                = 0                                       (H == 0; PF = ACCS = 0)
+//     NTAB = 1, 1, 2 and NACC = 2, 1, 3 for MODE 1, 2, 3. Above 48 KiB the host
+//     sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+//   Measured on the H200 (h = 5376 bf16, N = 32768, kernel only): MODE 1
+//   PF 1 ACCS 0 (382 us, no spills); MODE 2 PF 1 ACCS 0 (375 us); MODE 3 PF 0
+//   ACCS 0 or PF 2 ACCS 2 (655 us, no spills; PF 1 ACCS 1 is 615 us but spills
+//   20 bytes). Large h (16384): ACCS 2, PF 0 (spills; correct, slow).
+//   Inputs by MODE: 1: x, dout; 2: y, dout (grad of out); 3: x (the saved h),
+//   y, dout (grad of out), dh (grad of h, NULL = zeros).
+//   Row gradients: MODE 1 dx -> p.dx; MODE 2 dres -> p.dx (skipped if NULL),
+//   dy -> p.dy; MODE 3 dres -> p.dx, dy -> p.dy.
+//   The CTA of chunk c walks sorted positions [c*chunk, min(start[R],
+//   (c+1)*chunk)) (partition.cuh; empty chunks return at once), row =
+//   perm[pos], table row = index[row], strictly in order; per owned column it accumulates, in
+//   fp32, the segment sums of the op's table gradients, numbered g:
+//     MODE 1: g0 dshift = sum dout, g1 dscale = w * sum dout*xhat
+//     MODE 2: g0 dgate = sum dout*y
+//     MODE 3: g0 dshift, g1 dscale (as MODE 1), g2 dgate = sum g*y
+//   (NG = 1, 2 or 3 gradients; dtable.ptr[] is indexed by table chunk: 0 shift,
+//   1 scale, 2 gate). A segment (rows of one table row r, sorted positions
+//   [start[r], start[r+1])) that lies inside the chunk is rounded to TP and
+//   written to dtable row r; otherwise its part is written in fp32 to
+//   partial[((c*2 + slot)*NG + g)*h + col], slot 1 when the segment starts in
+//   this chunk ("tail"), slot 0 when it started earlier ("head"). dw (MODE 1,
+//   3, when p.partial_w != NULL): partial_w[c*h + col] = sum over the chunk's
+//   segment parts, in order, of (1 + scale[r]) * sum dout*xhat (written by
+//   every chunk that holds rows). kjit_part_finish / kjit_colsum_finish add
+//   the partials in chunk order. Rows with an out-of-range index are not in
+//   perm (kjit_part_count leaves them out and raises *err), so the backward
+//   neither reads through nor writes for them.
+//   rstd is recomputed exactly as the forward computes it; p.rstd is not read.
+//   The generic path (H == 0) keeps its accumulators in the partial slots of
+//   its own chunk (slot 0 for a head, slot 1 otherwise) instead of registers.
+//
+// Fast path (H > 0) requirements, checked by the host: H % 8 == 0, H <= 16384,
+// p.h == H; every activation base pointer, w, every table / dtable base
+// pointer, partial and partial_w 16-byte aligned; every row stride times the
+// element size a multiple of 16 bytes. Otherwise use H = 0 (same bits).
+#pragma once
+#include "common/kjit_types.cuh"
+#include "common/kjit_params.h"
+#include "partition.cuh"
+
+namespace kjit {
+namespace adaln {
+
+extern __shared__ __align__(16) unsigned char dyn_smem[];
+
+struct __align__(16) f4 { float x, y, z, w; };
+struct __align__(8) u2 { unsigned int a, b; };
+
+// V consecutive elements of T: 8, 16 or 32 bytes, loaded and stored whole.
+template <class T, int V> struct gran {
+    static constexpr int NW = V * (int)sizeof(T) / 4;
+    unsigned int w[NW];
+};
+
+// Read-only data (tables, w, activations): non-coherent path.
+template <class T, int V>
+__device__ __forceinline__ void ld_nc(gran<T, V> &g, const T *p)
+{
+    if constexpr (gran<T, V>::NW == 2) {
+        asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(g.w[0]), "=r"(g.w[1]) : "l"(p));
+    } else {
+#pragma unroll
+        for (int i = 0; i < gran<T, V>::NW / 4; ++i)
+            asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+                : "=r"(g.w[4 * i]), "=r"(g.w[4 * i + 1]), "=r"(g.w[4 * i + 2]), "=r"(g.w[4 * i + 3])
+                : "l"((const char *)p + 16 * i));
+    }
+}
+
+// Activations are read once: keep them out of L1 so the tables stay there.
+template <class T, int V>
+__device__ __forceinline__ void ld_stream(gran<T, V> &g, const T *p)
+{
+    static_assert(gran<T, V>::NW == 4, "activation granules are 16 bytes");
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(g.w[0]), "=r"(g.w[1]), "=r"(g.w[2]), "=r"(g.w[3]) : "l"(p));
+}
+
+template <class T, int V>
+__device__ __forceinline__ void st_gran(T *p, const gran<T, V> &g)
+{
+    if constexpr (gran<T, V>::NW == 2) {
+        u2 v;
+        v.a = g.w[0];
+        v.b = g.w[1];
+        *(u2 *)p = v;
+    } else {
+#pragma unroll
+        for (int i = 0; i < gran<T, V>::NW / 4; ++i) {
+            vec16 v;
+            v.w[0] = g.w[4 * i];
+            v.w[1] = g.w[4 * i + 1];
+            v.w[2] = g.w[4 * i + 2];
+            v.w[3] = g.w[4 * i + 3];
+            st_vec((char *)p + 16 * i, v);
+        }
+    }
+}
+
+template <class T, int V>
+__device__ __forceinline__ void unpack(const gran<T, V> &g, float *f)
+{
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) f[i] = __uint_as_float(g.w[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < V / 2; ++i) {
+            T lo, hi;
+            lo.x = (unsigned short)(g.w[i] & 0xffffu);
+            hi.x = (unsigned short)(g.w[i] >> 16);
+            f[2 * i] = to_f32(lo);
+            f[2 * i + 1] = to_f32(hi);
+        }
+    }
+}
+
+template <class T, int V>
+__device__ __forceinline__ void pack(gran<T, V> &g, const float *f)
+{
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) g.w[i] = __float_as_uint(f[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < V / 2; ++i)
+            g.w[i] = (unsigned int)from_f32<T>(f[2 * i]).x |
+                     ((unsigned int)from_f32<T>(f[2 * i + 1]).x << 16);
+    }
+}
+
+template <class T, int V>
+__device__ __forceinline__ void ld_nc_f32(const T *p, float *f)
+{
+    gran<T, V> g;
+    ld_nc(g, p);
+    unpack(g, f);
+}
+
+template <class T, int V>
+__device__ __forceinline__ void st_f32v(T *p, const float *f)
+{
+    gran<T, V> g;
+    pack(g, f);
+    st_gran(p, g);
+}
+
+__device__ __forceinline__ void bar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+// The one place rstd is formed (forward, backward, fast and generic paths).
+__device__ __forceinline__ float rstd_of(float sumsq, float h, float eps)
+{
+    return __frsqrt_rn(__fadd_rn(__fdiv_rn(sumsq, h), eps));
+}
+
+// w * (1 + scale): the per-column multiplier of the normalised row (bwd).
+__device__ __forceinline__ float mod_of(bool has_w, float w, float sc)
+{
+    const float m = __fadd_rn(1.0f, sc);
+    return has_w ? __fmul_rn(w, m) : m;
+}
+
+// Forward output of norm_modulate for one element.
+__device__ __forceinline__ float nm_out(float x, float rs, bool has_w, float w, float sc, float sh)
+{
+    float t = __fmul_rn(x, rs);
+    if (has_w) t = __fmul_rn(t, w);
+    return __fmaf_rn(t, __fadd_rn(1.0f, sc), sh);
+}
+
+// Pairwise fold of a thread's V lane sums.
+template <int V> __device__ __forceinline__ float lane_fold(float (&a)[V])
+{
+#pragma unroll
+    for (int s = 1; s < V; s *= 2)
+#pragma unroll
+        for (int i = 0; i < V; i += 2 * s) a[i] = __fadd_rn(a[i], a[i + s]);
+    return a[0];
+}
+
+// Sum NQ values over the TPR threads of one row (threads of warps tw = 0 ..
+// WPR-1 of the group). red holds 2 * WPR * NQ floats (double-buffered by par,
+// so one barrier per reduction suffices); bar is the group's named barrier.
+// Every thread of the row gets the same bits.
+template <int NQ, int WPR>
+__device__ __forceinline__ void row_reduce(float (&q)[NQ], float *red, int &par, int tw, int bar)
+{
+#pragma unroll
+    for (int i = 0; i < NQ; ++i)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) q[i] = __fadd_rn(q[i], __shfl_xor_sync(0xffffffffu, q[i], o));
+    if constexpr (WPR > 1) {
+        float *r = red + par * (WPR * NQ);
+        if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+            for (int i = 0; i < NQ; ++i) r[tw * NQ + i] = q[i];
+        }
+        bar_sync(bar, WPR * 32);
+#pragma unroll
+        for (int i = 0; i < NQ; ++i) {
+            float s = r[i];
+#pragma unroll
+            for (int j = 1; j < WPR; ++j) s = __fadd_rn(s, r[j * NQ + i]);
+            q[i] = s;
+        }
+        par ^= 1;
+    }
+}
+
+template <class TI>
+__device__ __forceinline__ bool index_bad(const kjit_index_arg &ix, long long r)
+{
+    return ix.err != 0 && (r < 0 || r >= ix.r);
+}
+
+// ---------------------------------------------------------------- forward
+
+// One row's streamed inputs: x (MODE 1) or res, y (MODE 2, 3).
+template <int MODE, class TA, int V, int IT> struct fwd_stage {
+    long long r;
+    gran<TA, V> a[IT], b[MODE == 1 ? 1 : IT];
+};
+
+template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
+__device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
+{
+    constexpr int V = 16 / (int)sizeof(TA);
+    constexpr int G = H / V;
+    constexpr int IT = (G + TPR - 1) / TPR;
+    constexpr bool FULL = G % TPR == 0;
+    constexpr int WPR = TPR / 32;
+    __shared__ float red[RPC][2 * WPR];
+
+    const int slot = threadIdx.x / TPR;
+    const int t = threadIdx.x - slot * TPR;
+    const int tw = t >> 5;
+    int par = 0;
+    const TI *index = (const TI *)p.index.ptr;
+    const TP *wp = (const TP *)p.w;
+    const bool hw = wp != 0;
+
+    auto load = [&](fwd_stage<MODE, TA, V, IT> &st, long long row) {
+        st.r = (long long)index[row];
+        const TA *ar = MODE == 1 ? (const TA *)p.x + row * p.x_stride : (const TA *)p.res + row * p.res_stride;
+        const TA *br = (const TA *)p.y + row * p.y_stride;
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G) {
+                const int col = (k * TPR + t) * V;
+                ld_stream(st.a[k], ar + col);
+                if constexpr (MODE != 1) ld_stream(st.b[k], br + col);
+            }
+    };
+
+    auto process = [&](const fwd_stage<MODE, TA, V, IT> &st, long long row) {
+        const long long r = st.r;
+        if (index_bad<TI>(p.index, r)) {
+            if (t == 0) *p.index.err = 1;
+            return;
+        }
+        TA *o = (TA *)p.out + row * p.out_stride;
+        if constexpr (MODE == 2) {
+            const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+            gran<TP, V> gv[IT];
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) ld_nc(gv[k], gt + (k * TPR + t) * V);
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    float a[V], b[V], g[V];
+                    unpack(st.a[k], a);
+                    unpack(st.b[k], b);
+                    unpack(gv[k], g);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) a[e] = __fmaf_rn(g[e], b[e], a[e]);
+                    st_f32v<TA, V>(o + (k * TPR + t) * V, a);
+                }
+        } else {
+            // Norm input: x (MODE 1) or h = res + gate * y rounded (MODE 3).
+            gran<TA, V> xv[IT];
+            gran<TP, V> shv[IT], scv[IT], wv[IT];
+            const TP *sh = (const TP *)p.table.ptr[0] + r * p.table.stride[0];
+            const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
+            if constexpr (MODE == 1) {
+#pragma unroll
+                for (int k = 0; k < IT; ++k) xv[k] = st.a[k];
+            } else {
+                const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+                TA *ho = (TA *)p.h_out + row * p.h_stride;
+                gran<TP, V> gv[IT];
+#pragma unroll
+                for (int k = 0; k < IT; ++k)
+                    if (FULL || k * TPR + t < G) ld_nc(gv[k], gt + (k * TPR + t) * V);
+#pragma unroll
+                for (int k = 0; k < IT; ++k)
+                    if (FULL || k * TPR + t < G) {
+                        float a[V], b[V], g[V];
+                        unpack(st.a[k], a);
+                        unpack(st.b[k], b);
+                        unpack(gv[k], g);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) a[e] = __fmaf_rn(g[e], b[e], a[e]);
+                        pack(xv[k], a);
+                        st_gran(ho + (k * TPR + t) * V, xv[k]);
+                    }
+            }
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    const int col = (k * TPR + t) * V;
+                    ld_nc(shv[k], sh + col);
+                    ld_nc(scv[k], sc + col);
+                    if (hw) ld_nc(wv[k], wp + col);
+                }
+            float acc[V];
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[e] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    float f[V];
+                    unpack(xv[k], f);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) acc[e] = __fmaf_rn(f[e], f[e], acc[e]);
+                }
+            float q[1] = {lane_fold<V>(acc)};
+            row_reduce<1, WPR>(q, red[slot], par, tw, 1 + slot);
+            const float rs = rstd_of(q[0], (float)H, p.eps);
+            if (p.rstd != 0 && t == 0) p.rstd[row] = rs;
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    float f[V], s0[V], s1[V], wf[V];
+                    unpack(xv[k], f);
+                    unpack(shv[k], s0);
+                    unpack(scv[k], s1);
+                    if (hw) unpack(wv[k], wf);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) f[e] = nm_out(f[e], rs, hw, hw ? wf[e] : 1.0f, s1[e], s0[e]);
+                    st_f32v<TA, V>(o + (k * TPR + t) * V, f);
+                }
+        }
+    };
+
+    const long long step = (long long)gridDim.x * RPC;
+    long long row = (long long)blockIdx.x * RPC + slot;
+    if constexpr (PF == 0) {
+        for (; row < p.n; row += step) {
+            fwd_stage<MODE, TA, V, IT> st;
+            load(st, row);
+            process(st, row);
+        }
+    } else {
+        // Look-ahead: the next row's loads are in flight while this one is
+        // reduced and written.
+        fwd_stage<MODE, TA, V, IT> cur, nx;
+        if (row < p.n) load(cur, row);
+        for (; row < p.n; row += step) {
+            if (row + step < p.n) load(nx, row + step);
+            process(cur, row);
+            cur = nx;
+        }
+    }
+}
+
+// Same arithmetic as fwd_fast, one element at a time, runtime h.
+template <int MODE, class TA, class TP, class TI, int TPR, int RPC>
+__device__ __forceinline__ void fwd_generic(const kjit_adaln_fwd_params &p)
+{
+    constexpr int V = 16 / (int)sizeof(TA);
+    constexpr int WPR = TPR / 32;
+    __shared__ float red[RPC][2 * WPR];
+
+    const int slot = threadIdx.x / TPR;
+    const int t = threadIdx.x - slot * TPR;
+    const int tw = t >> 5;
+    int par = 0;
+    const int h = p.h;
+    const int G = (h + V - 1) / V;
+    const int IT = (G + TPR - 1) / TPR;
+    const TI *index = (const TI *)p.index.ptr;
+    const TP *wp = (const TP *)p.w;
+    const bool hw = wp != 0;
+
+    for (long long row = (long long)blockIdx.x * RPC + slot; row < p.n; row += (long long)gridDim.x * RPC) {
+        const long long r = (long long)index[row];
+        if (index_bad<TI>(p.index, r)) {
+            if (t == 0) *p.index.err = 1;
+            continue;
+        }
+        TA *o = (TA *)p.out + row * p.out_stride;
+        if constexpr (MODE == 2) {
+            const TA *rr = (const TA *)p.res + row * p.res_stride;
+            const TA *yr = (const TA *)p.y + row * p.y_stride;
+            const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+            for (int col = t; col < h; col += TPR)
+                st_f32(o + col, __fmaf_rn(ld_f32(gt + col), ld_f32(yr + col), ld_f32(rr + col)));
+        } else {
+            const TP *sh = (const TP *)p.table.ptr[0] + r * p.table.stride[0];
+            const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
+            const TA *xr;
+            float acc[V];
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[e] = 0.0f;
+            if constexpr (MODE == 1) {
+                xr = (const TA *)p.x + row * p.x_stride;
+                for (int k = 0; k < IT; ++k) {
+                    const int gi = k * TPR + t;
+                    if (gi < G) {
+#pragma unroll
+                        for (int e = 0; e < V; ++e) {
+                            const int col = gi * V + e;
+                            if (col < h) {
+                                const float f = ld_f32(xr + col);
+                                acc[e] = __fmaf_rn(f, f, acc[e]);
+                            }
+                        }
+                    }
+                }
+            } else {
+                const TA *rr = (const TA *)p.res + row * p.res_stride;
+                const TA *yr = (const TA *)p.y + row * p.y_stride;
+                const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+                TA *ho = (TA *)p.h_out + row * p.h_stride;
+                for (int k = 0; k < IT; ++k) {
+                    const int gi = k * TPR + t;
+                    if (gi < G) {
+#pragma unroll
+                        for (int e = 0; e < V; ++e) {
+                            const int col = gi * V + e;
+                            if (col < h) {
+                                const TA hv = from_f32<TA>(
+                                    __fmaf_rn(ld_f32(gt + col), ld_f32(yr + col), ld_f32(rr + col)));
+                                ho[col] = hv;
+                                const float f = to_f32(hv);
+                                acc[e] = __fmaf_rn(f, f, acc[e]);
+                            }
+                        }
+                    }
+                }
+                xr = ho; // re-read what this thread wrote (h_out may alias res)
+            }
+            float q[1] = {lane_fold<V>(acc)};
+            row_reduce<1, WPR>(q, red[slot], par, tw, 1 + slot);
+            const float rs = rstd_of(q[0], (float)h, p.eps);
+            if (p.rstd != 0 && t == 0) p.rstd[row] = rs;
+            for (int k = 0; k < IT; ++k) {
+                const int gi = k * TPR + t;
+                if (gi < G) {
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        const int col = gi * V + e;
+                        if (col < h)
+                            st_f32(o + col, nm_out(ld_f32(xr + col), rs, hw, hw ? ld_f32(wp + col) : 1.0f,
+                                                   ld_f32(sc + col), ld_f32(sh + col)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- backward
+
+// Per-column fp32 state of a thread: N arrays of IT granules of V floats, in
+// registers (SM = false) or in shared memory (SM = true, thread-private, laid
+// out so that a warp's 16-byte accesses are contiguous).
+template <int N, int IT, int V, int TPR, bool SM> struct cols {
+    float v[N][IT][V];
+    __device__ __forceinline__ void init(f4 *) {}
+    __device__ __forceinline__ void get(int a, int k, float *o) const
+    {
+#pragma unroll
+        for (int e = 0; e < V; ++e) o[e] = v[a][k][e];
+    }
+    __device__ __forceinline__ void put(int a, int k, const float *i)
+    {
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[a][k][e] = i[e];
+    }
+};
+template <int N, int IT, int V, int TPR> struct cols<N, IT, V, TPR, true> {
+    f4 *s;
+    __device__ __forceinline__ void init(f4 *base) { s = base + threadIdx.x; }
+    __device__ __forceinline__ void get(int a, int k, float *o) const
+    {
+#pragma unroll
+        for (int j = 0; j < V / 4; ++j) {
+            const f4 q = s[((a * IT + k) * (V / 4) + j) * TPR];
+            o[4 * j] = q.x;
+            o[4 * j + 1] = q.y;
+            o[4 * j + 2] = q.z;
+            o[4 * j + 3] = q.w;
+        }
+    }
+    __device__ __forceinline__ void put(int a, int k, const float *i)
+    {
+#pragma unroll
+        for (int j = 0; j < V / 4; ++j) {
+            f4 q;
+            q.x = i[4 * j];
+            q.y = i[4 * j + 1];
+            q.z = i[4 * j + 2];
+            q.w = i[4 * j + 3];
+            s[((a * IT + k) * (V / 4) + j) * TPR] = q;
+        }
+    }
+};
+
+template <int MODE> struct bwd_shape {
+    static constexpr int NT = MODE == 3 ? 4 : 2;                 // row tensors read
+    static constexpr int NACC = MODE == 1 ? 2 : MODE == 2 ? 1 : 3; // = NG
+    static constexpr int NTAB = MODE == 3 ? 2 : 1;               // segment constants
+    // dtable chunk of gradient g
+    static __device__ __forceinline__ int tab(int g) { return MODE == 2 ? 2 : g; }
+};
+
+// Segment flags of table row r within chunk [b, e).
+struct seg_state {
+    long long r;
+    bool first, last;
+};
+
+template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>
+__device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
+{
+    using S = bwd_shape<MODE>;
+    constexpr int V = 16 / (int)sizeof(TA);
+    constexpr int G = H / V;
+    constexpr int IT = (G + TPR - 1) / TPR;
+    constexpr bool FULL = G % TPR == 0;
+    constexpr int WPR = TPR / 32;
+    constexpr int NT = S::NT, NACC = S::NACC, NTAB = S::NTAB, NG = S::NACC;
+    constexpr int RING = PF + 1;
+    __shared__ float red[2 * WPR * 2];
+
+    const int t = threadIdx.x;
+    const int tw = t >> 5;
+    int par = 0;
+    const long long c = blockIdx.x;
+    const long long b = c * p.part.chunk;
+    const long long total = ldg_i32(p.part.start + p.part.r); // valid rows
+    const long long e = b + p.part.chunk < total ? b + p.part.chunk : total;
+    if (b >= e) return;
+    const int *perm = p.part.perm;
+    const int *start = p.part.start;
+    const TI *index = (const TI *)p.index.ptr;
+    const TP *wp = (const TP *)p.w;
+    const bool hw = wp != 0;
+    const bool hdh = MODE == 3 && p.dh != 0;
+
+    cols<NTAB, IT, V, TPR, (ACCS >= 1)> tab;
+    cols<NACC, IT, V, TPR, (ACCS == 2)> acc;
+    tab.init((f4 *)dyn_smem);
+    acc.init((f4 *)dyn_smem + (ACCS >= 1 ? NTAB * IT * (V / 4) * TPR : 0));
+
+    // Ring of rows loaded ahead: row id, table row, raw granules.
+    long long rid[RING], rix[RING];
+    gran<TA, V> buf[RING][NT][IT];
+
+    // perm of the next position to issue is loaded one issue ahead, so the
+    // data loads of a row never wait on perm.
+    long long nxt = ldg_i32(perm + b);
+    auto issue = [&](int s, long long pos) {
+        const long long row = nxt;
+        if (pos + 1 < e) nxt = ldg_i32(perm + pos + 1);
+        rid[s] = row;
+        rix[s] = (long long)index[row];
+        const TA *src[NT];
+        if constexpr (MODE == 1) {
+            src[0] = (const TA *)p.x + row * p.x_stride;
+            src[1] = (const TA *)p.dout + row * p.dout_stride;
+        } else if constexpr (MODE == 2) {
+            src[0] = (const TA *)p.y + row * p.y_stride;
+            src[1] = (const TA *)p.dout + row * p.dout_stride;
+        } else {
+            src[0] = (const TA *)p.x + row * p.x_stride;
+            src[1] = (const TA *)p.dout + row * p.dout_stride;
+            src[2] = (const TA *)p.dh + row * p.dh_stride;
+            src[3] = (const TA *)p.y + row * p.y_stride;
+        }
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G) {
+                const int col = (k * TPR + t) * V;
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+                    if (j != 2 || MODE != 3 || hdh) ld_stream(buf[s][j][k], src[j] + col);
+            }
+    };
+
+    seg_state sg;
+    sg.r = -1;
+    sg.first = sg.last = false;
+    bool wfirst = true;
+
+    auto begin = [&](long long r) {
+        sg.r = r;
+        sg.first = ldg_i32(start + r) >= b;
+        sg.last = ldg_i32(start + r + 1) <= e;
+        const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
+        const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G) {
+                const int col = (k * TPR + t) * V;
+                float z[V];
+#pragma unroll
+                for (int i = 0; i < V; ++i) z[i] = 0.0f;
+#pragma unroll
+                for (int a = 0; a < NACC; ++a) acc.put(a, k, z);
+                if constexpr (MODE != 2) {
+                    float s1[V], wf[V], m[V];
+                    ld_nc_f32<TP, V>(sc + col, s1);
+                    if (hw) ld_nc_f32<TP, V>(wp + col, wf);
+#pragma unroll
+                    for (int i = 0; i < V; ++i) m[i] = mod_of(hw, hw ? wf[i] : 1.0f, s1[i]);
+                    tab.put(0, k, m);
+                }
+                if constexpr (MODE != 1) {
+                    float gf[V];
+                    ld_nc_f32<TP, V>(gt + col, gf);
+                    tab.put(NTAB - 1, k, gf);
+                }
+            }
+    };
+
+    auto flush = [&]() {
+        const long long r = sg.r;
+        const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
+        const int slot = sg.first ? KJIT_SEG_TAIL : KJIT_SEG_HEAD;
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G) {
+                const int col = (k * TPR + t) * V;
+                float out[NG][V];
+#pragma unroll
+                for (int a = 0; a < NACC; ++a) acc.get(a, k, out[a]);
+                if constexpr (MODE != 2) {
+                    // out[1] holds sum dout*xhat: dw part first, then dscale.
+                    float s1[V], wf[V];
+                    ld_nc_f32<TP, V>(sc + col, s1);
+                    if (hw) ld_nc_f32<TP, V>(wp + col, wf);
+                    if (p.partial_w != 0) {
+                        float dw[V];
+                        float *pw = p.partial_w + c * H + col;
+#pragma unroll
+                        for (int i = 0; i < V; ++i) dw[i] = __fmul_rn(out[1][i], __fadd_rn(1.0f, s1[i]));
+                        if (!wfirst) {
+                            float old[V];
+#pragma unroll
+                            for (int j = 0; j < V / 4; ++j) {
+                                const f4 q = *(const f4 *)(pw + 4 * j);
+                                old[4 * j] = q.x;
+                                old[4 * j + 1] = q.y;
+                                old[4 * j + 2] = q.z;
+                                old[4 * j + 3] = q.w;
+                            }
+#pragma unroll
+                            for (int i = 0; i < V; ++i) dw[i] = __fadd_rn(old[i], dw[i]);
+                        }
+                        st_f32v<float, V>(pw, dw);
+                    }
+                    if (hw) {
+#pragma unroll
+                        for (int i = 0; i < V; ++i) out[1][i] = __fmul_rn(out[1][i], wf[i]);
+                    }
+                }
+                if (sg.first && sg.last) {
+#pragma unroll
+                    for (int g = 0; g < NG; ++g)
+                        st_f32v<TP, V>((TP *)p.dtable.ptr[S::tab(g)] + r * p.dtable.stride[S::tab(g)] + col,
+                                       out[g]);
+                } else {
+#pragma unroll
+                    for (int g = 0; g < NG; ++g)
+                        st_f32v<float, V>(part_slot(p.partial, c, slot, NG, g, H) + col, out[g]);
+                }
+            }
+        if (MODE != 2) wfirst = false;
+    };
+
+    auto process = [&](int s) {
+        const long long r = rix[s];
+        if (r != sg.r) {
+            if (sg.r >= 0) flush();
+            begin(r);
+        }
+        const long long row = rid[s];
+        TA *dx = (TA *)p.dx + row * p.dx_stride;
+        TA *dy = (TA *)p.dy + row * p.dy_stride;
+        if constexpr (MODE == 2) {
+            const bool hdx = p.dx != 0;
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    const int col = (k * TPR + t) * V;
+                    float yf[V], df[V], gt[V], a[V];
+                    unpack(buf[s][0][k], yf);
+                    unpack(buf[s][1][k], df);
+                    tab.get(0, k, gt);
+                    acc.get(0, k, a);
+                    if (hdx) st_gran(dx + col, buf[s][1][k]);
+#pragma unroll
+                    for (int i = 0; i < V; ++i) {
+                        a[i] = __fmaf_rn(df[i], yf[i], a[i]);
+                        gt[i] = __fmul_rn(df[i], gt[i]);
+                    }
+                    acc.put(0, k, a);
+                    st_f32v<TA, V>(dy + col, gt);
+                }
+        } else {
+            float sxx[V], sgx[V];
+#pragma unroll
+            for (int i = 0; i < V; ++i) sxx[i] = sgx[i] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    float xf[V], df[V], m[V];
+                    unpack(buf[s][0][k], xf);
+                    unpack(buf[s][1][k], df);
+                    tab.get(0, k, m);
+#pragma unroll
+                    for (int i = 0; i < V; ++i) {
+                        sxx[i] = __fmaf_rn(xf[i], xf[i], sxx[i]);
+                        sgx[i] = __fmaf_rn(__fmul_rn(df[i], m[i]), xf[i], sgx[i]);
+                    }
+                }
+            float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
+            row_reduce<2, WPR>(q, red, par, tw, 1);
+            const float rs = rstd_of(q[0], (float)H, p.eps);
+            const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)H), rs); // mean(g * xhat)
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    const int col = (k * TPR + t) * V;
+                    float xf[V], df[V], m[V], a[NACC][V];
+                    unpack(buf[s][0][k], xf);
+                    unpack(buf[s][1][k], df);
+                    tab.get(0, k, m);
+#pragma unroll
+                    for (int j = 0; j < NACC; ++j) acc.get(j, k, a[j]);
+#pragma unroll
+                    for (int i = 0; i < V; ++i) {
+                        const float xh = __fmul_rn(xf[i], rs);
+                        const float gn = __fmul_rn(df[i], m[i]);
+                        a[0][i] = __fadd_rn(a[0][i], df[i]);
+                        a[1][i] = __fmaf_rn(df[i], xh, a[1][i]);
+                        xf[i] = __fmul_rn(rs, __fmaf_rn(-xh, c2, gn)); // dx of the norm
+                    }
+                    if constexpr (MODE == 3) {
+                        float dh[V], yf[V], gt[V];
+                        if (hdh) {
+                            unpack(buf[s][2][k], dh);
+#pragma unroll
+                            for (int i = 0; i < V; ++i) xf[i] = __fadd_rn(dh[i], xf[i]);
+                        }
+                        unpack(buf[s][3][k], yf);
+                        tab.get(1, k, gt);
+#pragma unroll
+                        for (int i = 0; i < V; ++i) {
+                            a[2][i] = __fmaf_rn(xf[i], yf[i], a[2][i]);
+                            gt[i] = __fmul_rn(xf[i], gt[i]);
+                        }
+                        st_f32v<TA, V>(dy + col, gt);
+                    }
+#pragma unroll
+                    for (int j = 0; j < NACC; ++j) acc.put(j, k, a[j]);
+                    st_f32v<TA, V>(dx + col, xf);
+                }
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < PF; ++s)
+        if (b + s < e) issue(s, b + s);
+    for (long long base = b; base < e; base += RING) {
+#pragma unroll
+        for (int s = 0; s < RING; ++s) {
+            const long long pos = base + s;
+            if (pos < e) {
+                if (pos + PF < e) issue((s + PF) % RING, pos + PF);
+                process(s);
+            }
+        }
+    }
+    flush();
+}
+
+// Same arithmetic as bwd_fast, one element at a time, runtime h. The
+// accumulators live in this chunk's own partial slots (slot 0 while walking
+// a head segment, slot 1 otherwise: a tail is the chunk's last segment, so
+// slot 1 ends up holding it); w * (1 + scale) and gate are re-read per row.
+template <int MODE, class TA, class TP, class TI, int TPR>
+__device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
+{
+    using S = bwd_shape<MODE>;
+    constexpr int V = 16 / (int)sizeof(TA);
+    constexpr int WPR = TPR / 32;
+    constexpr int NG = S::NACC;
+    __shared__ float red[2 * WPR * 2];
+
+    const int t = threadIdx.x;
+    const int tw = t >> 5;
+    int par = 0;
+    const int h = p.h;
+    const int G = (h + V - 1) / V;
+    const int IT = (G + TPR - 1) / TPR;
+    const long long c = blockIdx.x;
+    const long long b = c * p.part.chunk;
+    const long long total = ldg_i32(p.part.start + p.part.r);
+    const long long e = b + p.part.chunk < total ? b + p.part.chunk : total;
+    if (b >= e) return;
+    const TI *index = (const TI *)p.index.ptr;
+    const TP *wp = (const TP *)p.w;
+    const bool hw = wp != 0;
+    const bool hdh = MODE == 3 && p.dh != 0;
+    const bool hdx = p.dx != 0;
+
+    long long cur = -1;
+    bool first = false, last = false, wfirst = true;
+    float *accp = 0; // partial + ((c*2 + slot)*NG)*h
+
+    for (long long pos = b; pos <= e; ++pos) {
+        long long row = 0, r = -1;
+        if (pos < e) {
+            row = p.part.perm[pos];
+            r = (long long)index[row];
+        }
+        if (r != cur && cur >= 0) {
+            // flush segment cur
+            const TP *sc = (const TP *)p.table.ptr[1] + cur * p.table.stride[1];
+            for (int col = t; col < h; col += TPR) {
+                float v[NG];
+                for (int g = 0; g < NG; ++g) v[g] = accp[(long long)g * h + col];
+                if constexpr (MODE != 2) {
+                    const float s1 = ld_f32(sc + col);
+                    if (p.partial_w != 0) {
+                        float dw = __fmul_rn(v[1], __fadd_rn(1.0f, s1));
+                        float *pw = p.partial_w + c * h + col;
+                        if (!wfirst) dw = __fadd_rn(*pw, dw);
+                        *pw = dw;
+                    }
+                    if (hw) v[1] = __fmul_rn(v[1], ld_f32(wp + col));
+                }
+                for (int g = 0; g < NG; ++g) {
+                    if (first && last)
+                        st_f32((TP *)p.dtable.ptr[S::tab(g)] + cur * p.dtable.stride[S::tab(g)] + col, v[g]);
+                    else
+                        accp[(long long)g * h + col] = v[g];
+                }
+            }
+            if (MODE != 2) wfirst = false;
+        }
+        if (pos == e) break;
+        if (r != cur) {
+            cur = r;
+            first = ldg_i32(p.part.start + r) >= b;
+            last = ldg_i32(p.part.start + r + 1) <= e;
+            accp = part_slot(p.partial, c, first ? KJIT_SEG_TAIL : KJIT_SEG_HEAD, NG, 0, h);
+            for (int col = t; col < h; col += TPR)
+                for (int g = 0; g < NG; ++g) accp[(long long)g * h + col] = 0.0f;
+        }
+        const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
+        const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+        TA *dx = (TA *)p.dx + row * p.dx_stride;
+        TA *dy = (TA *)p.dy + row * p.dy_stride;
+        const TA *dor = (const TA *)p.dout + row * p.dout_stride;
+        if constexpr (MODE == 2) {
+            const TA *yr = (const TA *)p.y + row * p.y_stride;
+            for (int col = t; col < h; col += TPR) {
+                const float df = ld_f32(dor + col);
+                float *a = accp + col;
+                *a = __fmaf_rn(df, ld_f32(yr + col), *a);
+                if (hdx) dx[col] = dor[col];
+                st_f32(dy + col, __fmul_rn(df, ld_f32(gt + col)));
+            }
+        } else {
+            const TA *xr = (const TA *)p.x + row * p.x_stride;
+            float sxx[V], sgx[V];
+            for (int i = 0; i < V; ++i) sxx[i] = sgx[i] = 0.0f;
+            for (int k = 0; k < IT; ++k) {
+                const int gi = k * TPR + t;
+                if (gi < G) {
+#pragma unroll
+                    for (int i = 0; i < V; ++i) {
+                        const int col = gi * V + i;
+                        if (col < h) {
+                            const float xf = ld_f32(xr + col);
+                            const float m = mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col));
+                            sxx[i] = __fmaf_rn(xf, xf, sxx[i]);
+                            sgx[i] = __fmaf_rn(__fmul_rn(ld_f32(dor + col), m), xf, sgx[i]);
+                        }
+                    }
+                }
+            }
+            float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
+            row_reduce<2, WPR>(q, red, par, tw, 1);
+            const float rs = rstd_of(q[0], (float)h, p.eps);
+            const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)h), rs);
+            const TA *dhr = (const TA *)p.dh + row * p.dh_stride;
+            const TA *yr = (const TA *)p.y + row * p.y_stride;
+            for (int col = t; col < h; col += TPR) {
+                const float xf = ld_f32(xr + col);
+                const float df = ld_f32(dor + col);
+                const float m = mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col));
+                const float xh = __fmul_rn(xf, rs);
+                const float gn = __fmul_rn(df, m);
+                accp[col] = __fadd_rn(accp[col], df);
+                accp[(long long)h + col] = __fmaf_rn(df, xh, accp[(long long)h + col]);
+                float g = __fmul_rn(rs, __fmaf_rn(-xh, c2, gn));
+                if constexpr (MODE == 3) {
+                    if (hdh) g = __fadd_rn(ld_f32(dhr + col), g);
+                    float *a = accp + 2 * (long long)h + col;
+                    *a = __fmaf_rn(g, ld_f32(yr + col), *a);
+                    st_f32(dy + col, __fmul_rn(g, ld_f32(gt + col)));
+                }
+                st_f32(dx + col, g);
+            }
+        }
+    }
+}
+
+} // namespace adaln
+} // namespace kjit
+
+template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
+__global__ void __launch_bounds__(TPR *RPC) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
+{
+    static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");
+    static_assert(sizeof(TA) == 2 || sizeof(TA) == 4, "TA: kjit::f32, kjit::bf16 or kjit::f16");
+    static_assert(sizeof(TP) == 2 || sizeof(TP) == 4, "TP: kjit::f32 or kjit::bf16");
+    static_assert(sizeof(TI) == 4 || sizeof(TI) == 8, "TI: int or long long");
+    static_assert(H >= 0 && H % 8 == 0 && H <= 16384, "fast path: H a multiple of 8 up to 16384 (0 = generic)");
+    static_assert(TPR >= 32 && TPR % 32 == 0 && TPR <= 1024, "TPR: a multiple of 32 up to 1024");
+    static_assert(RPC >= 1 && RPC <= 15 && TPR * RPC <= 1024, "RPC: 1..15 rows, TPR * RPC <= 1024");
+    static_assert(PF == 0 || PF == 1, "PF: 0 or 1 rows ahead");
+    static_assert(H > 0 || PF == 0, "generic path: PF = 0");
+    if constexpr (H == 0)
+        kjit::adaln::fwd_generic<MODE, TA, TP, TI, TPR, RPC>(p);
+    else
+        kjit::adaln::fwd_fast<MODE, TA, TP, TI, H, TPR, RPC, PF>(p);
+}
+
+template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>
+__global__ void __launch_bounds__(TPR, 1) kjit_adaln_bwd(const __grid_constant__ kjit_adaln_bwd_params p)
+{
+    static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");
+    static_assert(sizeof(TA) == 2 || sizeof(TA) == 4, "TA: kjit::f32, kjit::bf16 or kjit::f16");
+    static_assert(sizeof(TP) == 2 || sizeof(TP) == 4, "TP: kjit::f32 or kjit::bf16");
+    static_assert(sizeof(TI) == 4 || sizeof(TI) == 8, "TI: int or long long");
+    static_assert(H >= 0 && H % 8 == 0 && H <= 16384, "fast path: H a multiple of 8 up to 16384 (0 = generic)");
+    static_assert(TPR >= 32 && TPR % 32 == 0 && TPR <= 1024, "TPR: a multiple of 32 up to 1024");
+    static_assert(PF >= 0 && PF <= 3, "PF: 0..3 rows ahead");
+    static_assert(ACCS >= 0 && ACCS <= 2, "ACCS: 0, 1 or 2");
+    static_assert(H > 0 || (PF == 0 && ACCS == 0), "generic path: PF = ACCS = 0");
+    if constexpr (H == 0)
+        kjit::adaln::bwd_generic<MODE, TA, TP, TI, TPR>(p);
+    else
+        kjit::adaln::bwd_fast<MODE, TA, TP, TI, H, TPR, PF, ACCS>(p);
+}

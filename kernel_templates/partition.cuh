@@ -1,0 +1,543 @@
+// Row partition shared by every backward pass: the rows sorted stably by
+// their table index, cut into fixed chunks of sorted positions, plus the
+// kernels that finish parameter gradients from per-chunk fp32 partials.
+// Everything here depends on (N, R, index) only: no launch parameter changes
+// a bit of perm, start, chunk_row or of any finished gradient.
+//
+// Sizes (host, C, all long long; R >= 1, N >= 1):
+//   cap    = 4194304 / R;  if (cap > 8192) cap = 8192;
+//            if (cap > 16 * N / R) cap = 16 * N / R;  if (cap < 1) cap = 1;
+//   tile   = ((N + cap - 1) / cap + 31) / 32 * 32;  if (tile < 256) tile = 256;
+//   tiles  = (N + tile - 1) / tile                  (tiles * R <= 4194304)
+//   chunk  = (N + 255) / 256;  if (chunk < 32) chunk = 32;
+//   chunks = (N + chunk - 1) / chunk                (<= 256)
+//   sblk   = (tiles * R + 4095) / 4096              (scan blocks)
+// Workspace: perm N ints, start R + 1 ints, tile_pos tiles * R ints (r-major,
+// tile_pos[r * tiles + t]), chunk_row chunks ints, scan_state sblk + 1
+// unsigned long long (8-byte aligned). None needs clearing beforehand.
+// Partials of a backward pass with NG table gradients: chunks * 2 * NG * H
+// floats, partial[((c * 2 + slot) * NG + g) * H + col]; nothing needs
+// clearing: only slots that are written are read.
+//
+// Build: three launches, always these three in this order on one stream, no
+// host readback (graph capturable). All take kjit_part_build_params with
+// index.r == part.r.
+//   kjit_part_count<TI>    TI = int | long long; e.g. kjit_part_count<int>
+//       grid ceil(tiles / W), block 32 * W (W warps, 1..32), one warp per tile
+//       smem W * R * 4 to keep the counters in shared memory, or 0 (counters
+//            in tile_pos); the kernel uses shared memory iff the launch gave
+//            at least W * R * 4 bytes.
+//       tile_pos[r * tiles + t] = rows of tile t with index r; zeroes
+//       scan_state. An index outside [0, R) is always left out (checking on
+//       or off) and sets *index.err = 1 when index.err != NULL.
+//   kjit_part_scan<B>      B = 128 | 256 | 512 | 1024; e.g. kjit_part_scan<256>
+//       grid sblk (or more), block B, smem 0 (static 17 KB)
+//       exclusive scan of tile_pos in place in r-major order (the order of the
+//       sort), single pass with decoupled look-back (integer, exact);
+//       start[r] = tile_pos[r * tiles], start[R] = number of valid rows.
+//   kjit_part_scatter<TI>
+//       grid, block, smem as kjit_part_count
+//       perm[tile_pos[r * tiles + t] + rank] = n, rank = order of row n among
+//       the rows of tile t with index r: stable. Consumes tile_pos. Also fills
+//       chunk_row[c] (-1 for chunks past start[R]).
+// W, B, grids and smem are launch-only. Rows are walked 32 at a time per warp
+// (__match_any_sync + __popc give ranks), so the order is the row order.
+//
+// Chunks: chunk c covers sorted positions [c * chunk, min((c+1) * chunk,
+// start[R])), possibly empty. The segment of table row r is [start[r],
+// start[r+1]). In chunk c a segment is
+//   FINAL  entirely inside the chunk: the chunk writes the rounded gradient;
+//   TAIL   (slot 1) begins in the chunk and continues after it;
+//   HEAD   (slot 0) began in an earlier chunk (it may continue after too).
+// So a chunk writes slot 0 at most once (its first segment) and slot 1 at
+// most once (its last). kjit_part_finish adds tail + heads in chunk order and
+// writes 0 for empty rows; every gradient row is written exactly once.
+//
+// Device API for a backward kernel (include "partition.cuh"; every thread may
+// run it, all threads of a chunk get the same answers; reads start[] and
+// chunk_row[] through the read-only path):
+//   kjit::seg s;
+//   if (kjit::seg_first(p.part, c, s)) do {
+//       // s.r: table row; [s.lo, s.hi): this chunk's sorted positions of r;
+//       // s.seg_begin/s.seg_end: the whole segment; s.slot: KJIT_SEG_FINAL,
+//       // KJIT_SEG_HEAD (0) or KJIT_SEG_TAIL (1). First row of the segment in
+//       // the chunk: q == s.lo; last: q == s.hi - 1.
+//       float acc = 0.f;
+//       for (long long q = s.lo; q < s.hi; ++q) {
+//           long long n = p.part.perm[q];          // original row id
+//           acc += f(n);                           // strictly in q order
+//       }
+//       if (s.slot == KJIT_SEG_FINAL) out_g[s.r * stride_g + col] = round(acc);
+//       else kjit::part_slot(p.partial, c, s.slot, NG, g, H)[col] = acc;
+//   } while (kjit::seg_next(p.part, s));
+// Launch such a kernel over c in [0, part.chunks); chunks past start[R] get
+// seg_first() == false. A per-row quantity (dx) is computed for each q as the
+// walk reaches it; a dw-style column sum writes partial_w[c][col] for every
+// chunk with rows (fp32, sum over the chunk's rows in q order).
+//
+// Finishers (launch after the backward kernel, same stream):
+//   kjit_part_finish<TP>     TP = kjit::bf16 | kjit::f16 | kjit::f32
+//       kjit_finish_params; grid (X, Y, ng), block B (multiple of 32, <= 1024),
+//       smem 0. X, Y >= 1 and B are launch-only (columns and work items are
+//       grid-strided). Suggested B = 256, X = ceil(h / 256), Y = 16.
+//       For each segment that crosses chunks: tail(c0) + head(c0+1) + ... +
+//       head(c1), rounded once; for each empty row: 0.
+//   kjit_colsum_finish<TP>   out[col] = partial_w[0][col] + ... in chunk order
+//       over the chunks that hold rows (c < ceil(start[R] / chunk)); 0 if none.
+//       kjit_colsum_params; grid ceil(h / B), block B, smem 0; B launch-only.
+#pragma once
+
+#include "common/kjit_types.cuh"
+#include "common/kjit_params.h"
+
+#define KJIT_SEG_HEAD 0
+#define KJIT_SEG_TAIL 1
+#define KJIT_SEG_FINAL 2
+
+namespace kjit {
+
+template <class A, class B> struct same_type { static const bool value = false; };
+template <class A> struct same_type<A, A> { static const bool value = true; };
+
+__device__ __forceinline__ unsigned lanemask_lt()
+{
+    unsigned m;
+    asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+    return m;
+}
+
+__device__ __forceinline__ unsigned dynamic_smem_bytes()
+{
+    unsigned m;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(m));
+    return m;
+}
+
+// Read-only loads (data not written during the kernel).
+__device__ __forceinline__ int ldg_i32(const int *p)
+{
+    int v;
+    asm("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float ldg_f32(const float *p)
+{
+    float v;
+    asm("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+// Table row of row n, or -1 when n >= n1 or the index is outside [0, r).
+template <class TI>
+__device__ __forceinline__ int part_key(const TI *ix, long long n, long long n1, long long r, bool &bad)
+{
+    if (n >= n1) return -1;
+    const long long v = (long long)ix[n];
+    if (v < 0 || v >= r) {
+        bad = true;
+        return -1;
+    }
+    return (int)v;
+}
+
+// Where a warp keeps the counters of its tile: shared memory when the launch
+// gave enough, else the tile's column of tile_pos (stride tiles).
+struct part_ctr {
+    int *base;
+    long long stride;
+    bool shared;
+};
+
+__device__ __forceinline__ part_ctr part_counters(const kjit_partition &pt, long long t, int *smem)
+{
+    const int warps = blockDim.x >> 5;
+    part_ctr c;
+    c.shared = (unsigned long long)dynamic_smem_bytes() >= (unsigned long long)warps * pt.r * 4ull;
+    if (c.shared) {
+        c.base = smem + (long long)(threadIdx.x >> 5) * pt.r;
+        c.stride = 1;
+    } else {
+        c.base = pt.tile_pos + t;
+        c.stride = pt.tiles;
+    }
+    return c;
+}
+
+// Pointer to the partial row of (chunk c, slot, gradient g) in a
+// [chunks][2][ng][h] fp32 workspace.
+__device__ __forceinline__ float *part_slot(float *partial, long long c, int slot, int ng, int g, int h)
+{
+    return partial + ((c * 2 + slot) * ng + g) * (long long)h;
+}
+
+// One segment of one chunk, see the head comment.
+struct seg {
+    long long lo, hi;               // this chunk's positions of row r
+    long long seg_begin, seg_end;   // the whole segment of row r
+    long long chunk_lo, chunk_hi;   // the chunk's positions
+    int r;
+    int slot;                       // KJIT_SEG_FINAL, _HEAD or _TAIL
+};
+
+__device__ __forceinline__ void seg_set(const kjit_partition &pt, seg &s, int r, long long b)
+{
+    s.r = r;
+    s.seg_begin = b;
+    s.seg_end = ldg_i32(pt.start + r + 1);
+    s.lo = b > s.chunk_lo ? b : s.chunk_lo;
+    s.hi = s.seg_end < s.chunk_hi ? s.seg_end : s.chunk_hi;
+    s.slot = s.seg_begin < s.chunk_lo ? KJIT_SEG_HEAD : (s.seg_end > s.chunk_hi ? KJIT_SEG_TAIL : KJIT_SEG_FINAL);
+}
+
+// Largest r in [lo, R) with start[r] <= x, given start[lo] <= x < start[R].
+__device__ __forceinline__ int seg_search(const int *start, int lo, int hi, long long x)
+{
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if ((long long)ldg_i32(start + mid) <= x) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// First segment of chunk c; false when the chunk holds no rows.
+__device__ __forceinline__ bool seg_first(const kjit_partition &pt, long long c, seg &s)
+{
+    const long long total = ldg_i32(pt.start + pt.r);
+    s.chunk_lo = c * pt.chunk;
+    s.chunk_hi = s.chunk_lo + pt.chunk < total ? s.chunk_lo + pt.chunk : total;
+    if (s.chunk_lo >= s.chunk_hi) return false;
+    const int r = ldg_i32(pt.chunk_row + c);
+    seg_set(pt, s, r, ldg_i32(pt.start + r));
+    return true;
+}
+
+// Next non-empty segment of the chunk; false at the chunk's end.
+__device__ __forceinline__ bool seg_next(const kjit_partition &pt, seg &s)
+{
+    if (s.hi >= s.chunk_hi) return false;
+    const long long x = s.seg_end; // == s.hi, the next position
+    int r = s.r + 1;
+    if ((long long)ldg_i32(pt.start + r + 1) <= x) // empty rows between: search
+        r = seg_search(pt.start, r, (int)pt.r, x);
+    seg_set(pt, s, r, x);
+    return true;
+}
+
+} // namespace kjit
+
+#define KJIT_PART_STEPS 8
+#define KJIT_PART_SCAN_SPAN 4096
+#define KJIT_PART_FLAG_AGG 1ull
+#define KJIT_PART_FLAG_INCL 2ull
+
+template <class TI>
+__global__ void kjit_part_count(const __grid_constant__ kjit_part_build_params p)
+{
+    static_assert(kjit::same_type<TI, int>::value || kjit::same_type<TI, long long>::value, "index is int or long long");
+    extern __shared__ int kjit_part_smem[];
+    const kjit_partition &pt = p.part;
+    {
+        const long long nst = (pt.tiles * pt.r + KJIT_PART_SCAN_SPAN - 1) / KJIT_PART_SCAN_SPAN + 1;
+        for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < nst; i += (long long)gridDim.x * blockDim.x)
+            pt.scan_state[i] = 0ull;
+    }
+    const long long t = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= pt.tiles) return;
+    const int lane = threadIdx.x & 31;
+    const unsigned lt = kjit::lanemask_lt();
+    const kjit::part_ctr ctr = kjit::part_counters(pt, t, kjit_part_smem);
+    for (long long r = lane; r < pt.r; r += 32) ctr.base[r * ctr.stride] = 0;
+    __syncwarp();
+
+    const TI *ix = (const TI *)p.index.ptr;
+    const long long n0 = t * pt.tile;
+    const long long n1 = n0 + pt.tile < pt.n ? n0 + pt.tile : pt.n;
+    bool bad = false;
+    for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
+        int key[KJIT_PART_STEPS];
+#pragma unroll
+        for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key(ix, b + u * 32 + lane, n1, pt.r, bad);
+#pragma unroll
+        for (int u = 0; u < KJIT_PART_STEPS; ++u) {
+            const unsigned m = __match_any_sync(0xffffffffu, key[u]);
+            if (key[u] >= 0 && (m & lt) == 0) atomicAdd(ctr.base + key[u] * ctr.stride, __popc(m));
+        }
+    }
+    if (bad && p.index.err) *p.index.err = 1;
+    if (ctr.shared) {
+        __syncwarp();
+        for (long long r = lane; r < pt.r; r += 32) pt.tile_pos[r * pt.tiles + t] = ctr.base[r];
+    }
+}
+
+namespace kjit {
+__device__ __forceinline__ unsigned long long ld_volatile_u64(const unsigned long long *p)
+{
+    return *(const volatile unsigned long long *)p;
+}
+__device__ __forceinline__ void st_volatile_u64(unsigned long long *p, unsigned long long v)
+{
+    *(volatile unsigned long long *)p = v;
+}
+__device__ __forceinline__ int warp_incl_scan(int x)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    return x;
+}
+} // namespace kjit
+
+template <int B>
+__global__ void __launch_bounds__(B) kjit_part_scan(const __grid_constant__ kjit_part_build_params p)
+{
+    static_assert(B == 128 || B == 256 || B == 512 || B == 1024, "block is 128, 256, 512 or 1024");
+    const int SPAN = KJIT_PART_SCAN_SPAN, ITEMS = SPAN / B, WARPS = B / 32;
+    __shared__ int buf[SPAN + SPAN / 32]; // padded: element i at i + i / 32
+    __shared__ int warp_off[WARPS];
+    __shared__ long long s_id;
+    __shared__ int s_prefix, s_total;
+    const kjit_partition &pt = p.part;
+    const long long e_end = pt.tiles * pt.r;
+    const long long nblk = (e_end + SPAN - 1) / SPAN;
+    unsigned long long *state = pt.scan_state;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Blocks take their span in the order they start, so every predecessor a
+    // block waits on is already running (no dependence on the scheduler).
+    if (tid == 0) s_id = (long long)atomicAdd(state + nblk, 1ull);
+    __syncthreads();
+    const long long id = s_id;
+    if (id >= nblk) return;
+    const long long base = id * SPAN;
+    int *tp = pt.tile_pos;
+
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+        const int i = j * B + tid;
+        buf[i + (i >> 5)] = base + i < e_end ? tp[base + i] : 0;
+    }
+    __syncthreads();
+    int v[ITEMS];
+    int sum = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+        const int i = tid * ITEMS + j;
+        v[j] = sum;
+        sum += buf[i + (i >> 5)];
+    }
+    const int incl = kjit::warp_incl_scan(sum);
+    if (lane == 31) warp_off[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const int w = lane < WARPS ? warp_off[lane] : 0;
+        const int wi = kjit::warp_incl_scan(w);
+        if (lane < WARPS) warp_off[lane] = wi - w;
+        const int agg = __shfl_sync(0xffffffffu, wi, 31);
+        int excl = 0;
+        if (id == 0) {
+            if (lane == 0) kjit::st_volatile_u64(state, (KJIT_PART_FLAG_INCL << 32) | (unsigned)agg);
+        } else {
+            if (lane == 0) kjit::st_volatile_u64(state + id, (KJIT_PART_FLAG_AGG << 32) | (unsigned)agg);
+            for (long long j = id - 1;;) {
+                const long long k = j - lane; // lane 0 nearest
+                const unsigned long long w64 = k >= 0 ? kjit::ld_volatile_u64(state + k) : (KJIT_PART_FLAG_INCL << 32);
+                const unsigned flag = (unsigned)(w64 >> 32);
+                if (__any_sync(0xffffffffu, flag == 0)) continue; // a predecessor has not published yet
+                const unsigned m = __ballot_sync(0xffffffffu, flag == (unsigned)KJIT_PART_FLAG_INCL);
+                const int stop = m ? __ffs(m) - 1 : 31;
+                int x = lane <= stop ? (int)(unsigned)w64 : 0;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+                excl += x;
+                if (m) break;
+                j -= 32;
+            }
+            if (lane == 0) kjit::st_volatile_u64(state + id, (KJIT_PART_FLAG_INCL << 32) | (unsigned)(excl + agg));
+        }
+        if (lane == 0) {
+            s_prefix = excl;
+            s_total = excl + agg;
+        }
+    }
+    __syncthreads();
+    const int off = s_prefix + warp_off[warp] + incl - sum;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+        const int i = tid * ITEMS + j;
+        buf[i + (i >> 5)] = off + v[j];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+        const int i = j * B + tid;
+        const long long e = base + i;
+        if (e < e_end) {
+            const int x = buf[i + (i >> 5)];
+            tp[e] = x;
+            if (e % pt.tiles == 0) pt.start[e / pt.tiles] = x;
+        }
+    }
+    if (id == nblk - 1 && tid == 0) pt.start[pt.r] = s_total;
+}
+
+template <class TI>
+__global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params p)
+{
+    static_assert(kjit::same_type<TI, int>::value || kjit::same_type<TI, long long>::value, "index is int or long long");
+    extern __shared__ int kjit_part_smem[];
+    const kjit_partition &pt = p.part;
+    {
+        const long long total = kjit::ldg_i32(pt.start + pt.r);
+        for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < pt.chunks; c += (long long)gridDim.x * blockDim.x) {
+            const long long pos = c * pt.chunk;
+            pt.chunk_row[c] = pos < total ? kjit::seg_search(pt.start, 0, (int)pt.r, pos) : -1;
+        }
+    }
+    const long long t = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= pt.tiles) return;
+    const int lane = threadIdx.x & 31;
+    const unsigned lt = kjit::lanemask_lt();
+    const kjit::part_ctr ctr = kjit::part_counters(pt, t, kjit_part_smem);
+    if (ctr.shared)
+        for (long long r = lane; r < pt.r; r += 32) ctr.base[r] = pt.tile_pos[r * pt.tiles + t];
+    __syncwarp();
+
+    const TI *ix = (const TI *)p.index.ptr;
+    const long long n0 = t * pt.tile;
+    const long long n1 = n0 + pt.tile < pt.n ? n0 + pt.tile : pt.n;
+    bool bad = false;
+    for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
+        int key[KJIT_PART_STEPS];
+#pragma unroll
+        for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key(ix, b + u * 32 + lane, n1, pt.r, bad);
+#pragma unroll
+        for (int u = 0; u < KJIT_PART_STEPS; ++u) {
+            const unsigned m = __match_any_sync(0xffffffffu, key[u]);
+            int *c = ctr.base + (long long)(key[u] < 0 ? 0 : key[u]) * ctr.stride;
+            int pos = 0;
+            if (key[u] >= 0) {
+                pos = *c;
+                pt.perm[pos + __popc(m & lt)] = (int)(b + u * 32 + lane);
+            }
+            __syncwarp();
+            if (key[u] >= 0 && (m & lt) == 0) *c = pos + __popc(m);
+            __syncwarp();
+        }
+    }
+}
+
+template <class TP>
+__global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
+{
+    __shared__ int empties[1024];
+    __shared__ int n_empty;
+    const int g = blockIdx.z;
+    if (g >= p.ng) return;
+    const kjit_partition &pt = p.part;
+    const long long chunk = pt.chunk;
+    const long long total = kjit::ldg_i32(pt.start + pt.r);
+    const long long used = (total + chunk - 1) / chunk;
+    const long long cstride = 2ll * p.ng * p.h; // one chunk's partials
+    TP *out = (TP *)p.out[g];
+    const long long os = p.out_stride[g];
+    const int col0 = blockIdx.x * blockDim.x + threadIdx.x, cstep = gridDim.x * blockDim.x;
+    const int U = 16;
+
+    // Segments crossing chunk boundaries, each taken at its first boundary c
+    // (it began in chunk c - 1, whose tail it owns). This block takes the
+    // boundaries c = 1 + blockIdx.y + i * gridDim.y; its threads find the
+    // crossing ones in parallel (list order does not matter: one row each).
+    __shared__ int list_r[256], list_c[256], list_m[256];
+    __shared__ int n_list;
+    if (threadIdx.x == 0) n_list = 0;
+    __syncthreads();
+    for (long long cb = 1 + blockIdx.y; cb < used; cb += (long long)gridDim.y * blockDim.x) {
+        const long long c = cb + (long long)threadIdx.x * gridDim.y;
+        if (c < used) {
+            const int r = kjit::ldg_i32(pt.chunk_row + c);
+            const long long b = kjit::ldg_i32(pt.start + r);
+            if (b < c * chunk && b >= (c - 1) * chunk) {
+                const int i = atomicAdd(&n_list, 1);
+                list_r[i] = r;
+                list_c[i] = (int)c;
+                list_m[i] = (int)(((long long)kjit::ldg_i32(pt.start + r + 1) - 1) / chunk - c + 1);
+            }
+        }
+    }
+    __syncthreads();
+    const int nl = n_list;
+    for (int i = 0; i < nl; ++i) {
+        const long long c = list_c[i], r = list_r[i];
+        for (int col = col0; col < p.h; col += cstep) {
+            float acc = kjit::ldg_f32(p.partial + (((c - 1) * 2 + KJIT_SEG_TAIL) * p.ng + g) * (long long)p.h + col);
+            const float *q = p.partial + ((c * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h + col;
+            long long m = list_m[i]; // heads: chunks c .. c1
+            for (; m >= U; m -= U, q += U * cstride) {
+                float v[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) v[u] = kjit::ldg_f32(q + u * cstride);
+#pragma unroll
+                for (int u = 0; u < U; ++u) acc += v[u];
+            }
+            if (m > 0) {
+                float v[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) v[u] = u < m ? kjit::ldg_f32(q + u * cstride) : 0.f;
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+                    if (u < m) acc += v[u];
+            }
+            kjit::st_f32(out + r * os + col, acc);
+        }
+    }
+    // Empty rows: 0.
+    for (long long rb = (long long)blockIdx.y * blockDim.x; rb < pt.r; rb += (long long)gridDim.y * blockDim.x) {
+        if (threadIdx.x == 0) n_empty = 0;
+        __syncthreads();
+        const long long r = rb + threadIdx.x;
+        if (r < pt.r && kjit::ldg_i32(pt.start + r) == kjit::ldg_i32(pt.start + r + 1))
+            empties[atomicAdd(&n_empty, 1)] = (int)r;
+        __syncthreads();
+        const int ne = n_empty;
+        for (int i = 0; i < ne; ++i)
+            for (int col = col0; col < p.h; col += cstep) kjit::st_f32(out + empties[i] * os + col, 0.f);
+        __syncthreads();
+    }
+}
+
+template <class TP>
+__global__ void kjit_colsum_finish(const __grid_constant__ kjit_colsum_params p)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= p.h) return;
+    const long long total = kjit::ldg_i32(p.part.start + p.part.r);
+    long long m = (total + p.part.chunk - 1) / p.part.chunk; // chunks holding rows
+    float acc = 0.f;
+    const float *q = p.partial_w + col;
+    if (m > 0) {
+        acc = kjit::ldg_f32(q);
+        q += p.h;
+        --m;
+    }
+    const int U = 16;
+    for (; m >= U; m -= U, q += (long long)U * p.h) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = kjit::ldg_f32(q + (long long)u * p.h);
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc += v[u];
+    }
+    if (m > 0) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = u < m ? kjit::ldg_f32(q + (long long)u * p.h) : 0.f;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (u < m) acc += v[u];
+    }
+    kjit::st_f32((TP *)p.out + col, acc);
+}

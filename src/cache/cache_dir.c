@@ -1,0 +1,486 @@
+/* The cache directory: where it is, whether it can be trusted, the per-key
+ * lock files, the size cap, and the `kjit cache ls|verify|clear` walks.
+ * Everything after the check works relative to the checked directory's fd,
+ * so a path swapped afterwards cannot redirect it. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* F_OFD_SETLKW, and the POSIX 2008 *at() calls under -std=c11 */
+#endif
+#include "cache/cache_internal.h"
+#include "core/error.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+int kjit__cache_resolve_dir(const char *dir, char **out)
+{
+    const char *base, *suffix = "";
+    if (dir)
+        base = dir;
+    else if ((base = env("KJIT_CACHE_DIR")))
+        ;
+    else if ((base = env("XDG_CACHE_HOME")))
+        suffix = "/kjit";
+    else if ((base = env("HOME")))
+        suffix = "/.cache/kjit";
+    else
+        return kjit__fail(KJIT_EINVAL, "no cache directory: KJIT_CACHE_DIR, XDG_CACHE_HOME and HOME "
+                                       "are all unset; set KJIT_CACHE_DIR");
+    /* A trailing slash would make open() follow a final symlink despite
+     * O_NOFOLLOW. */
+    size_t n = strlen(base);
+    while (n > 1 && base[n - 1] == '/')
+        n--;
+    if (n == 1 && base[0] == '/' && *suffix)
+        n = 0;
+    char *p = malloc(n + strlen(suffix) + 1);
+    if (!p)
+        return kjit__fail(KJIT_ENOMEM, "no memory for the cache directory name");
+    memcpy(p, base, n);
+    strcpy(p + n, suffix);
+    *out = p;
+    return KJIT_OK;
+}
+
+/* mkdir -p: what it creates is 0700; parents that exist are left as they are. */
+static int mkdir_p(const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return kjit__fail(KJIT_ENOMEM, "no memory for the cache directory name");
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char saved = *s;
+        *s = '\0';
+        struct stat st;
+        if (mkdir(p, 0700) < 0 && errno != EEXIST && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
+            int rc = kjit__fail(errno == EACCES ? KJIT_EPERM : KJIT_EIO,
+                                "cannot create cache directory %s (at %s): %s", path, p,
+                                strerror(errno));
+            free(p);
+            return rc;
+        }
+        *s = saved;
+        if (!saved)
+            break;
+    }
+    free(p);
+    return KJIT_OK;
+}
+
+/* A cubin in the directory is code kjit will load and run: anyone who can
+ * write there can run code as the user. */
+static int check_dir(int fd, const char *path)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return kjit__fail(KJIT_EIO, "cannot stat cache directory %s: %s", path, strerror(errno));
+    unsigned mode = (unsigned)st.st_mode & 07777;
+    if (st.st_uid != geteuid())
+        return kjit__fail(KJIT_EPERM,
+                          "cache directory %s is owned by uid %u (mode %04o), not by you (uid %u): "
+                          "kjit loads code from it, so it uses only a directory of your own; set "
+                          "KJIT_CACHE_DIR to one, or chown the directory",
+                          path, (unsigned)st.st_uid, mode, (unsigned)geteuid());
+    if (st.st_mode & 022)
+        return kjit__fail(KJIT_EPERM,
+                          "cache directory %s (owner uid %u) has mode %04o, writable by group or "
+                          "others, who could plant code that kjit runs; fix: chmod go-w %s",
+                          path, (unsigned)st.st_uid, mode, path);
+    return KJIT_OK;
+}
+
+int kjit__cache_dir_open(const char *path, int create, int *dfd)
+{
+    int rc;
+    if (create && (rc = mkdir_p(path)) != KJIT_OK)
+        return rc;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+            return kjit__fail(KJIT_EPERM,
+                              "cache directory %s is a symbolic link (owner uid %u, mode %04o): kjit "
+                              "does not follow it, so the directory it checks is the one it uses; "
+                              "set KJIT_CACHE_DIR to the real directory",
+                              path, (unsigned)st.st_uid, (unsigned)st.st_mode & 07777);
+        if (e == ENOENT)
+            return kjit__fail(KJIT_ENOTFOUND, "cache directory %s does not exist", path);
+        if (e == ENOTDIR)
+            return kjit__fail(KJIT_EPERM, "cache directory %s is not a directory", path);
+        return kjit__fail(e == EACCES ? KJIT_EPERM : KJIT_EIO, "cannot open cache directory %s: %s",
+                          path, strerror(e));
+    }
+    if ((rc = check_dir(fd, path)) != KJIT_OK) {
+        close(fd);
+        return rc;
+    }
+    *dfd = fd;
+    return KJIT_OK;
+}
+
+int kjit__cache_locks_open(int dfd, const char *path)
+{
+    if (mkdirat(dfd, "locks", 0700) < 0 && errno != EEXIST) {
+        kjit__log("cache: cannot create %s/locks: %s; builds will not be shared between processes",
+                  path, strerror(errno));
+        return -1;
+    }
+    int fd = openat(dfd, "locks", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        kjit__log("cache: cannot open %s/locks: %s; builds will not be shared between processes", path,
+                  strerror(errno));
+        return -1;
+    }
+    return fd;
+}
+
+int kjit__cache_lock(int lockdfd, const char *dir, const char *hex)
+{
+    char name[48];
+    snprintf(name, sizeof name, "%s.lock", hex);
+    /* Each pass that fails the inode check saw a holder remove the file; the
+     * bound only guards against a directory that keeps changing under us. */
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        int fd = openat(lockdfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            kjit__log("cache: cannot open lock %s/locks/%s: %s; building unlocked", dir, name,
+                      strerror(errno));
+            return -1;
+        }
+        /* OFD locks belong to this open file, not to the process: two threads
+         * (or two caches) of one process exclude each other too, and the
+         * kernel drops the lock when a killed holder's files are closed. */
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        int r;
+        while ((r = fcntl(fd, F_OFD_SETLKW, &fl)) < 0 && errno == EINTR)
+            ;
+        if (r < 0) {
+            kjit__log("cache: cannot lock %s/locks/%s: %s; building unlocked", dir, name,
+                      strerror(errno));
+            close(fd);
+            return -1;
+        }
+        struct stat held, named;
+        if (fstat(fd, &held) == 0 && fstatat(lockdfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+            return fd;
+        close(fd);
+    }
+    kjit__log("cache: lock %s/locks/%s keeps being replaced; building unlocked", dir, name);
+    return -1;
+}
+
+void kjit__cache_unlock(int lockdfd, const char *hex, int fd)
+{
+    char name[48];
+    snprintf(name, sizeof name, "%s.lock", hex);
+    /* Unlink before unlocking: whoever locks the old inode next sees the
+     * name gone (kjit__cache_lock's inode check) and retries. */
+    unlinkat(lockdfd, name, 0);
+    close(fd);
+}
+
+/* ---- walks ---- */
+
+typedef struct item {
+    char *name;
+    struct stat st;
+    int temp;
+} item;
+
+static int is_entry_name(const char *name)
+{
+    size_t n = strlen(name);
+    return name[0] != '.' && n > 6 && strcmp(name + n - 6, ".cubin") == 0;
+}
+
+static int is_temp_name(const char *name)
+{
+    return strncmp(name, KJIT__TMP_PREFIX, strlen(KJIT__TMP_PREFIX)) == 0;
+}
+
+static int stale(const struct stat *st, time_t now)
+{
+    return st->st_mtime < now - KJIT__TMP_STALE_S;
+}
+
+static void free_items(item *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].name);
+    free(v);
+}
+
+/* Collects the entries and temp files of dfd with their lstat. Files that
+ * vanish meanwhile (another process evicting or clearing) are skipped.
+ * Returns 0, or an errno value. */
+static int read_items(int dfd, item **out, size_t *n_out)
+{
+    /* A fresh open file description: a dup would share dfd's offset. */
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return e;
+    }
+    item *v = NULL;
+    size_t n = 0, cap = 0;
+    int err = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            err = errno;
+            break;
+        }
+        int temp = is_temp_name(de->d_name);
+        if (!temp && !is_entry_name(de->d_name))
+            continue;
+        struct stat st;
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 64;
+            item *nv = realloc(v, ncap * sizeof *nv);
+            if (!nv) {
+                err = ENOMEM;
+                break;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        if (!(v[n].name = strdup(de->d_name))) {
+            err = ENOMEM;
+            break;
+        }
+        v[n].st = st;
+        v[n].temp = temp;
+        n++;
+    }
+    closedir(d);
+    if (err) {
+        free_items(v, n);
+        return err;
+    }
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
+static int by_mtime(const void *a, const void *b)
+{
+    const item *x = a, *y = b;
+    if (x->st.st_mtim.tv_sec != y->st.st_mtim.tv_sec)
+        return x->st.st_mtim.tv_sec < y->st.st_mtim.tv_sec ? -1 : 1;
+    if (x->st.st_mtim.tv_nsec != y->st.st_mtim.tv_nsec)
+        return x->st.st_mtim.tv_nsec < y->st.st_mtim.tv_nsec ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const item *)a)->name, ((const item *)b)->name);
+}
+
+int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, kjit__scan *out)
+{
+    item *v;
+    size_t n;
+    int err = read_items(dfd, &v, &n);
+    if (err) {
+        kjit__log("cache: cannot scan %s: %s", dir, strerror(err));
+        return -1;
+    }
+    time_t now = time(NULL);
+    kjit__scan s = {0, 0, 0};
+    size_t m = 0; /* regular entries, compacted to the front of v */
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].temp) {
+            if (tidy && S_ISREG(v[i].st.st_mode) && stale(&v[i].st, now) &&
+                unlinkat(dfd, v[i].name, 0) == 0)
+                kjit__log("cache: removed %s/%s, left by a writer killed mid-write", dir, v[i].name);
+            free(v[i].name);
+        } else if (!S_ISREG(v[i].st.st_mode)) {
+            free(v[i].name);
+        } else {
+            s.entries++;
+            s.bytes += (uint64_t)v[i].st.st_size;
+            v[m++] = v[i];
+        }
+    }
+    if (tidy && s.bytes > max_bytes) {
+        /* Least recently used first: a disk hit refreshes the mtime. */
+        qsort(v, m, sizeof *v, by_mtime);
+        for (size_t i = 0; i < m && s.bytes > max_bytes; i++) {
+            int r = unlinkat(dfd, v[i].name, 0);
+            /* ENOENT: another process evicted it first; it is gone either way. */
+            if (r == 0 || errno == ENOENT) {
+                s.entries--;
+                s.bytes -= (uint64_t)v[i].st.st_size;
+                s.evicted += r == 0;
+            } else {
+                kjit__log("cache: cannot evict %s/%s: %s", dir, v[i].name, strerror(errno));
+            }
+        }
+    }
+    free_items(v, m);
+    *out = s;
+    return 0;
+}
+
+int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *arg, int *n_bad)
+{
+    kjit__clear_error();
+    if (!fn || !n_bad)
+        return kjit__fail(KJIT_EINVAL, "kjit__cache_list: %s is NULL", fn ? "n_bad" : "fn");
+    if (dir && !*dir)
+        return kjit__fail(KJIT_EINVAL, "kjit__cache_list: dir is \"\" (a memory-only cache has no "
+                                       "directory)");
+    char *path;
+    int dfd, rc = kjit__cache_resolve_dir(dir, &path);
+    if (rc != KJIT_OK)
+        return rc;
+    if ((rc = kjit__cache_dir_open(path, 0, &dfd)) != KJIT_OK) {
+        free(path);
+        return rc;
+    }
+    item *v;
+    size_t n;
+    int err = read_items(dfd, &v, &n);
+    if (err) {
+        rc = kjit__fail(err == ENOMEM ? KJIT_ENOMEM : KJIT_EIO, "cannot list cache directory %s: %s",
+                        path, strerror(err));
+        close(dfd);
+        free(path);
+        return rc;
+    }
+    if (n) /* v is NULL for an empty directory */
+        qsort(v, n, sizeof *v, by_name);
+    time_t now = time(NULL);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        kjit_cache_entry_info e = {v[i].name, (uint64_t)v[i].st.st_size, (int64_t)v[i].st.st_mtime,
+                                   1, NULL, v[i].temp};
+        char why[256];
+        kjit_cache_key key;
+        if (verify && v[i].temp) {
+            if (stale(&v[i].st, now)) {
+                e.ok = 0;
+                e.problem = "temp file older than 10 minutes, left by a writer killed mid-write";
+            }
+        } else if (verify && !kjit__cache_parse_name(v[i].name, &key)) {
+            e.ok = 0;
+            e.problem = "file name is not <label>.<32 hex key>.<arch>.v<format>.cubin";
+        } else if (verify) {
+            kjit__image img = {NULL, NULL, 0};
+            struct stat st;
+            int r = kjit__entry_load(dfd, v[i].name, key, 0, &img, &st, why, sizeof why);
+            free(img.lowered);
+            free(img.image);
+            if (r == KJIT_ENOTFOUND) /* evicted or cleared since the walk */
+                continue;
+            if (r != KJIT_OK) {
+                e.ok = 0;
+                e.problem = why;
+            }
+        }
+        bad += !e.ok;
+        fn(arg, &e);
+    }
+    free_items(v, n);
+    close(dfd);
+    free(path);
+    *n_bad = bad;
+    return KJIT_OK;
+}
+
+/* Removes the lock files no one holds. One that is held belongs to a build
+ * in progress; removing it would let a second builder in. */
+static void clear_locks(int dfd, const char *path)
+{
+    int lfd = openat(dfd, "locks", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (lfd < 0) {
+        if (errno != ENOENT)
+            kjit__log("cache: cannot open %s/locks: %s", path, strerror(errno));
+        return;
+    }
+    DIR *d = fdopendir(lfd);
+    if (!d) {
+        close(lfd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 5 || strcmp(de->d_name + len - 5, ".lock") != 0)
+            continue;
+        int fd = openat(lfd, de->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+            continue;
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        struct stat held;
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0 && fstat(fd, &held) == 0)
+            kjit__unlink_same(lfd, de->d_name, &held);
+        close(fd);
+    }
+    closedir(d);
+}
+
+int kjit__cache_clear(const char *dir, uint64_t *removed)
+{
+    kjit__clear_error();
+    if (!removed)
+        return kjit__fail(KJIT_EINVAL, "kjit__cache_clear: removed is NULL");
+    if (dir && !*dir)
+        return kjit__fail(KJIT_EINVAL, "kjit__cache_clear: dir is \"\" (a memory-only cache has no "
+                                       "directory)");
+    char *path;
+    int dfd, rc = kjit__cache_resolve_dir(dir, &path);
+    if (rc != KJIT_OK)
+        return rc;
+    if ((rc = kjit__cache_dir_open(path, 0, &dfd)) != KJIT_OK) {
+        free(path);
+        return rc;
+    }
+    item *v;
+    size_t n;
+    int err = read_items(dfd, &v, &n);
+    if (err) {
+        rc = kjit__fail(err == ENOMEM ? KJIT_ENOMEM : KJIT_EIO, "cannot list cache directory %s: %s",
+                        path, strerror(err));
+        close(dfd);
+        free(path);
+        return rc;
+    }
+    uint64_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (unlinkat(dfd, v[i].name, 0) == 0)
+            count++;
+        else if (errno != ENOENT && rc == KJIT_OK)
+            rc = kjit__fail(KJIT_EIO, "cannot remove %s/%s: %s", path, v[i].name, strerror(errno));
+    }
+    clear_locks(dfd, path);
+    free_items(v, n);
+    close(dfd);
+    free(path);
+    if (rc == KJIT_OK)
+        *removed = count;
+    return rc;
+}

@@ -1,0 +1,33 @@
+/* The `kjit` command: one file per subcommand, helpers here. Exit codes:
+ * 0 success, 1 the work failed (a kernel, a bad cache entry), 2 bad usage. */
+#ifndef KJIT_CLI_H
+#define KJIT_CLI_H
+
+#include <stdio.h>
+
+#define KJIT_EXIT_FAIL 1
+#define KJIT_EXIT_USAGE 2
+
+int kjit_cli_info(int argc, char **argv);
+int kjit_cli_prewarm(int argc, char **argv);
+int kjit_cli_cache(int argc, char **argv);
+
+/* Splits a comma list in place into items[]; returns the count or -1 when
+ * there are more than max items or an empty item. */
+int kjit_cli_split(char *list, char **items, int max);
+/* Parses a positive int in [lo, hi]; -1 on error. */
+int kjit_cli_int(const char *s, long lo, long hi, long *out);
+/* Prints "kjit <cmd>: <msg>" and a hint to use --help; returns KJIT_EXIT_USAGE. */
+int kjit_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A progress bar on stderr, drawn only when stderr is a terminal. */
+typedef struct kjit_progress {
+    int enabled;
+    long total;
+    const char *label;
+} kjit_progress;
+void kjit_progress_init(kjit_progress *p, const char *label, long total);
+void kjit_progress_update(kjit_progress *p, long done, long failed);
+void kjit_progress_done(kjit_progress *p);
+
+#endif

@@ -1,0 +1,126 @@
+/* kjit cache stats|ls|verify|clear */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/cache.h"
+#include "cli/cli.h"
+#include "kjit.h"
+
+static const char help[] =
+    "usage: kjit cache stats|ls|verify|clear [--cache-dir DIR] [--json]\n"
+    "\n"
+    "  stats    number of entries and bytes on disk\n"
+    "  ls       every entry: file, bytes, last use\n"
+    "  verify   check every entry's header and checksum; exit 1 naming each bad one\n"
+    "  clear    remove every entry, temp file and lock\n"
+    "\n"
+    "  --cache-dir DIR  default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit\n"
+    "  --json           machine-readable output\n";
+
+typedef struct visit {
+    cJSON *list;
+    int json, verify, print_each;
+    uint64_t entries, bytes;
+} visit;
+
+static void on_entry(void *arg, const kjit_cache_entry_info *e)
+{
+    visit *v = arg;
+    v->entries++;
+    v->bytes += e->bytes;
+    if (v->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "file", e->file);
+        cJSON_AddNumberToObject(o, "bytes", (double)e->bytes);
+        cJSON_AddNumberToObject(o, "mtime", (double)e->mtime);
+        if (v->verify) {
+            cJSON_AddBoolToObject(o, "ok", e->ok);
+            if (!e->ok) cJSON_AddStringToObject(o, "problem", e->problem ? e->problem : "");
+        }
+        cJSON_AddItemToArray(v->list, o);
+    } else if (v->verify) {
+        if (!e->ok) printf("BAD  %s: %s\n", e->file, e->problem ? e->problem : "invalid");
+    } else if (v->print_each) {
+        char when[32];
+        time_t t = (time_t)e->mtime;
+        struct tm tm;
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+        printf("%10llu  %s  %s\n", (unsigned long long)e->bytes, when, e->file);
+    }
+}
+
+int kjit_cli_cache(int argc, char **argv)
+{
+    const char *sub = NULL, *dir = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(help, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--cache-dir")) {
+            if (i + 1 >= argc) return kjit_cli_usage_error("cache", "--cache-dir needs a value");
+            dir = argv[++i];
+        } else if (!sub && argv[i][0] != '-') {
+            sub = argv[i];
+        } else {
+            return kjit_cli_usage_error("cache", "unknown argument '%s'", argv[i]);
+        }
+    }
+    if (!sub) return kjit_cli_usage_error("cache", "missing subcommand: stats, ls, verify or clear");
+    int is_stats = !strcmp(sub, "stats"), is_ls = !strcmp(sub, "ls"), is_verify = !strcmp(sub, "verify"),
+        is_clear = !strcmp(sub, "clear");
+    if (!is_stats && !is_ls && !is_verify && !is_clear)
+        return kjit_cli_usage_error("cache", "unknown subcommand '%s' (expected stats, ls, verify or clear)", sub);
+
+    kjit_cache *c = NULL;
+    if (kjit__cache_open(&c, dir, 0)) {
+        fprintf(stderr, "kjit cache: %s\n", kjit_last_error());
+        return KJIT_EXIT_FAIL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s", kjit__cache_dir(c));
+    kjit__cache_close(c);
+
+    if (is_clear) {
+        uint64_t removed = 0;
+        if (kjit__cache_clear(path, &removed)) {
+            fprintf(stderr, "kjit cache clear: %s\n", kjit_last_error());
+            return KJIT_EXIT_FAIL;
+        }
+        if (json) printf("{\"cache_dir\":\"%s\",\"removed\":%llu}\n", path, (unsigned long long)removed);
+        else printf("removed %llu files from %s\n", (unsigned long long)removed, path);
+        return 0;
+    }
+    visit v = {.json = json, .verify = is_verify};
+    if (json) v.list = cJSON_CreateArray();
+    v.print_each = !json && is_ls;
+    int n_bad = 0;
+    if (kjit__cache_list(path, is_verify, on_entry, &v, &n_bad)) {
+        fprintf(stderr, "kjit cache %s: %s\n", sub, kjit_last_error());
+        if (json) cJSON_Delete(v.list);
+        return KJIT_EXIT_FAIL;
+    }
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "cache_dir", path);
+        cJSON_AddNumberToObject(o, "entries", (double)v.entries);
+        cJSON_AddNumberToObject(o, "bytes", (double)v.bytes);
+        if (is_verify) cJSON_AddNumberToObject(o, "bad", n_bad);
+        if (is_stats) cJSON_Delete(v.list);
+        else cJSON_AddItemToObject(o, "entries_list", v.list);
+        char *s = cJSON_PrintUnformatted(o);
+        puts(s);
+        cJSON_free(s);
+        cJSON_Delete(o);
+    } else if (is_verify) {
+        printf("verify: %llu entries, %d bad (%s)\n", (unsigned long long)v.entries, n_bad, path);
+    } else if (is_stats) {
+        printf("cache %s: %llu entries, %.1f MiB\n", path, (unsigned long long)v.entries,
+               (double)v.bytes / (1 << 20));
+    }
+    return is_verify && n_bad ? KJIT_EXIT_FAIL : 0;
+}

@@ -1,0 +1,268 @@
+/* kjit prewarm: compile every kernel of a set of ops ahead of time. */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "jit/compile.h"
+#include "kjit.h"
+
+static const char help[] =
+    "usage: kjit prewarm [--ops LIST] [--hidden LIST] [--dtype LIST] [--arch LIST]\n"
+    "                    [--jobs N] [--cache-dir DIR] [--json]\n"
+    "\n"
+    "Compiles every kernel (forward and backward) of the ops for every\n"
+    "combination into the cubin cache. Needs NVRTC, not a GPU.\n"
+    "\n"
+    "  --ops LIST       comma list of ops, or 'all' (default: all)\n"
+    "  --hidden LIST    hidden sizes (for timestep_sinusoid: D) (default: 256,5376)\n"
+    "  --dtype LIST     activation dtypes: fp32, bf16, fp16 (default: bf16)\n"
+    "  --arch LIST      target archs, e.g. sm_90,sm_100 (default: the GPU's, else sm_90)\n"
+    "  --jobs N         parallel compiles (default: the number of cores)\n"
+    "  --cache-dir DIR  cache directory (default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit)\n"
+    "  --json           print one JSON object: kernels, compiled, cached, failed, seconds, ...\n"
+    "\n"
+    "Exit status: 0 when every kernel is in the cache, 1 when any failed, 2 on bad usage.\n";
+
+#define MAX_LIST 64
+
+typedef struct job {
+    kjit_kernel_spec spec;
+    char arch[16];
+    int result; /* 0 compiled, 1 cached, <0 status */
+    char *error;
+} job;
+
+typedef struct pool {
+    kjit_ctx *ctx;
+    job *jobs;
+    long n_jobs;
+    atomic_long next, done, failed, compiled, cached;
+    kjit_progress progress;
+    pthread_mutex_t lock;
+} pool;
+
+static void *worker(void *arg)
+{
+    pool *p = arg;
+    for (;;) {
+        long i = atomic_fetch_add(&p->next, 1);
+        if (i >= p->n_jobs) return NULL;
+        job *j = &p->jobs[i];
+        int cached = 0;
+        int rc = kjit_kernel_build(p->ctx, &j->spec, j->arch, &cached);
+        if (rc) {
+            j->result = rc;
+            j->error = strdup(kjit_last_error());
+            atomic_fetch_add(&p->failed, 1);
+        } else {
+            j->result = cached;
+            atomic_fetch_add(cached ? &p->cached : &p->compiled, 1);
+        }
+        long done = atomic_fetch_add(&p->done, 1) + 1;
+        pthread_mutex_lock(&p->lock);
+        kjit_progress_update(&p->progress, done, atomic_load(&p->failed));
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
+static int add_jobs(job **jobs, long *n, long *cap, const kjit_kernel_spec *specs, int n_specs, const char *arch)
+{
+    for (int s = 0; s < n_specs; ++s) {
+        int dup = 0;
+        for (long k = 0; k < *n && !dup; ++k)
+            dup = !strcmp((*jobs)[k].spec.name_expr, specs[s].name_expr) && !strcmp((*jobs)[k].arch, arch) &&
+                  !strcmp((*jobs)[k].spec.op, specs[s].op);
+        if (dup) continue;
+        if (*n == *cap) {
+            *cap = *cap ? *cap * 2 : 64;
+            job *nj = realloc(*jobs, sizeof *nj * (size_t)*cap);
+            if (!nj) return -1;
+            *jobs = nj;
+        }
+        job *j = &(*jobs)[(*n)++];
+        memset(j, 0, sizeof *j);
+        j->spec = specs[s];
+        snprintf(j->arch, sizeof j->arch, "%s", arch);
+    }
+    return 0;
+}
+
+int kjit_cli_prewarm(int argc, char **argv)
+{
+    char *ops_arg = NULL, *hidden_arg = NULL, *dtype_arg = NULL, *arch_arg = NULL, *cache_dir = NULL;
+    long jobs_n = sysconf(_SC_NPROCESSORS_ONLN);
+    int json = 0;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        char **target = !strcmp(a, "--ops") ? &ops_arg : !strcmp(a, "--hidden") ? &hidden_arg
+                      : !strcmp(a, "--dtype") ? &dtype_arg : !strcmp(a, "--arch") ? &arch_arg
+                      : !strcmp(a, "--cache-dir") ? &cache_dir : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(help, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--jobs")) {
+            if (i + 1 >= argc) return kjit_cli_usage_error("prewarm", "--jobs needs a value");
+            if (kjit_cli_int(argv[++i], 1, 1024, &jobs_n))
+                return kjit_cli_usage_error("prewarm", "--jobs '%s': expected an integer in 1..1024", argv[i]);
+        } else if (target) {
+            if (i + 1 >= argc) return kjit_cli_usage_error("prewarm", "%s needs a value", a);
+            *target = argv[++i];
+        } else {
+            return kjit_cli_usage_error("prewarm", "unknown option '%s'", a);
+        }
+    }
+    if (jobs_n < 1) jobs_n = 1;
+
+    char ops_default[] = "all", hidden_default[] = "256,5376", dtype_default[] = "bf16";
+    char *ops[MAX_LIST], *hiddens[MAX_LIST], *dtypes[MAX_LIST], *archs[MAX_LIST];
+    int n_ops = kjit_cli_split(ops_arg ? ops_arg : ops_default, ops, MAX_LIST);
+    int n_hidden = kjit_cli_split(hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
+    int n_dtype = kjit_cli_split(dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
+    if (n_ops < 0) return kjit_cli_usage_error("prewarm", "--ops: expected a comma list of op names or 'all'");
+    if (n_hidden < 0) return kjit_cli_usage_error("prewarm", "--hidden: expected a comma list of sizes");
+    if (n_dtype < 0) return kjit_cli_usage_error("prewarm", "--dtype: expected a comma list of dtypes");
+
+    const char *op_names[MAX_LIST];
+    int n_op_names = 0;
+    for (int i = 0; i < n_ops; ++i) {
+        if (!strcmp(ops[i], "all")) {
+            for (int k = 0; k < kjit_op_count() && n_op_names < MAX_LIST; ++k) op_names[n_op_names++] = kjit_op_name(k);
+            continue;
+        }
+        int known = 0;
+        for (int k = 0; k < kjit_op_count(); ++k) known |= !strcmp(ops[i], kjit_op_name(k));
+        if (!known) {
+            char list[512] = "";
+            for (int k = 0; k < kjit_op_count(); ++k)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", kjit_op_name(k));
+            return kjit_cli_usage_error("prewarm", "--ops: unknown op '%s' (known: %s, or all)", ops[i], list);
+        }
+        op_names[n_op_names++] = ops[i];
+    }
+    long hidden[MAX_LIST];
+    for (int i = 0; i < n_hidden; ++i)
+        if (kjit_cli_int(hiddens[i], 1, 65536, &hidden[i]))
+            return kjit_cli_usage_error("prewarm", "--hidden: '%s' is not a size in 1..65536", hiddens[i]);
+    kjit_dtype dts[MAX_LIST];
+    for (int i = 0; i < n_dtype; ++i)
+        if (kjit_dtype_parse(dtypes[i], &dts[i]) || dts[i] == KJIT_I32 || dts[i] == KJIT_I64)
+            return kjit_cli_usage_error("prewarm", "--dtype: '%s' is not one of fp32, bf16, fp16", dtypes[i]);
+
+    kjit_ctx_options o;
+    kjit_ctx_options_init(&o);
+    o.device = KJIT_NO_DEVICE;
+    o.cache_dir = cache_dir;
+    kjit_ctx *ctx = NULL;
+    if (!arch_arg) {
+        /* The GPU's own arch when there is one. */
+        kjit_device_info d;
+        static char own[16];
+        if (kjit_device_info_get(0, &d) == KJIT_OK) {
+            snprintf(own, sizeof own, "sm_%d", d.sm);
+            arch_arg = own;
+        } else {
+            arch_arg = "sm_90";
+        }
+    }
+    char arch_copy[512];
+    snprintf(arch_copy, sizeof arch_copy, "%s", arch_arg);
+    int n_arch = kjit_cli_split(arch_copy, archs, MAX_LIST);
+    if (n_arch < 0) return kjit_cli_usage_error("prewarm", "--arch: expected a comma list, e.g. sm_90,sm_100");
+    for (int i = 0; i < n_arch; ++i) {
+        int sm;
+        if (kjit__arch_parse(archs[i], &sm)) {
+            fprintf(stderr, "kjit prewarm: --arch: %s\n", kjit_last_error());
+            return KJIT_EXIT_USAGE;
+        }
+    }
+    if (kjit_ctx_create(&ctx, &o)) {
+        fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());
+        return KJIT_EXIT_FAIL;
+    }
+
+    job *jobs = NULL;
+    long n_jobs = 0, cap = 0;
+    int usage_rc = 0;
+    for (int a = 0; a < n_arch && !usage_rc; ++a)
+        for (int oi = 0; oi < n_op_names && !usage_rc; ++oi)
+            for (int h = 0; h < n_hidden && !usage_rc; ++h)
+                for (int d = 0; d < n_dtype && !usage_rc; ++d) {
+                    kjit_kernel_spec specs[64];
+                    int n = 0;
+                    if (kjit_op_kernels(op_names[oi], (int)hidden[h], dts[d], specs, 64, &n)) {
+                        usage_rc = kjit_cli_usage_error("prewarm", "%s", kjit_last_error());
+                    } else if (add_jobs(&jobs, &n_jobs, &cap, specs, n < 64 ? n : 64, archs[a])) {
+                        fprintf(stderr, "kjit prewarm: out of memory\n");
+                        usage_rc = KJIT_EXIT_FAIL;
+                    }
+                }
+    if (usage_rc) {
+        free(jobs);
+        kjit_ctx_destroy(ctx);
+        return usage_rc;
+    }
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pool p = {.ctx = ctx, .jobs = jobs, .n_jobs = n_jobs};
+    pthread_mutex_init(&p.lock, NULL);
+    kjit_progress_init(&p.progress, "prewarm", n_jobs);
+    if (jobs_n > n_jobs) jobs_n = n_jobs ? n_jobs : 1;
+    pthread_t *threads = calloc((size_t)jobs_n, sizeof *threads);
+    long started = 0;
+    for (; threads && started < jobs_n; ++started)
+        if (pthread_create(&threads[started], NULL, worker, &p)) break;
+    if (!started) worker(&p);
+    for (long i = 0; i < started; ++i) pthread_join(threads[i], NULL);
+    free(threads);
+    kjit_progress_done(&p.progress);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+
+    long failed = atomic_load(&p.failed);
+    if (json) {
+        cJSON *o_ = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o_, "kernels", (double)n_jobs);
+        cJSON_AddNumberToObject(o_, "compiled", (double)atomic_load(&p.compiled));
+        cJSON_AddNumberToObject(o_, "cached", (double)atomic_load(&p.cached));
+        cJSON_AddNumberToObject(o_, "failed", (double)failed);
+        cJSON_AddNumberToObject(o_, "seconds", secs);
+        cJSON_AddNumberToObject(o_, "jobs", (double)jobs_n);
+        cJSON_AddStringToObject(o_, "cache_dir", kjit_ctx_cache_dir(ctx));
+        cJSON *f = cJSON_AddArrayToObject(o_, "failures");
+        for (long i = 0; i < n_jobs; ++i)
+            if (jobs[i].result < 0) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "op", jobs[i].spec.op);
+                cJSON_AddStringToObject(e, "kernel", jobs[i].spec.name_expr);
+                cJSON_AddStringToObject(e, "arch", jobs[i].arch);
+                cJSON_AddStringToObject(e, "error", jobs[i].error ? jobs[i].error : "");
+                cJSON_AddItemToArray(f, e);
+            }
+        char *s = cJSON_PrintUnformatted(o_);
+        puts(s);
+        cJSON_free(s);
+        cJSON_Delete(o_);
+    } else {
+        for (long i = 0; i < n_jobs; ++i)
+            if (jobs[i].result < 0)
+                fprintf(stderr, "kjit prewarm: FAILED %s (%s): %s\n", jobs[i].spec.name_expr, jobs[i].arch,
+                        jobs[i].error ? jobs[i].error : "");
+        printf("prewarm: %ld kernels, %ld compiled, %ld cached, %ld failed in %.2f s (%ld jobs, cache %s)\n",
+               n_jobs, atomic_load(&p.compiled), atomic_load(&p.cached), failed, secs, jobs_n,
+               kjit_ctx_cache_dir(ctx));
+    }
+    for (long i = 0; i < n_jobs; ++i) free(jobs[i].error);
+    free(jobs);
+    pthread_mutex_destroy(&p.lock);
+    kjit_ctx_destroy(ctx);
+    return failed ? KJIT_EXIT_FAIL : 0;
+}

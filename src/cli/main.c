@@ -1,0 +1,36 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "kjit.h"
+
+static const char usage[] =
+    "usage: kjit <command> [options]\n"
+    "\n"
+    "Runtime-compiled CUDA kernels for AdaLN ops (version " KJIT_VERSION_STRING ").\n"
+    "\n"
+    "commands:\n"
+    "  info      versions of kjit, NVRTC and the driver; archs; GPUs\n"
+    "  prewarm   compile ops ahead of time into the cache (no GPU needed)\n"
+    "  cache     stats | ls | verify | clear the on-disk cubin cache\n"
+    "\n"
+    "kjit <command> --help shows each command's options.\n";
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? KJIT_EXIT_USAGE : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("kjit %s\n", KJIT_VERSION_STRING);
+        return 0;
+    }
+    static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
+        {"info", kjit_cli_info}, {"prewarm", kjit_cli_prewarm}, {"cache", kjit_cli_cache},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; ++i)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "kjit: unknown command '%s'\n\n%s", argv[1], usage);
+    return KJIT_EXIT_USAGE;
+}

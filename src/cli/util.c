@@ -1,0 +1,67 @@
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+int kjit_cli_split(char *list, char **items, int max)
+{
+    int n = 0;
+    char *save = NULL;
+    if (!list || !*list) return -1;
+    size_t len = strlen(list);
+    if (list[0] == ',' || list[len - 1] == ',' || strstr(list, ",,")) return -1;
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max) return -1;
+        items[n++] = tok;
+    }
+    return n;
+}
+
+int kjit_cli_int(const char *s, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int kjit_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "kjit %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(see kjit %s --help)\n", cmd);
+    return KJIT_EXIT_USAGE;
+}
+
+void kjit_progress_init(kjit_progress *p, const char *label, long total)
+{
+    p->enabled = isatty(STDERR_FILENO) && total > 0;
+    p->total = total;
+    p->label = label;
+}
+
+void kjit_progress_update(kjit_progress *p, long done, long failed)
+{
+    if (!p->enabled) return;
+    const int width = 32;
+    int fill = (int)(done * width / p->total);
+    char bar[64];
+    for (int i = 0; i < width; ++i) bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stderr, "\r%s [%s] %ld/%ld", p->label, bar, done, p->total);
+    if (failed) fprintf(stderr, " (%ld failed)", failed);
+    fflush(stderr);
+}
+
+void kjit_progress_done(kjit_progress *p)
+{
+    if (p->enabled) fputc('\n', stderr);
+}

@@ -1,0 +1,301 @@
+#include "ctx.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "jit/compile.h"
+#include "jit/nvrtc_api.h"
+#include "jit/templates.h"
+
+void kjit_ctx_options_init(kjit_ctx_options *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->device = 0;
+    o->index_check = KJIT_INDEX_CHECK_OFF;
+}
+
+static int open_device(kjit_ctx *ctx)
+{
+    const kjit_cu_api *cu = kjit__cu();
+    if (!cu) return KJIT_ENODRIVER;
+    int count = 0;
+    KJIT_CU_TRY(cu, DeviceGetCount(&count), "cuDeviceGetCount");
+    if (ctx->device >= count)
+        return kjit__fail(KJIT_EINVAL, "device %d: only %d CUDA device(s) present", ctx->device, count);
+    KJIT_CU_TRY(cu, DeviceGet(&ctx->dev, ctx->device), "cuDeviceGet");
+    int major = 0, minor = 0;
+    KJIT_CU_TRY(cu, DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->dev),
+                "cuDeviceGetAttribute");
+    KJIT_CU_TRY(cu, DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->dev),
+                "cuDeviceGetAttribute");
+    KJIT_CU_TRY(cu, DeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->dev),
+                "cuDeviceGetAttribute");
+    if (!ctx->sm) ctx->sm = major * 10 + minor;
+    KJIT_CU_TRY(cu, DevicePrimaryCtxRetain(&ctx->cuctx, ctx->dev), "cuDevicePrimaryCtxRetain");
+    ctx->has_gpu = 1;
+    int pushed = 0;
+    int rc = kjit__ctx_enter(ctx, &pushed);
+    if (rc) return rc;
+    CUresult r = cu->MemAlloc(&ctx->err_flag, sizeof(int));
+    if (r == CUDA_SUCCESS) r = cu->MemsetD8(ctx->err_flag, 0, sizeof(int));
+    kjit__ctx_leave(ctx, pushed);
+    if (r != CUDA_SUCCESS) return kjit__cu_fail(r, "allocating the index-error flag");
+    return KJIT_OK;
+}
+
+int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts)
+{
+    kjit__clear_error();
+    if (!out) return kjit__fail(KJIT_EINVAL, "kjit_ctx_create: out is NULL");
+    *out = NULL;
+    kjit_ctx_options def;
+    if (!opts) {
+        kjit_ctx_options_init(&def);
+        opts = &def;
+    }
+    if (opts->device < KJIT_NO_DEVICE)
+        return kjit__fail(KJIT_EINVAL, "device %d: expected an ordinal >= 0 or KJIT_NO_DEVICE", opts->device);
+    if (opts->index_check < KJIT_INDEX_CHECK_OFF || opts->index_check > KJIT_INDEX_CHECK_ASYNC)
+        return kjit__fail(KJIT_EINVAL, "index_check %d: expected KJIT_INDEX_CHECK_OFF, _SYNC or _ASYNC",
+                          (int)opts->index_check);
+    kjit_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return kjit__fail(KJIT_ENOMEM, "kjit_ctx_create: out of memory");
+    ctx->device = opts->device;
+    ctx->index_check = opts->index_check;
+    pthread_rwlock_init(&ctx->lock, NULL);
+    int rc = KJIT_OK;
+    if (opts->arch && (rc = kjit__arch_parse(opts->arch, &ctx->sm))) goto fail;
+    if ((rc = kjit__cache_open(&ctx->cache, opts->cache_dir, 0))) goto fail;
+    if (ctx->device >= 0) {
+        rc = open_device(ctx);
+        if (rc == KJIT_ENODRIVER) {
+            /* Compile-only: keep why, ops report it. */
+            snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason, "%s", kjit_last_error());
+            kjit__clear_error();
+            rc = KJIT_OK;
+        } else if (rc) {
+            goto fail;
+        }
+    } else {
+        snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason,
+                 "this context was created with KJIT_NO_DEVICE (compile only)");
+    }
+    if (!ctx->sm) ctx->sm = 90;
+    snprintf(ctx->arch, sizeof ctx->arch, "sm_%d", ctx->sm);
+    *out = ctx;
+    return KJIT_OK;
+fail:
+    kjit_ctx_destroy(ctx);
+    return rc;
+}
+
+void kjit_ctx_destroy(kjit_ctx *ctx)
+{
+    if (!ctx) return;
+    const kjit_cu_api *cu = ctx->has_gpu ? kjit__cu() : NULL;
+    int pushed = 0;
+    if (cu && kjit__ctx_enter(ctx, &pushed) == KJIT_OK) {
+        for (size_t i = 0; i < ctx->n_slots; ++i)
+            if (ctx->slots[i].name && ctx->slots[i].module) cu->ModuleUnload(ctx->slots[i].module);
+        if (ctx->err_flag) cu->MemFree(ctx->err_flag);
+        kjit__ctx_leave(ctx, pushed);
+    }
+    for (size_t i = 0; i < ctx->n_slots; ++i) free(ctx->slots[i].name);
+    free(ctx->slots);
+    if (cu && ctx->cuctx) cu->DevicePrimaryCtxRelease(ctx->dev);
+    kjit__cache_close(ctx->cache);
+    pthread_rwlock_destroy(&ctx->lock);
+    free(ctx);
+}
+
+int kjit_ctx_has_device(const kjit_ctx *ctx) { return ctx && ctx->has_gpu; }
+const char *kjit_ctx_arch(const kjit_ctx *ctx) { return ctx ? ctx->arch : NULL; }
+const char *kjit_ctx_cache_dir(const kjit_ctx *ctx) { return ctx ? kjit__cache_dir(ctx->cache) : NULL; }
+
+int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out)
+{
+    kjit__clear_error();
+    if (!ctx || !out) return kjit__fail(KJIT_EINVAL, "kjit_ctx_cache_counters: %s is NULL", ctx ? "out" : "ctx");
+    kjit_cache_stats s;
+    kjit__cache_stats(ctx->cache, &s);
+    out->mem_hits = s.mem_hits;
+    out->disk_hits = s.disk_hits;
+    out->misses = s.misses;
+    out->compiles = s.compiles;
+    out->bad_entries = s.bad_entries;
+    out->evictions = s.evictions;
+    return KJIT_OK;
+}
+
+int kjit__ctx_enter(kjit_ctx *ctx, int *pushed)
+{
+    *pushed = 0;
+    if (!ctx->has_gpu) return kjit__fail(KJIT_ENODRIVER, "%s", ctx->no_gpu_reason);
+    const kjit_cu_api *cu = kjit__cu();
+    CUcontext cur = NULL;
+    KJIT_CU_TRY(cu, CtxGetCurrent(&cur), "cuCtxGetCurrent");
+    if (cur == ctx->cuctx) return KJIT_OK;
+    KJIT_CU_TRY(cu, CtxPushCurrent(ctx->cuctx), "cuCtxPushCurrent");
+    *pushed = 1;
+    return KJIT_OK;
+}
+
+void kjit__ctx_leave(kjit_ctx *ctx, int pushed)
+{
+    (void)ctx;
+    if (pushed) {
+        CUcontext popped;
+        kjit__cu()->CtxPopCurrent(&popped);
+    }
+}
+
+int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag)
+{
+    kjit__clear_error();
+    if (!ctx || !flag) return kjit__fail(KJIT_EINVAL, "kjit_ctx_index_error: %s is NULL", ctx ? "flag" : "ctx");
+    int pushed, rc = kjit__ctx_enter(ctx, &pushed);
+    if (rc) return rc;
+    const kjit_cu_api *cu = kjit__cu();
+    int v = 0;
+    CUresult r = cu->MemcpyDtoHAsync(&v, ctx->err_flag, sizeof v, stream);
+    if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);
+    if (r == CUDA_SUCCESS && v) r = cu->MemsetD32Async(ctx->err_flag, 0, 1, stream);
+    if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);
+    kjit__ctx_leave(ctx, pushed);
+    if (r != CUDA_SUCCESS) return kjit__cu_fail(r, "reading the index-error flag");
+    *flag = v != 0;
+    return KJIT_OK;
+}
+
+/* ---- kernel map --------------------------------------------------------- */
+
+static kjit_kernel_slot *find_slot(kjit_kernel_slot *slots, size_t n, const char *name, uint64_t h)
+{
+    size_t i = (size_t)h & (n - 1);
+    for (;;) {
+        kjit_kernel_slot *s = &slots[i];
+        if (!s->name || (s->hash == h && strcmp(s->name, name) == 0)) return s;
+        i = (i + 1) & (n - 1);
+    }
+}
+
+typedef struct build_arg {
+    const char *template_file, *name_expr;
+    int sm;
+} build_arg;
+
+static int build_cb(void *arg, char **lowered, void **image, size_t *len)
+{
+    build_arg *b = arg;
+    return kjit__jit_compile(b->template_file, b->name_expr, b->sm, lowered, image, len);
+}
+
+static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *label,
+                       const char *name_expr, int sm, kjit_cache_blob *blob, kjit_cache_origin *origin)
+{
+    const kjit_nvrtc_api *nv = kjit__nvrtc();
+    if (!nv) return KJIT_ENONVRTC;
+    const char *bundle;
+    size_t bundle_len;
+    int rc = kjit__templates_bundle(&bundle, &bundle_len);
+    if (rc) return rc;
+    char arch_buf[64], arch[16];
+    const char *opts[KJIT_MAX_OPTIONS];
+    int n_opts = kjit__jit_options(sm, arch_buf, opts);
+    snprintf(arch, sizeof arch, "sm_%d", sm);
+    kjit_cache_fields f = {
+        .source = bundle, .source_len = bundle_len, .name_expr = name_expr,
+        .options = opts, .n_options = n_opts, .arch = arch,
+        .nvrtc_major = nv->major, .nvrtc_minor = nv->minor, .format = KJIT_CACHE_FORMAT,
+    };
+    build_arg b = {template_file, name_expr, sm};
+    return kjit__cache_get(ctx->cache, kjit__cache_key(&f), label, arch, build_cb, &b, blob, origin);
+}
+
+int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
+                    const char *name_expr, int sm, int *cached)
+{
+    kjit_cache_blob blob;
+    kjit_cache_origin origin;
+    int rc = cache_fetch(ctx, template_file, label, name_expr, sm, &blob, &origin);
+    if (rc == KJIT_OK && cached) *cached = origin != KJIT_FROM_COMPILE;
+    return rc;
+}
+
+int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label,
+                     const char *name_expr, CUfunction *fn)
+{
+    const uint64_t h = XXH3_64bits(name_expr, strlen(name_expr));
+    pthread_rwlock_rdlock(&ctx->lock);
+    if (ctx->n_slots) {
+        kjit_kernel_slot *s = find_slot(ctx->slots, ctx->n_slots, name_expr, h);
+        if (s->name) {
+            *fn = s->fn;
+            pthread_rwlock_unlock(&ctx->lock);
+            return KJIT_OK;
+        }
+    }
+    pthread_rwlock_unlock(&ctx->lock);
+
+    kjit_cache_blob blob;
+    kjit_cache_origin origin;
+    int rc = cache_fetch(ctx, template_file, label, name_expr, ctx->sm, &blob, &origin);
+    if (rc) return rc;
+    const kjit_cu_api *cu = kjit__cu();
+    CUmodule mod = NULL;
+    CUfunction f = NULL;
+    CUresult r = cu->ModuleLoadData(&mod, blob.image);
+    if (r != CUDA_SUCCESS) return kjit__cu_fail(r, name_expr);
+    r = cu->ModuleGetFunction(&f, mod, blob.lowered_name);
+    if (r != CUDA_SUCCESS) {
+        cu->ModuleUnload(mod);
+        return kjit__cu_fail(r, name_expr);
+    }
+
+    pthread_rwlock_wrlock(&ctx->lock);
+    if (ctx->used * 2 >= ctx->n_slots) {
+        size_t n = ctx->n_slots ? ctx->n_slots * 2 : 64;
+        kjit_kernel_slot *slots = calloc(n, sizeof *slots);
+        if (!slots) {
+            pthread_rwlock_unlock(&ctx->lock);
+            cu->ModuleUnload(mod);
+            return kjit__fail(KJIT_ENOMEM, "out of memory for the kernel map");
+        }
+        for (size_t i = 0; i < ctx->n_slots; ++i)
+            if (ctx->slots[i].name) *find_slot(slots, n, ctx->slots[i].name, ctx->slots[i].hash) = ctx->slots[i];
+        free(ctx->slots);
+        ctx->slots = slots;
+        ctx->n_slots = n;
+    }
+    kjit_kernel_slot *s = find_slot(ctx->slots, ctx->n_slots, name_expr, h);
+    if (s->name) { /* another thread loaded it meanwhile */
+        cu->ModuleUnload(mod);
+    } else {
+        s->name = strdup(name_expr);
+        if (!s->name) {
+            pthread_rwlock_unlock(&ctx->lock);
+            cu->ModuleUnload(mod);
+            return kjit__fail(KJIT_ENOMEM, "out of memory for the kernel map");
+        }
+        s->hash = h;
+        s->module = mod;
+        s->fn = f;
+        ctx->used++;
+    }
+    *fn = s->fn;
+    pthread_rwlock_unlock(&ctx->lock);
+    return KJIT_OK;
+}
+
+int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned bx, unsigned smem,
+                 CUstream stream, void *params, const char *what)
+{
+    void *args[] = {params};
+    const kjit_cu_api *cu = kjit__cu();
+    KJIT_CU_TRY(cu, LaunchKernel(fn, gx, gy, 1, bx, 1, 1, smem, stream, args, NULL), what);
+    return KJIT_OK;
+}

@@ -1,0 +1,56 @@
+/* The context: a device's primary CUDA context, the cubin cache and the
+ * kernels loaded from it. Ops resolve kernels by name expression through a
+ * per-context map (read-locked on the hot path) and launch them. */
+#ifndef KJIT_CTX_H
+#define KJIT_CTX_H
+
+#include <pthread.h>
+
+#include "cache/cache.h"
+#include "gpu/cuda_api.h"
+#include "kjit.h"
+
+typedef struct kjit_kernel_slot {
+    char *name;     /* name expression, NULL when the slot is free */
+    uint64_t hash;
+    CUmodule module;
+    CUfunction fn;
+} kjit_kernel_slot;
+
+struct kjit_ctx {
+    int device;
+    int sm;
+    char arch[16];
+    int has_gpu;
+    char no_gpu_reason[512];
+    CUdevice dev;
+    CUcontext cuctx;
+    int sm_count;
+    kjit_cache *cache;
+    kjit_index_check index_check;
+    CUdeviceptr err_flag; /* one int on the device */
+
+    pthread_rwlock_t lock;
+    kjit_kernel_slot *slots;
+    size_t n_slots, used;
+};
+
+/* Makes ctx's CUDA context current on this thread; *pushed says whether to
+ * pop it in kjit__ctx_leave. KJIT_ENODRIVER for a compile-only context. */
+int kjit__ctx_enter(kjit_ctx *ctx, int *pushed);
+void kjit__ctx_leave(kjit_ctx *ctx, int pushed);
+
+/* The loaded kernel for a name expression from a template file, compiled
+ * or taken from the cache on first use. Call inside enter/leave. */
+int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label,
+                     const char *name_expr, CUfunction *fn);
+
+/* Builds (or finds) a kernel's cubin for sm without loading it. */
+int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
+                    const char *name_expr, int sm, int *cached);
+
+/* cuLaunchKernel with one params block (the kernel's only argument). */
+int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned bx, unsigned smem,
+                 CUstream stream, void *params, const char *what);
+
+#endif

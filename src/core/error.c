@@ -1,0 +1,56 @@
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static _Thread_local char last_error[4096];
+
+#define KJIT_NAME_CASE(name, code, msg) case KJIT_##name: return "KJIT_" #name;
+#define KJIT_STR_CASE(name, code, msg) case KJIT_##name: return msg;
+
+const char *kjit_status_name(int status)
+{
+    switch (status) {
+        KJIT_ERROR_MAP(KJIT_NAME_CASE)
+    }
+    return "KJIT_UNKNOWN";
+}
+
+const char *kjit_status_string(int status)
+{
+    switch (status) {
+        KJIT_ERROR_MAP(KJIT_STR_CASE)
+    }
+    return "unknown status";
+}
+
+const char *kjit_last_error(void) { return last_error; }
+
+void kjit__clear_error(void) { last_error[0] = '\0'; }
+
+int kjit__fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    kjit__log("%s: %s", kjit_status_name(status), last_error);
+    return status;
+}
+
+void kjit__log(const char *fmt, ...)
+{
+    static int level = -1;
+    if (level < 0) {
+        const char *e = getenv("KJIT_LOG");
+        level = (e && *e && *e != '0') ? 1 : 0;
+    }
+    if (!level) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kjit: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}

@@ -1,0 +1,15 @@
+/* Internal error reporting: every failing path sets a status and a
+ * thread-local message naming the argument or file and why. */
+#ifndef KJIT_ERROR_H
+#define KJIT_ERROR_H
+
+#include "kjit.h"
+
+/* Sets the thread-local message (printf format) and returns status. */
+int kjit__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Clears the message (call at the start of every public function). */
+void kjit__clear_error(void);
+/* Logs to stderr when KJIT_LOG is set (1 or a level); silent otherwise. */
+void kjit__log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,62 @@
+#include "cuda_api.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "core/error.h"
+
+static kjit_cu_api api;
+static int load_status = KJIT_OK;
+static char load_message[512];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        load_status = KJIT_ENODRIVER;
+        snprintf(load_message, sizeof load_message,
+                 "no CUDA driver: libcuda.so.1 could not be loaded (%s)", dlerror());
+        return;
+    }
+#define KJIT_CU_LOAD(name, sym)                                                          \
+    api.name = (__typeof__(api.name))dlsym(h, #sym);                                     \
+    if (!api.name) {                                                                     \
+        load_status = KJIT_ENODRIVER;                                                    \
+        snprintf(load_message, sizeof load_message,                                      \
+                 "no CUDA driver: libcuda.so.1 lacks %s (driver too old for CUDA 12+)", #sym); \
+        return;                                                                          \
+    }
+    KJIT_CU_FUNCS(KJIT_CU_LOAD)
+#undef KJIT_CU_LOAD
+    CUresult r = api.Init(0);
+    if (r != CUDA_SUCCESS) {
+        const char *name = NULL;
+        api.GetErrorName(r, &name);
+        load_status = KJIT_ENODRIVER;
+        snprintf(load_message, sizeof load_message,
+                 "no CUDA driver: cuInit failed with %s (no usable GPU?)", name ? name : "?");
+        return;
+    }
+    api.DriverGetVersion(&api.driver_version);
+}
+
+const kjit_cu_api *kjit__cu(void)
+{
+    pthread_once(&once, load);
+    if (load_status != KJIT_OK) {
+        kjit__fail(load_status, "%s", load_message);
+        return NULL;
+    }
+    return &api;
+}
+
+int kjit__cu_fail(CUresult r, const char *what)
+{
+    const char *name = NULL, *text = NULL;
+    if (api.GetErrorName) api.GetErrorName(r, &name);
+    if (api.GetErrorString) api.GetErrorString(r, &text);
+    return kjit__fail(KJIT_ECUDA, "%s: %s (%s)", what, name ? name : "CUDA error",
+                      text ? text : "no description");
+}

@@ -1,0 +1,79 @@
+/* The CUDA driver API, loaded with dlopen("libcuda.so.1") on first use, so
+ * that the library, the CLI and the CPU tests run on machines with no GPU
+ * driver. Only the prototypes come from the toolkit's cuda.h; every call goes
+ * through this table. Versioned symbols (_v2) are named explicitly. */
+#ifndef KJIT_CUDA_API_H
+#define KJIT_CUDA_API_H
+
+#include <cuda.h>
+
+#define KJIT_CU_FUNCS(XX)                                   \
+    XX(Init, cuInit)                                        \
+    XX(DriverGetVersion, cuDriverGetVersion)                \
+    XX(DeviceGet, cuDeviceGet)                              \
+    XX(DeviceGetCount, cuDeviceGetCount)                    \
+    XX(DeviceGetName, cuDeviceGetName)                      \
+    XX(DeviceGetAttribute, cuDeviceGetAttribute)            \
+    XX(DeviceTotalMem, cuDeviceTotalMem_v2)                 \
+    XX(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)    \
+    XX(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2) \
+    XX(CtxGetCurrent, cuCtxGetCurrent)                      \
+    XX(CtxSetCurrent, cuCtxSetCurrent)                      \
+    XX(CtxPushCurrent, cuCtxPushCurrent_v2)                 \
+    XX(CtxPopCurrent, cuCtxPopCurrent_v2)                   \
+    XX(CtxSynchronize, cuCtxSynchronize)                    \
+    XX(ModuleLoadData, cuModuleLoadData)                    \
+    XX(ModuleUnload, cuModuleUnload)                        \
+    XX(ModuleGetFunction, cuModuleGetFunction)              \
+    XX(FuncSetAttribute, cuFuncSetAttribute)                \
+    XX(LaunchKernel, cuLaunchKernel)                        \
+    XX(GetErrorName, cuGetErrorName)                        \
+    XX(GetErrorString, cuGetErrorString)                    \
+    XX(MemAlloc, cuMemAlloc_v2)                             \
+    XX(MemFree, cuMemFree_v2)                               \
+    XX(MemcpyHtoD, cuMemcpyHtoD_v2)                         \
+    XX(MemcpyDtoH, cuMemcpyDtoH_v2)                         \
+    XX(MemcpyDtoHAsync, cuMemcpyDtoHAsync_v2)               \
+    XX(MemcpyDtoDAsync, cuMemcpyDtoDAsync_v2)               \
+    XX(MemsetD8, cuMemsetD8_v2)                             \
+    XX(MemsetD8Async, cuMemsetD8Async)                      \
+    XX(MemsetD32Async, cuMemsetD32Async)                    \
+    XX(StreamCreate, cuStreamCreate)                        \
+    XX(StreamDestroy, cuStreamDestroy_v2)                   \
+    XX(StreamSynchronize, cuStreamSynchronize)              \
+    XX(StreamBeginCapture, cuStreamBeginCapture_v2)         \
+    XX(StreamEndCapture, cuStreamEndCapture)                \
+    XX(StreamIsCapturing, cuStreamIsCapturing)              \
+    XX(GraphInstantiate, cuGraphInstantiateWithFlags)       \
+    XX(GraphLaunch, cuGraphLaunch)                          \
+    XX(GraphExecDestroy, cuGraphExecDestroy)                \
+    XX(GraphDestroy, cuGraphDestroy)                        \
+    XX(EventCreate, cuEventCreate)                          \
+    XX(EventDestroy, cuEventDestroy_v2)                     \
+    XX(EventRecord, cuEventRecord)                          \
+    XX(EventSynchronize, cuEventSynchronize)                \
+    XX(EventElapsedTime, cuEventElapsedTime_v2)             \
+    XX(MemHostAlloc, cuMemHostAlloc)                        \
+    XX(MemFreeHost, cuMemFreeHost)
+
+typedef struct kjit_cu_api {
+#define KJIT_CU_FIELD(name, sym) __typeof__(&sym) name;
+    KJIT_CU_FUNCS(KJIT_CU_FIELD)
+#undef KJIT_CU_FIELD
+    int driver_version; /* e.g. 13000 */
+} kjit_cu_api;
+
+/* Loads libcuda and calls cuInit once (thread-safe). Returns the table, or
+ * NULL with KJIT_ENODRIVER set as the thread's error (message: why). */
+const kjit_cu_api *kjit__cu(void);
+
+/* Formats a failed driver call as KJIT_ECUDA: "<what>: CUDA_ERROR_X (text)". */
+int kjit__cu_fail(CUresult r, const char *what);
+
+#define KJIT_CU_TRY(api, call, what)                      \
+    do {                                                  \
+        CUresult kjit_r_ = (api)->call;                   \
+        if (kjit_r_ != CUDA_SUCCESS) return kjit__cu_fail(kjit_r_, what); \
+    } while (0)
+
+#endif

@@ -1,0 +1,122 @@
+#include "compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "jit/nvrtc_api.h"
+#include "jit/templates.h"
+
+int kjit__arch_parse(const char *text, int *sm)
+{
+    if (!text || !*text) return kjit__fail(KJIT_EINVAL, "arch: empty (expected e.g. sm_90)");
+    const char *p = text;
+    if (strncmp(p, "sm_", 3) == 0) p += 3;
+    else if (strncmp(p, "sm", 2) == 0) p += 2;
+    char *end = NULL;
+    long v = strtol(p, &end, 10);
+    if (end == p || *end || v <= 0 || v > 10000)
+        return kjit__fail(KJIT_EINVAL, "arch '%s': expected sm_<number>, e.g. sm_90 or sm_100", text);
+    const kjit_nvrtc_api *nv = kjit__nvrtc();
+    if (!nv) return KJIT_ENONVRTC;
+    for (int i = 0; i < nv->n_archs; ++i)
+        if (nv->archs[i] == v) {
+            *sm = (int)v;
+            return KJIT_OK;
+        }
+    char list[512] = "";
+    for (int i = 0; i < nv->n_archs; ++i) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%ssm_%d", i ? ", " : "", nv->archs[i]);
+    }
+    return kjit__fail(KJIT_EINVAL, "arch '%s': NVRTC %d.%d does not support it (supported: %s)",
+                      text, nv->major, nv->minor, list);
+}
+
+int kjit__jit_options(int sm, char buf[64], const char *opts[KJIT_MAX_OPTIONS])
+{
+    snprintf(buf, 64, "--gpu-architecture=sm_%d", sm);
+    int n = 0;
+    opts[n++] = buf;
+    opts[n++] = "-std=c++17";
+    opts[n++] = "-default-device";
+    opts[n++] = "-DKJIT_NVRTC=1";
+    return n;
+}
+
+int kjit__jit_compile(const char *template_name, const char *name_expr, int sm,
+                      char **lowered, void **cubin, size_t *cubin_len)
+{
+    const kjit_nvrtc_api *nv = kjit__nvrtc();
+    if (!nv) return KJIT_ENONVRTC;
+    const kjit_template_file *all;
+    int n_all, rc = kjit__templates(&all, &n_all);
+    if (rc) return rc;
+    const kjit_template_file *main_file = NULL;
+    rc = kjit__template_find(template_name, &main_file);
+    if (rc) return rc;
+
+    /* Every other template is offered as an includable header. */
+    const char **hdr = malloc(sizeof *hdr * (size_t)n_all * 2);
+    if (!hdr) return kjit__fail(KJIT_ENOMEM, "out of memory compiling %s", name_expr);
+    const char **hdr_names = hdr + n_all;
+    int n_hdr = 0;
+    for (int i = 0; i < n_all; ++i) {
+        if (&all[i] == main_file) continue;
+        hdr[n_hdr] = all[i].text;
+        hdr_names[n_hdr++] = all[i].name;
+    }
+
+    nvrtcProgram prog = NULL;
+    nvrtcResult r = nv->CreateProgram(&prog, main_file->text, main_file->name, n_hdr, hdr, hdr_names);
+    free(hdr);
+    if (r != NVRTC_SUCCESS)
+        return kjit__fail(KJIT_ECOMPILE, "%s: nvrtcCreateProgram: %s", name_expr, nv->GetErrorString(r));
+    r = nv->AddNameExpression(prog, name_expr);
+    if (r != NVRTC_SUCCESS) {
+        nv->DestroyProgram(&prog);
+        return kjit__fail(KJIT_ECOMPILE, "%s: nvrtcAddNameExpression: %s", name_expr, nv->GetErrorString(r));
+    }
+    char arch_buf[64];
+    const char *opts[KJIT_MAX_OPTIONS];
+    int n_opts = kjit__jit_options(sm, arch_buf, opts);
+    r = nv->CompileProgram(prog, n_opts, opts);
+    if (r != NVRTC_SUCCESS) {
+        size_t log_size = 0;
+        nv->GetProgramLogSize(prog, &log_size);
+        char *log = malloc(log_size + 1);
+        if (log) {
+            log[0] = '\0';
+            nv->GetProgramLog(prog, log);
+            log[log_size] = '\0';
+        }
+        rc = kjit__fail(KJIT_ECOMPILE, "%s for sm_%d (%s): %s\n%s", name_expr, sm, template_name,
+                        nv->GetErrorString(r), log ? log : "(no log)");
+        free(log);
+        nv->DestroyProgram(&prog);
+        return rc;
+    }
+    const char *low = NULL;
+    size_t size = 0;
+    rc = KJIT_OK;
+    if (nv->GetLoweredName(prog, name_expr, &low) != NVRTC_SUCCESS || !low ||
+        nv->GetCUBINSize(prog, &size) != NVRTC_SUCCESS || size == 0) {
+        rc = kjit__fail(KJIT_ECOMPILE, "%s for sm_%d: NVRTC produced no cubin or lowered name",
+                        name_expr, sm);
+    } else {
+        *lowered = strdup(low);
+        *cubin = malloc(size);
+        if (!*lowered || !*cubin || nv->GetCUBIN(prog, *cubin) != NVRTC_SUCCESS) {
+            free(*lowered);
+            free(*cubin);
+            *lowered = NULL;
+            *cubin = NULL;
+            rc = kjit__fail(KJIT_ENOMEM, "%s: could not copy the cubin", name_expr);
+        } else {
+            *cubin_len = size;
+        }
+    }
+    nv->DestroyProgram(&prog);
+    return rc;
+}

@@ -1,0 +1,78 @@
+#include "nvrtc_api.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static kjit_nvrtc_api api;
+static int load_status = KJIT_OK;
+static char load_message[1024];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void *open_first(void)
+{
+    static const char *names[] = {
+        "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
+        "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
+        "/usr/local/cuda/lib64/libnvrtc.so",
+    };
+    const char *env = getenv("KJIT_NVRTC_LIBRARY");
+    if (env && *env) {
+        void *h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        snprintf(api.path, sizeof api.path, "%s", env);
+        if (!h)
+            snprintf(load_message, sizeof load_message,
+                     "KJIT_NVRTC_LIBRARY=%s could not be loaded (%s)", env, dlerror());
+        return h;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            snprintf(api.path, sizeof api.path, "%s", names[i]);
+            return h;
+        }
+    }
+    snprintf(load_message, sizeof load_message,
+             "NVRTC not found: tried libnvrtc.so.13, .12 and .so on the loader path and in "
+             "/usr/local/cuda/lib64 (install the CUDA toolkit or set KJIT_NVRTC_LIBRARY)");
+    return NULL;
+}
+
+static void load(void)
+{
+    void *h = open_first();
+    if (!h) {
+        load_status = KJIT_ENONVRTC;
+        return;
+    }
+#define KJIT_NVRTC_LOAD(name, sym)                                                       \
+    api.name = (__typeof__(api.name))dlsym(h, #sym);                                     \
+    if (!api.name) {                                                                     \
+        load_status = KJIT_ENONVRTC;                                                     \
+        snprintf(load_message, sizeof load_message, "%s lacks %s (NVRTC older than 11.2?)", \
+                 api.path, #sym);                                                        \
+        return;                                                                          \
+    }
+    KJIT_NVRTC_FUNCS(KJIT_NVRTC_LOAD)
+#undef KJIT_NVRTC_LOAD
+    api.Version(&api.major, &api.minor);
+    int n = 0;
+    api.GetNumSupportedArchs(&n);
+    if (n > (int)(sizeof api.archs / sizeof api.archs[0])) n = sizeof api.archs / sizeof api.archs[0];
+    if (n > 0) api.GetSupportedArchs(api.archs);
+    api.n_archs = n;
+}
+
+const kjit_nvrtc_api *kjit__nvrtc(void)
+{
+    pthread_once(&once, load);
+    if (load_status != KJIT_OK) {
+        kjit__fail(load_status, "%s", load_message);
+        return NULL;
+    }
+    return &api;
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The kjit CLI end to end, without a GPU: prewarm (twice, concurrent, killed),
+# cache verify/ls/stats/clear, refused arguments, --help everywhere.
+set -u
+KJIT=$1
+T=$(mktemp -d)
+trap 'chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+OPS="--ops timestep_sinusoid --hidden 256 --dtype fp32,bf16,fp16 --arch sm_90,sm_100"
+
+"$KJIT" info >/dev/null || fail "kjit info"
+for c in info prewarm cache; do
+  "$KJIT" $c --help | grep -q usage || fail "kjit $c --help"
+done
+"$KJIT" --help | grep -q prewarm || fail "kjit --help"
+"$KJIT" nope 2>/dev/null; [ $? = 2 ] || fail "unknown command must exit 2"
+
+# Refused values name themselves, exit 2.
+check_refused() {
+  local want=$1; shift
+  out=$("$KJIT" prewarm --cache-dir "$T/c0" "$@" 2>&1); rc=$?
+  [ $rc = 2 ] || fail "prewarm $* exited $rc, want 2"
+  echo "$out" | grep -q -- "$want" || fail "prewarm $*: message does not name '$want': $out"
+}
+check_refused "nope" --ops nope
+check_refused "'0'" --hidden 0
+check_refused "sm_12" --arch sm_12
+check_refused "fp8" --dtype fp8
+check_refused "--jobs" --jobs 0
+
+# Prewarm twice into an empty cache: second run all cached and >= 10x faster.
+C=$T/c1
+j1=$("$KJIT" prewarm $OPS --cache-dir "$C" --json) || fail "first prewarm failed: $j1"
+j2=$("$KJIT" prewarm $OPS --cache-dir "$C" --json) || fail "second prewarm failed: $j2"
+[ "$(echo "$j1" | field kernels)" = 6 ] || fail "kernels: $j1"
+[ "$(echo "$j1" | field compiled)" = 6 ] || fail "first run compiled: $j1"
+[ "$(echo "$j2" | field cached)" = 6 ] || fail "second run cached: $j2"
+[ "$(echo "$j2" | field failed)" = 0 ] || fail "second run failed: $j2"
+s1=$(echo "$j1" | field seconds); s2=$(echo "$j2" | field seconds)
+python3 -c "import sys; sys.exit(0 if $s1 >= 10 * $s2 else 1)" || fail "second prewarm not 10x faster: $s1 s vs $s2 s"
+echo "prewarm: cold $s1 s, warm $s2 s"
+
+"$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify of a fresh cache"
+[ "$("$KJIT" cache stats --cache-dir "$C" --json | field entries)" = 6 ] || fail "stats entries"
+[ "$("$KJIT" cache ls --cache-dir "$C" | wc -l)" = 6 ] || fail "ls lines"
+
+# A flipped byte is named by verify, and the next prewarm rebuilds it.
+victim=$(ls "$C"/*.cubin | head -1)
+python3 - "$victim" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[len(b) // 2] ^= 0x40; open(p, 'wb').write(b)
+PY
+out=$("$KJIT" cache verify --cache-dir "$C"); rc=$?
+[ $rc = 1 ] || fail "verify after a flipped byte exited $rc"
+echo "$out" | grep -q "$(basename "$victim")" || fail "verify does not name $(basename "$victim"): $out"
+j3=$("$KJIT" prewarm $OPS --cache-dir "$C" --json) || fail "prewarm after corruption: $j3"
+[ "$(echo "$j3" | field compiled)" = 1 ] || fail "prewarm did not rebuild exactly the bad entry: $j3"
+"$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify after rebuild"
+
+# 8 processes prewarming one empty cache at once.
+C=$T/c2
+pids=()
+for i in 1 2 3 4 5 6 7 8; do "$KJIT" prewarm $OPS --cache-dir "$C" --jobs 2 --json >"$T/p$i.json" 2>&1 & pids+=($!); done
+for p in "${pids[@]}"; do wait "$p" || fail "a concurrent prewarm failed: $(cat "$T"/p*.json)"; done
+"$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify after concurrent prewarm"
+[ -z "$(ls -A "$C" | grep '^\.tmp')" ] || fail "temp files left: $(ls -A "$C")"
+total=0; for i in 1 2 3 4 5 6 7 8; do total=$((total + $(field compiled <"$T/p$i.json"))); done
+[ "$total" = 6 ] || fail "8 concurrent prewarms compiled $total kernels, want 6 (one per key)"
+
+# A prewarm killed with SIGKILL mid-way: no partial entry, the next run neither hangs nor fails.
+C=$T/c3
+for delay in 0.05 0.2 0.5; do
+  "$KJIT" prewarm $OPS --cache-dir "$C" --jobs 2 >/dev/null 2>&1 &
+  pid=$!; sleep $delay; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+  "$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify after SIGKILL at $delay s"
+done
+timeout 120 "$KJIT" prewarm $OPS --cache-dir "$C" >/dev/null || fail "prewarm after SIGKILL"
+"$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify after recovery"
+
+# A cache directory writable by others is refused, with its path in the message.
+C=$T/c4; mkdir -p "$C"; chmod 0777 "$C"
+out=$("$KJIT" prewarm $OPS --cache-dir "$C" 2>&1) && fail "world-writable cache dir accepted"
+echo "$out" | grep -q "$C" || fail "refusal does not name the directory: $out"
+chmod 0700 "$C"
+
+"$KJIT" cache clear --cache-dir "$T/c1" >/dev/null || fail "clear"
+[ "$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)" = 0 ] || fail "entries after clear"
+
+[ $fails = 0 ] && echo "test_cli: all checks passed" || echo "test_cli: $fails check(s) FAILED"
+[ $fails = 0 ]

@@ -1,0 +1,76 @@
+/* NVRTC path without a GPU: every op kernel compiles for sm_90 and sm_100,
+ * a failed compile carries the NVRTC log, bad archs are refused. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit/compile.h"
+#include "jit/templates.h"
+#include "kjit.h"
+#include "test_util.h"
+
+int main(void)
+{
+    int sm = 0;
+    int rc = kjit__arch_parse("sm_90", &sm);
+    if (rc == KJIT_ENONVRTC) {
+        printf("test_jit: %s: skipped\n", kjit_last_error());
+        return 77;
+    }
+    CHECK_STATUS(rc, KJIT_OK);
+    CHECK_EQ_INT(sm, 90);
+    CHECK_STATUS(kjit__arch_parse("sm_12", &sm), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "sm_12") != NULL);
+    CHECK_STATUS(kjit__arch_parse("banana", &sm), KJIT_EINVAL);
+    CHECK_STATUS(kjit__arch_parse("", &sm), KJIT_EINVAL);
+
+    /* Every registered op's kernels, for two hidden sizes and every dtype, both archs. */
+    const int archs[] = {90, 100};
+    const kjit_dtype dts[] = {KJIT_BF16, KJIT_F32, KJIT_F16};
+    const int hiddens[] = {256, 5376, 13};
+    int compiled = 0;
+    for (int oi = 0; oi < kjit_op_count(); ++oi)
+        for (int hi = 0; hi < 3; ++hi)
+            for (int di = 0; di < 3; ++di) {
+                kjit_kernel_spec specs[64];
+                int n = 0;
+                CHECK_STATUS(kjit_op_kernels(kjit_op_name(oi), hiddens[hi], dts[di], specs, 64, &n), KJIT_OK);
+                CHECK(n > 0 && n <= 64);
+                for (int s = 0; s < n && s < 64; ++s)
+                    for (int a = 0; a < 2; ++a) {
+                        /* One arch per spec beyond the first hidden size keeps the run short. */
+                        if (hi > 0 && a == 1) continue;
+                        char *low = NULL;
+                        void *cubin = NULL;
+                        size_t len = 0;
+                        int r = kjit__jit_compile(specs[s].template_file, specs[s].name_expr, archs[a], &low, &cubin, &len);
+                        if (r) fprintf(stderr, "compile %s sm_%d: %s\n", specs[s].name_expr, archs[a], kjit_last_error());
+                        CHECK_STATUS(r, KJIT_OK);
+                        CHECK(len > 0 && low && low[0]);
+                        compiled += r == KJIT_OK;
+                        free(low);
+                        free(cubin);
+                    }
+            }
+    printf("test_jit: %d kernels compiled\n", compiled);
+
+    /* A name expression that does not instantiate: KJIT_ECOMPILE with NVRTC's log. */
+    char *low = NULL;
+    void *cubin = NULL;
+    size_t len = 0;
+    CHECK_STATUS(kjit__jit_compile("timestep_sinusoid.cuh", "kjit_sinusoid<no_such_type>", 90, &low, &cubin, &len),
+                 KJIT_ECOMPILE);
+    CHECK(strstr(kjit_last_error(), "no_such_type") != NULL);
+    CHECK(low == NULL && cubin == NULL);
+    CHECK_STATUS(kjit__jit_compile("no_such_file.cuh", "x", 90, &low, &cubin, &len), KJIT_ENOTFOUND);
+
+    /* The template bundle (the cache key's source) covers every embedded file. */
+    const kjit_template_file *files;
+    int n_files = 0;
+    CHECK_STATUS(kjit__templates(&files, &n_files), KJIT_OK);
+    const char *bundle;
+    size_t blen = 0, total = 0;
+    CHECK_STATUS(kjit__templates_bundle(&bundle, &blen), KJIT_OK);
+    for (int i = 0; i < n_files; ++i) total += files[i].len;
+    CHECK(blen > total);
+    return kjit_test_result("test_jit");
+}

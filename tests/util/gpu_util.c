@@ -1,0 +1,76 @@
+#include "gpu_util.h"
+
+#include "core/ctx.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref.h"
+
+static const kjit_cu_api *cu;
+
+#define DIE_ON(r, what)                                                         \
+    do {                                                                        \
+        CUresult r_ = (r);                                                      \
+        if (r_ != CUDA_SUCCESS) {                                               \
+            const char *n_ = "?";                                               \
+            cu->GetErrorName(r_, &n_);                                          \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, what, n_); \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check)
+{
+    kjit_ctx_options o;
+    kjit_ctx_options_init(&o);
+    o.index_check = check;
+    kjit_ctx *ctx = NULL;
+    if (kjit_ctx_create(&ctx, &o)) {
+        fprintf(stderr, "%s: kjit_ctx_create: %s\n", test, kjit_last_error());
+        exit(1);
+    }
+    if (!kjit_ctx_has_device(ctx)) {
+        printf("%s: no CUDA driver or GPU: skipped\n", test);
+        kjit_ctx_destroy(ctx);
+        exit(77);
+    }
+    cu = kjit__cu();
+    DIE_ON(cu->CtxSetCurrent(ctx->cuctx), "cuCtxSetCurrent");
+    return ctx;
+}
+
+CUdeviceptr gpu_alloc(size_t bytes)
+{
+    CUdeviceptr p = 0;
+    DIE_ON(cu->MemAlloc(&p, bytes ? bytes : 16), "cuMemAlloc");
+    return p;
+}
+void gpu_free(CUdeviceptr p) { if (p) cu->MemFree(p); }
+void gpu_upload(CUdeviceptr dst, const void *src, size_t bytes) { DIE_ON(cu->MemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD"); }
+void gpu_download(void *dst, CUdeviceptr src, size_t bytes) { DIE_ON(cu->MemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH"); }
+void gpu_poison(CUdeviceptr p, size_t bytes) { DIE_ON(cu->MemsetD8(p, 0xFF, bytes), "cuMemsetD8"); }
+void gpu_sync(void) { DIE_ON(cu->CtxSynchronize(), "cuCtxSynchronize"); }
+
+void host_from_double(kjit_dtype dt, const double *in, void *out, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) switch (dt) {
+        case KJIT_F32: ((float *)out)[i] = (float)in[i]; break;
+        case KJIT_BF16: ((uint16_t *)out)[i] = ref_float_to_bf16((float)in[i]); break;
+        case KJIT_F16: ((uint16_t *)out)[i] = ref_float_to_fp16((float)in[i]); break;
+        case KJIT_I32: ((int32_t *)out)[i] = (int32_t)in[i]; break;
+        case KJIT_I64: ((int64_t *)out)[i] = (int64_t)in[i]; break;
+        }
+}
+
+void host_to_double(kjit_dtype dt, const void *in, double *out, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) switch (dt) {
+        case KJIT_F32: out[i] = ((const float *)in)[i]; break;
+        case KJIT_BF16: out[i] = ref_bf16_to_float(((const uint16_t *)in)[i]); break;
+        case KJIT_F16: out[i] = ref_fp16_to_float(((const uint16_t *)in)[i]); break;
+        case KJIT_I32: out[i] = ((const int32_t *)in)[i]; break;
+        case KJIT_I64: out[i] = (double)((const int64_t *)in)[i]; break;
+        }
+}

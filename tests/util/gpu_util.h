@@ -1,0 +1,28 @@
+/* GPU test helpers over kjit's own dlopen'd driver table (no -lcuda). */
+#ifndef KJIT_GPU_UTIL_H
+#define KJIT_GPU_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/cuda_api.h"
+#include "kjit.h"
+
+/* Creates a context on device 0 or exits 77 when there is no driver/GPU. */
+kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check);
+
+/* Allocation and copies that abort the test on failure. The ctx's CUDA
+ * context is made current by kjit_gpu_ctx_or_skip. */
+CUdeviceptr gpu_alloc(size_t bytes);
+void gpu_free(CUdeviceptr p);
+void gpu_upload(CUdeviceptr dst, const void *src, size_t bytes);
+void gpu_download(void *dst, CUdeviceptr src, size_t bytes);
+/* Fills with 0xFF bytes: NaN in fp32, bf16 and fp16, -1 in int. */
+void gpu_poison(CUdeviceptr p, size_t bytes);
+void gpu_sync(void);
+
+/* Host-side conversions of a kjit dtype buffer to/from double. */
+void host_from_double(kjit_dtype dt, const double *in, void *out, size_t n);
+void host_to_double(kjit_dtype dt, const void *in, double *out, size_t n);
+
+#endif
