@@ -162,6 +162,20 @@ KJIT_API int kjit_op_kernels(const char *op, int hidden, kjit_dtype dtype,
 KJIT_API int kjit_kernel_build(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch,
                                int *cached);
 
+/* A kernel's compiled image, as the cache holds it (owned by the context's
+ * cache; valid until kjit_ctx_destroy). */
+typedef struct kjit_kernel_image {
+    const char *lowered_name; /* mangled entry name for cuModuleGetFunction */
+    const void *cubin;
+    size_t cubin_len;
+    char key[33];             /* cache key, 32 hex digits */
+    int cached;               /* 1: from memory or disk, 0: compiled now */
+} kjit_kernel_image;
+
+/* kjit_kernel_build that also returns the image (for `kjit serve`). */
+KJIT_API int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch,
+                               kjit_kernel_image *out);
+
 /* ---- timestep_sinusoid -------------------------------------------------- */
 
 typedef struct kjit_sinusoid_opts {
@@ -179,6 +193,109 @@ KJIT_API void kjit_sinusoid_opts_init(kjit_sinusoid_opts *o);
 KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, int d, void *out,
                                     int64_t out_stride, kjit_dtype out_dtype,
                                     const kjit_sinusoid_opts *opts, CUstream stream);
+
+/* ---- AdaLN ops (SPEC.md) ------------------------------------------------ *
+ * Activations bf16, fp16 or fp32; tables and weight bf16 or fp32; indices
+ * int32 or int64; fp32 compute, one rounding per output. Every 2-D argument
+ * has its own row stride (elements), so the chunk(6) views of one (R, 6H)
+ * projection are passed as six base pointers with stride 6H, no copy.
+ * Hidden sizes that are multiples of 8 (up to 16384) with 16-byte aligned
+ * pointers and strides take the vector fast path; anything else (odd H,
+ * misaligned views) a scalar path with bitwise the same results.
+ * Index checking (kjit_ctx_options.index_check): OFF: the caller guarantees
+ * 0 <= index < R; SYNC: the call validates the indices first and returns
+ * KJIT_EINDEX with every output untouched (it waits for the stream, so it
+ * cannot be graph-captured); ASYNC: rows with a bad index are skipped on the
+ * device and a flag is raised, read with kjit_ctx_index_error.
+ * Backward passes need a workspace (kjit_*_workspace gives its size); pass
+ * NULL to use one owned by the context (grown on demand: one stream at a
+ * time, and the first call that grows it cannot be graph-captured). Once an
+ * op's kernels are loaded, calls allocate, synchronize and read back nothing
+ * (index checking SYNC aside), so they can be captured in CUDA graphs. */
+
+#define KJIT_MAX_TABLES 8
+
+typedef struct kjit_index {
+    const void *ptr;   /* [n] int32 or int64 */
+    kjit_dtype dtype;  /* KJIT_I32 or KJIT_I64 */
+    int64_t rows;      /* R: table rows, 1..65535 */
+} kjit_index;
+
+/* adaln_row_gather: out_k[n] = table_k[index[n]] for k < num_tables;
+ * backward dtable_k[r] = sum over index[n] == r of dout_k[n]. */
+typedef struct kjit_row_gather_args {
+    int64_t n;
+    int hidden;
+    int num_tables;    /* 1..8 */
+    kjit_dtype dtype;  /* tables, outputs and their gradients: bf16 or fp32 */
+    kjit_index index;
+    const void *table[KJIT_MAX_TABLES];  int64_t table_stride[KJIT_MAX_TABLES];
+    void *out[KJIT_MAX_TABLES];          int64_t out_stride[KJIT_MAX_TABLES];
+    const void *dout[KJIT_MAX_TABLES];   int64_t dout_stride[KJIT_MAX_TABLES];
+    void *dtable[KJIT_MAX_TABLES];       int64_t dtable_stride[KJIT_MAX_TABLES];
+} kjit_row_gather_args;
+
+KJIT_API int kjit_adaln_row_gather_fwd(kjit_ctx *ctx, const kjit_row_gather_args *a, CUstream stream);
+KJIT_API int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void *workspace,
+                                       size_t workspace_bytes, CUstream stream);
+KJIT_API int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tables, int64_t rows,
+                                             size_t *bytes);
+
+/* norm_modulate, gated_residual and gated_residual_norm_modulate share one
+ * argument block; each op reads the fields its comment names.
+ *   norm_modulate:      out = norm(x) * w * (1 + scale[i]) + shift[i]
+ *   gated_residual:     out = res + gate[i] * y
+ *   gated_residual_norm_modulate: h = res + gate[i] * y; out = norm_modulate(h)
+ * Backward: norm_modulate reads x, dout -> dx, dweight, dshift, dscale;
+ * gated_residual reads y, dout -> dx (= dres, may be NULL: it equals dout),
+ * dy, dgate; the fused op reads x (= the h its forward returned), y, dh
+ * (may be NULL: zeros), dout -> dx (= dres), dy, dgate, dweight, dshift,
+ * dscale. dweight may be NULL (not computed) and must be NULL when weight is. */
+typedef struct kjit_adaln_args {
+    int64_t n;
+    int hidden;
+    float eps;               /* norm ops; e.g. 1e-6 */
+    kjit_dtype act_dtype;    /* x, res, y, out, h and their gradients */
+    kjit_dtype param_dtype;  /* weight, shift, scale, gate and their gradients: bf16 or fp32 */
+    kjit_index index;
+    const void *x;      int64_t x_stride;
+    const void *res;    int64_t res_stride;
+    const void *y;      int64_t y_stride;
+    const void *weight;                     /* [hidden] or NULL */
+    const void *shift;  int64_t shift_stride;
+    const void *scale;  int64_t scale_stride;
+    const void *gate;   int64_t gate_stride;
+    void *out;          int64_t out_stride;
+    void *h;            int64_t h_stride;   /* fused forward: the new residual stream */
+    const void *dout;   int64_t dout_stride;
+    const void *dh;     int64_t dh_stride;
+    void *dx;           int64_t dx_stride;
+    void *dy;           int64_t dy_stride;
+    void *dweight;
+    void *dshift;       int64_t dshift_stride;
+    void *dscale;       int64_t dscale_stride;
+    void *dgate;        int64_t dgate_stride;
+} kjit_adaln_args;
+
+typedef enum kjit_adaln_op {
+    KJIT_NORM_MODULATE = 1,
+    KJIT_GATED_RESIDUAL = 2,
+    KJIT_GATED_RESIDUAL_NORM_MODULATE = 3
+} kjit_adaln_op;
+
+KJIT_API int kjit_norm_modulate_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream stream);
+KJIT_API int kjit_norm_modulate_bwd(kjit_ctx *ctx, const kjit_adaln_args *a, void *workspace,
+                                    size_t workspace_bytes, CUstream stream);
+KJIT_API int kjit_gated_residual_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream stream);
+KJIT_API int kjit_gated_residual_bwd(kjit_ctx *ctx, const kjit_adaln_args *a, void *workspace,
+                                     size_t workspace_bytes, CUstream stream);
+KJIT_API int kjit_gated_residual_norm_modulate_fwd(kjit_ctx *ctx, const kjit_adaln_args *a,
+                                                   CUstream stream);
+KJIT_API int kjit_gated_residual_norm_modulate_bwd(kjit_ctx *ctx, const kjit_adaln_args *a,
+                                                   void *workspace, size_t workspace_bytes,
+                                                   CUstream stream);
+/* Backward workspace bytes of an op for n rows, hidden, R table rows. */
+KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes);
 
 #ifdef __cplusplus
 }

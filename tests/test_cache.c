@@ -632,11 +632,19 @@ static int test_bad_symlink(const char *dir)
     return 0;
 }
 
-/* A FIFO must not hang the reader. */
+/* A FIFO must not hang the reader, and is named for what it is. */
 static int make_fifo(const char *path, const char *dir, void *ctx)
 {
-    (void)dir, (void)ctx;
-    return unlink(path) != 0 || mkfifo(path, 0600) != 0;
+    (void)ctx;
+    if (unlink(path) != 0 || mkfifo(path, 0600) != 0)
+        return 1;
+    seen s;
+    memset(&s, 0, sizeof s);
+    int n_bad;
+    ASSERT_OK(kjit__cache_list(dir, 1, seen_visit, &s, &n_bad));
+    ASSERT_EQ_INT(n_bad, 1);
+    ASSERT_CONTAINS(s.problems[0], "not a regular file");
+    return 0;
 }
 
 static int test_bad_fifo(const char *dir)

@@ -195,7 +195,8 @@ static int build_cb(void *arg, char **lowered, void **image, size_t *len)
 }
 
 static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *label,
-                       const char *name_expr, int sm, kjit_cache_blob *blob, kjit_cache_origin *origin)
+                       const char *name_expr, int sm, kjit_cache_blob *blob, kjit_cache_origin *origin,
+                       kjit_cache_key *key_out)
 {
     const kjit_nvrtc_api *nv = kjit__nvrtc();
     if (!nv) return KJIT_ENONVRTC;
@@ -213,16 +214,25 @@ static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *lab
         .nvrtc_major = nv->major, .nvrtc_minor = nv->minor, .format = KJIT_CACHE_FORMAT,
     };
     build_arg b = {template_file, name_expr, sm};
-    return kjit__cache_get(ctx->cache, kjit__cache_key(&f), label, arch, build_cb, &b, blob, origin);
+    kjit_cache_key key = kjit__cache_key(&f);
+    if (key_out) *key_out = key;
+    return kjit__cache_get(ctx->cache, key, label, arch, build_cb, &b, blob, origin);
 }
 
 int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
-                    const char *name_expr, int sm, int *cached)
+                    const char *name_expr, int sm, kjit_kernel_image *out)
 {
     kjit_cache_blob blob;
     kjit_cache_origin origin;
-    int rc = cache_fetch(ctx, template_file, label, name_expr, sm, &blob, &origin);
-    if (rc == KJIT_OK && cached) *cached = origin != KJIT_FROM_COMPILE;
+    kjit_cache_key key;
+    int rc = cache_fetch(ctx, template_file, label, name_expr, sm, &blob, &origin, &key);
+    if (rc == KJIT_OK && out) {
+        out->lowered_name = blob.lowered_name;
+        out->cubin = blob.image;
+        out->cubin_len = blob.image_len;
+        kjit__cache_key_hex(key, out->key);
+        out->cached = origin != KJIT_FROM_COMPILE;
+    }
     return rc;
 }
 
@@ -243,7 +253,7 @@ int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label
 
     kjit_cache_blob blob;
     kjit_cache_origin origin;
-    int rc = cache_fetch(ctx, template_file, label, name_expr, ctx->sm, &blob, &origin);
+    int rc = cache_fetch(ctx, template_file, label, name_expr, ctx->sm, &blob, &origin, NULL);
     if (rc) return rc;
     const kjit_cu_api *cu = kjit__cu();
     CUmodule mod = NULL;

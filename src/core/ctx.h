@@ -47,7 +47,7 @@ int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label
 
 /* Builds (or finds) a kernel's cubin for sm without loading it. */
 int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
-                    const char *name_expr, int sm, int *cached);
+                    const char *name_expr, int sm, kjit_kernel_image *out);
 
 /* cuLaunchKernel with one params block (the kernel's only argument). */
 int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned bx, unsigned smem,

@@ -80,8 +80,17 @@ int kjit_op_kernels(const char *op, int hidden, kjit_dtype dtype, kjit_kernel_sp
 
 int kjit_kernel_build(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch, int *cached)
 {
+    kjit_kernel_image img;
+    int rc = kjit_kernel_fetch(ctx, spec, arch, &img);
+    if (rc == KJIT_OK && cached) *cached = img.cached;
+    return rc;
+}
+
+int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch, kjit_kernel_image *out)
+{
     kjit__clear_error();
-    if (!ctx || !spec) return kjit__fail(KJIT_EINVAL, "kjit_kernel_build: %s is NULL", ctx ? "spec" : "ctx");
+    if (!ctx || !spec || !out)
+        return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: %s is NULL", !ctx ? "ctx" : !spec ? "spec" : "out");
     const kjit_op_desc *d = kjit__op_find(spec->op);
     if (!d || !spec->template_file || strcmp(d->template_file, spec->template_file) != 0 ||
         !memchr(spec->name_expr, '\0', sizeof spec->name_expr) || !spec->name_expr[0])
@@ -91,5 +100,5 @@ int kjit_kernel_build(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *a
         int rc = kjit__arch_parse(arch, &sm);
         if (rc) return rc;
     }
-    return kjit__ctx_build(ctx, spec->template_file, spec->op, spec->name_expr, sm, cached);
+    return kjit__ctx_build(ctx, spec->template_file, spec->op, spec->name_expr, sm, out);
 }
