@@ -28,11 +28,14 @@
 //   B is launch-only. Suggested: B = 224 for H = 5376 bf16 (HV = 672), else
 //   256. Writes dtable rows whose segment lies in one chunk; the others leave
 //   fp32 partials in p.partial ([chunks][2][k][h], 16-byte aligned for VEC),
-//   then launch kjit_part_finish<TP> with out = dtable, out_stride =
-//   dtable_stride, ng = k, partial = p.partial, same part and h.
+//   then launch kjit_part_finish<TP> (partition.cuh) with out = dtable,
+//   out_stride = dtable_stride, ng = k, partial = p.partial, same part and h:
+//   grid (ceil(h / 256), min(R, 32), k), block 256.
 //   Rows with out-of-range indices are not in the partition: excluded. TI is
 //   not used by the arithmetic (the partition holds row ids); it is a
 //   template parameter so both index types name the same family.
+// This file includes partition.cuh (offered as a header like every template),
+// so one module holds the gather kernels and the partition/finish kernels.
 #pragma once
 
 #include "common/kjit_types.cuh"

@@ -79,9 +79,11 @@
 //   kjit_part_finish<TP>     TP = kjit::bf16 | kjit::f16 | kjit::f32
 //       kjit_finish_params; grid (X, Y, ng), block B (multiple of 32, <= 1024),
 //       smem 0. X, Y >= 1 and B are launch-only (columns and work items are
-//       grid-strided). Suggested B = 256, X = ceil(h / 256), Y = 16.
-//       For each segment that crosses chunks: tail(c0) + head(c0+1) + ... +
-//       head(c1), rounded once; for each empty row: 0.
+//       grid-strided; a block takes rows y, y + Y, ...). Suggested B = 256,
+//       X = ceil(h / 256), Y = min(R, 32).
+//       For each row whose segment crosses chunks (c0 = start[r] / chunk !=
+//       c1 = (start[r+1] - 1) / chunk): tail(c0) + head(c0+1) + ... +
+//       head(c1), rounded once; for each empty row: 0; other rows untouched.
 //   kjit_colsum_finish<TP>   out[col] = partial_w[0][col] + ... in chunk order
 //       over the chunks that hold rows (c < ceil(start[R] / chunk)); 0 if none.
 //       kjit_colsum_params; grid ceil(h / B), block B, smem 0; B launch-only.
@@ -433,78 +435,64 @@ __global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params
 template <class TP>
 __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
 {
-    __shared__ int empties[1024];
-    __shared__ int n_empty;
+    __shared__ int list_r[1024], list_c0[1024], list_m[1024];
+    __shared__ int n_list;
     const int g = blockIdx.z;
     if (g >= p.ng) return;
     const kjit_partition &pt = p.part;
     const long long chunk = pt.chunk;
-    const long long total = kjit::ldg_i32(pt.start + pt.r);
-    const long long used = (total + chunk - 1) / chunk;
     const long long cstride = 2ll * p.ng * p.h; // one chunk's partials
     TP *out = (TP *)p.out[g];
     const long long os = p.out_stride[g];
     const int col0 = blockIdx.x * blockDim.x + threadIdx.x, cstep = gridDim.x * blockDim.x;
     const int U = 16;
-
-    // Segments crossing chunk boundaries, each taken at its first boundary c
-    // (it began in chunk c - 1, whose tail it owns). This block takes the
-    // boundaries c = 1 + blockIdx.y + i * gridDim.y; its threads find the
-    // crossing ones in parallel (list order does not matter: one row each).
-    __shared__ int list_r[256], list_c[256], list_m[256];
-    __shared__ int n_list;
-    if (threadIdx.x == 0) n_list = 0;
-    __syncthreads();
-    for (long long cb = 1 + blockIdx.y; cb < used; cb += (long long)gridDim.y * blockDim.x) {
-        const long long c = cb + (long long)threadIdx.x * gridDim.y;
-        if (c < used) {
-            const int r = kjit::ldg_i32(pt.chunk_row + c);
-            const long long b = kjit::ldg_i32(pt.start + r);
-            if (b < c * chunk && b >= (c - 1) * chunk) {
+    // This block owns rows r = blockIdx.y + i * gridDim.y. Its threads find
+    // in parallel the rows needing work (crossing or empty); the list order
+    // does not matter (one output row per entry).
+    for (long long i0 = 0; blockIdx.y + i0 * gridDim.y < pt.r; i0 += blockDim.x) {
+        if (threadIdx.x == 0) n_list = 0;
+        __syncthreads();
+        const long long r = blockIdx.y + (i0 + threadIdx.x) * gridDim.y;
+        if (r < pt.r) {
+            const long long b = kjit::ldg_i32(pt.start + r), e = kjit::ldg_i32(pt.start + r + 1);
+            const long long c0 = b / chunk, c1 = (e - 1) / chunk;
+            if (b == e || c0 != c1) {
                 const int i = atomicAdd(&n_list, 1);
-                list_r[i] = r;
-                list_c[i] = (int)c;
-                list_m[i] = (int)(((long long)kjit::ldg_i32(pt.start + r + 1) - 1) / chunk - c + 1);
+                list_r[i] = (int)r;
+                list_c0[i] = (int)c0;
+                list_m[i] = b == e ? -1 : (int)(c1 - c0); // heads, or -1: empty row
             }
         }
-    }
-    __syncthreads();
-    const int nl = n_list;
-    for (int i = 0; i < nl; ++i) {
-        const long long c = list_c[i], r = list_r[i];
-        for (int col = col0; col < p.h; col += cstep) {
-            float acc = kjit::ldg_f32(p.partial + (((c - 1) * 2 + KJIT_SEG_TAIL) * p.ng + g) * (long long)p.h + col);
-            const float *q = p.partial + ((c * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h + col;
-            long long m = list_m[i]; // heads: chunks c .. c1
-            for (; m >= U; m -= U, q += U * cstride) {
-                float v[U];
+        __syncthreads();
+        const int nl = n_list;
+        for (int i = 0; i < nl; ++i) {
+            const long long rr = list_r[i], c0 = list_c0[i];
+            const int heads = list_m[i];
+            for (int col = col0; col < p.h; col += cstep) {
+                float acc = 0.f;
+                if (heads >= 0) {
+                    acc = kjit::ldg_f32(p.partial + ((c0 * 2 + KJIT_SEG_TAIL) * p.ng + g) * (long long)p.h + col);
+                    const float *q = p.partial + (((c0 + 1) * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h + col;
+                    int m = heads;
+                    for (; m >= U; m -= U, q += U * cstride) {
+                        float v[U];
 #pragma unroll
-                for (int u = 0; u < U; ++u) v[u] = kjit::ldg_f32(q + u * cstride);
+                        for (int u = 0; u < U; ++u) v[u] = kjit::ldg_f32(q + u * cstride);
 #pragma unroll
-                for (int u = 0; u < U; ++u) acc += v[u];
+                        for (int u = 0; u < U; ++u) acc += v[u];
+                    }
+                    if (m > 0) {
+                        float v[U];
+#pragma unroll
+                        for (int u = 0; u < U; ++u) v[u] = u < m ? kjit::ldg_f32(q + u * cstride) : 0.f;
+#pragma unroll
+                        for (int u = 0; u < U; ++u)
+                            if (u < m) acc += v[u];
+                    }
+                }
+                kjit::st_f32(out + rr * os + col, acc);
             }
-            if (m > 0) {
-                float v[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) v[u] = u < m ? kjit::ldg_f32(q + u * cstride) : 0.f;
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (u < m) acc += v[u];
-            }
-            kjit::st_f32(out + r * os + col, acc);
         }
-    }
-    // Empty rows: 0.
-    for (long long rb = (long long)blockIdx.y * blockDim.x; rb < pt.r; rb += (long long)gridDim.y * blockDim.x) {
-        if (threadIdx.x == 0) n_empty = 0;
-        __syncthreads();
-        const long long r = rb + threadIdx.x;
-        if (r < pt.r && kjit::ldg_i32(pt.start + r) == kjit::ldg_i32(pt.start + r + 1))
-            empties[atomicAdd(&n_empty, 1)] = (int)r;
-        __syncthreads();
-        const int ne = n_empty;
-        for (int i = 0; i < ne; ++i)
-            for (int col = col0; col < p.h; col += cstep) kjit::st_f32(out + empties[i] * os + col, 0.f);
         __syncthreads();
     }
 }

@@ -91,6 +91,14 @@ typedef struct kjit_colsum_params {
     int h;
 } kjit_colsum_params;
 
+/* Synchronous index check (kernel_templates/index_check.cuh). */
+typedef struct kjit_index_check_params {
+    const void *index;
+    void *report; /* kjit_index_report (src/core/ctx.h) */
+    long long n;
+    long long r;
+} kjit_index_check_params;
+
 /* adaln_row_gather forward: out_k[n] = table_k[index[n]]. */
 typedef struct kjit_gather_fwd_params {
     kjit_table_set table;

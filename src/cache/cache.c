@@ -269,7 +269,8 @@ static int fetch(kjit_cache *c, kjit_cache_key key, const char *label, const cha
         kjit__cache_unlock(c->lockdfd, hex, lk);
     /* After the unlock: the scan is for the whole directory, not this key.
      * Every publisher scans after its rename, so the last one to publish
-     * leaves the directory under the cap. */
+     * leaves the directory under the cap. A scan is a readdir and an lstat
+     * per entry, small next to the compile that came before it. */
     kjit__scan s;
     if (published && kjit__cache_scan(c->dfd, c->dir, 1, c->max_bytes, &s) == 0)
         d->evictions += s.evicted;

@@ -81,10 +81,15 @@ typedef enum kjit_cache_origin {
 /* Resolves the directory (dir, else $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit,
  * else $HOME/.cache/kjit), creates it 0700, refuses one owned by another user
  * or writable by group/others (KJIT_EPERM, message names the path and mode).
- * max_bytes 0 means $KJIT_CACHE_MAX_MB or the default (1024 MB).
- * dir == "" (empty) makes a memory-only cache. */
+ * max_bytes 0 means $KJIT_CACHE_MAX_MB or the default (1024 MB); a value
+ * that is not a positive whole number is KJIT_EINVAL. Empty variables count
+ * as unset. dir == "" (empty) makes a memory-only cache: no file is touched.
+ * Also creates <dir>/locks; if it cannot, builds are not shared between
+ * processes (logged), which costs duplicate compiles, never wrong entries. */
 int kjit__cache_open(kjit_cache **out, const char *dir, uint64_t max_bytes);
+/* Frees every blob; no get may be in flight. NULL is a no-op. */
 void kjit__cache_close(kjit_cache *c);
+/* The resolved directory, "" when memory-only; NULL for a NULL cache. */
 const char *kjit__cache_dir(const kjit_cache *c);
 
 /* Checks the fields (every pointer set, arch non-empty, n_options >= 0,

@@ -132,6 +132,8 @@ int kjit__cache_dir_open(const char *path, int create, int *dfd)
     return KJIT_OK;
 }
 
+/* No ownership check here: inside the checked 0700 directory only its owner
+ * can have made "locks"; O_NOFOLLOW still refuses a link. */
 int kjit__cache_locks_open(int dfd, const char *path)
 {
     if (mkdirat(dfd, "locks", 0700) < 0 && errno != EEXIST) {

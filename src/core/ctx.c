@@ -40,8 +40,8 @@ static int open_device(kjit_ctx *ctx)
     int pushed = 0;
     int rc = kjit__ctx_enter(ctx, &pushed);
     if (rc) return rc;
-    CUresult r = cu->MemAlloc(&ctx->err_flag, sizeof(int));
-    if (r == CUDA_SUCCESS) r = cu->MemsetD8(ctx->err_flag, 0, sizeof(int));
+    CUresult r = cu->MemAlloc(&ctx->err_flag, sizeof(kjit_index_report));
+    if (r == CUDA_SUCCESS) r = cu->MemsetD8(ctx->err_flag, 0, sizeof(kjit_index_report));
     kjit__ctx_leave(ctx, pushed);
     if (r != CUDA_SUCCESS) return kjit__cu_fail(r, "allocating the index-error flag");
     return KJIT_OK;
@@ -67,6 +67,7 @@ int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts)
     ctx->device = opts->device;
     ctx->index_check = opts->index_check;
     pthread_rwlock_init(&ctx->lock, NULL);
+    pthread_mutex_init(&ctx->ws_lock, NULL);
     int rc = KJIT_OK;
     if (opts->arch && (rc = kjit__arch_parse(opts->arch, &ctx->sm))) goto fail;
     if ((rc = kjit__cache_open(&ctx->cache, opts->cache_dir, 0))) goto fail;
@@ -102,6 +103,7 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
         for (size_t i = 0; i < ctx->n_slots; ++i)
             if (ctx->slots[i].name && ctx->slots[i].module) cu->ModuleUnload(ctx->slots[i].module);
         if (ctx->err_flag) cu->MemFree(ctx->err_flag);
+        if (ctx->ws) cu->MemFree(ctx->ws);
         kjit__ctx_leave(ctx, pushed);
     }
     for (size_t i = 0; i < ctx->n_slots; ++i) free(ctx->slots[i].name);
@@ -109,6 +111,7 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
     if (cu && ctx->cuctx) cu->DevicePrimaryCtxRelease(ctx->dev);
     kjit__cache_close(ctx->cache);
     pthread_rwlock_destroy(&ctx->lock);
+    pthread_mutex_destroy(&ctx->ws_lock);
     free(ctx);
 }
 
@@ -208,8 +211,11 @@ static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *lab
     const char *opts[KJIT_MAX_OPTIONS];
     int n_opts = kjit__jit_options(sm, arch_buf, opts);
     snprintf(arch, sizeof arch, "sm_%d", sm);
+    /* The main file is part of what is compiled, so part of the key. */
+    char keyed_name[512];
+    snprintf(keyed_name, sizeof keyed_name, "%s:%s", template_file, name_expr);
     kjit_cache_fields f = {
-        .source = bundle, .source_len = bundle_len, .name_expr = name_expr,
+        .source = bundle, .source_len = bundle_len, .name_expr = keyed_name,
         .options = opts, .n_options = n_opts, .arch = arch,
         .nvrtc_major = nv->major, .nvrtc_minor = nv->minor, .format = KJIT_CACHE_FORMAT,
     };
@@ -301,11 +307,31 @@ int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label
     return KJIT_OK;
 }
 
-int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned bx, unsigned smem,
+int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
                  CUstream stream, void *params, const char *what)
 {
     void *args[] = {params};
     const kjit_cu_api *cu = kjit__cu();
-    KJIT_CU_TRY(cu, LaunchKernel(fn, gx, gy, 1, bx, 1, 1, smem, stream, args, NULL), what);
+    KJIT_CU_TRY(cu, LaunchKernel(fn, gx, gy, gz, bx, 1, 1, smem, stream, args, NULL), what);
+    return KJIT_OK;
+}
+
+int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUdeviceptr *out)
+{
+    pthread_mutex_lock(&ctx->ws_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (ctx->ws_bytes < bytes) {
+        const kjit_cu_api *cu = kjit__cu();
+        /* cuMemFree waits for work using the old buffer; grow by 1.5x to amortise. */
+        if (ctx->ws) cu->MemFree(ctx->ws);
+        ctx->ws = 0;
+        ctx->ws_bytes = 0;
+        size_t want = bytes + bytes / 2;
+        r = cu->MemAlloc(&ctx->ws, want);
+        if (r == CUDA_SUCCESS) ctx->ws_bytes = want;
+    }
+    *out = ctx->ws;
+    pthread_mutex_unlock(&ctx->ws_lock);
+    if (r != CUDA_SUCCESS) return kjit__cu_fail(r, "allocating the context's backward workspace");
     return KJIT_OK;
 }

@@ -28,7 +28,11 @@ struct kjit_ctx {
     int sm_count;
     kjit_cache *cache;
     kjit_index_check index_check;
-    CUdeviceptr err_flag; /* one int on the device */
+    CUdeviceptr err_flag; /* kjit_index_report on the device */
+
+    pthread_mutex_t ws_lock; /* the context-owned backward workspace */
+    CUdeviceptr ws;
+    size_t ws_bytes;
 
     pthread_rwlock_t lock;
     kjit_kernel_slot *slots;
@@ -50,7 +54,19 @@ int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
                     const char *name_expr, int sm, kjit_kernel_image *out);
 
 /* cuLaunchKernel with one params block (the kernel's only argument). */
-int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned bx, unsigned smem,
+int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
                  CUstream stream, void *params, const char *what);
+
+/* The context's own workspace of at least `bytes` (grown on demand). */
+int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUdeviceptr *out);
+
+/* The device record of index checking: err is the flag of asynchronous
+ * checking; pos/value the first bad index found by a synchronous check. */
+typedef struct kjit_index_report {
+    int err;
+    int pad;
+    unsigned long long pos;
+    long long value;
+} kjit_index_report;
 
 #endif

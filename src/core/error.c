@@ -1,5 +1,6 @@
 #include "error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,14 +40,19 @@ int kjit__fail(int status, const char *fmt, ...)
     return status;
 }
 
+static int log_level;
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void log_init(void)
+{
+    const char *e = getenv("KJIT_LOG");
+    log_level = (e && *e && *e != '0') ? 1 : 0;
+}
+
 void kjit__log(const char *fmt, ...)
 {
-    static int level = -1;
-    if (level < 0) {
-        const char *e = getenv("KJIT_LOG");
-        level = (e && *e && *e != '0') ? 1 : 0;
-    }
-    if (!level) return;
+    pthread_once(&log_once, log_init);
+    if (!log_level) return;
     va_list ap;
     va_start(ap, fmt);
     fputs("kjit: ", stderr);

@@ -24,5 +24,9 @@ int kjit__spec_add(kjit_kernel_spec *out, int max, int n, const kjit_op_desc *op
     __attribute__((format(printf, 5, 6)));
 
 extern const kjit_op_desc kjit__op_timestep_sinusoid;
+extern const kjit_op_desc kjit__op_adaln_row_gather;
+extern const kjit_op_desc kjit__op_norm_modulate;
+extern const kjit_op_desc kjit__op_gated_residual;
+extern const kjit_op_desc kjit__op_gated_residual_norm_modulate;
 
 #endif

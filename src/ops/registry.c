@@ -5,10 +5,15 @@
 #include "core/ctx.h"
 #include "core/error.h"
 #include "jit/compile.h"
+#include "jit/templates.h"
 #include "ops/op.h"
 
 static const kjit_op_desc *const ops[] = {
     &kjit__op_timestep_sinusoid,
+    &kjit__op_adaln_row_gather,
+    &kjit__op_norm_modulate,
+    &kjit__op_gated_residual,
+    &kjit__op_gated_residual_norm_modulate,
 };
 #define N_OPS ((int)(sizeof ops / sizeof ops[0]))
 
@@ -91,10 +96,15 @@ int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *a
     kjit__clear_error();
     if (!ctx || !spec || !out)
         return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: %s is NULL", !ctx ? "ctx" : !spec ? "spec" : "out");
-    const kjit_op_desc *d = kjit__op_find(spec->op);
-    if (!d || !spec->template_file || strcmp(d->template_file, spec->template_file) != 0 ||
-        !memchr(spec->name_expr, '\0', sizeof spec->name_expr) || !spec->name_expr[0])
-        return kjit__fail(KJIT_EINVAL, "kjit_kernel_build: spec does not come from kjit_op_kernels");
+    /* The name expression is compiled as C++: accept only template-id text. */
+    const kjit_template_file *tf;
+    int ok = kjit__op_find(spec->op) && spec->template_file &&
+             kjit__template_find(spec->template_file, &tf) == KJIT_OK &&
+             memchr(spec->name_expr, '\0', sizeof spec->name_expr) && strncmp(spec->name_expr, "kjit_", 5) == 0 &&
+             strspn(spec->name_expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:<>, -") ==
+                 strlen(spec->name_expr);
+    kjit__clear_error();
+    if (!ok) return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: spec does not come from kjit_op_kernels");
     int sm = ctx->sm;
     if (arch) {
         int rc = kjit__arch_parse(arch, &sm);

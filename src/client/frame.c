@@ -1,0 +1,82 @@
+#include "client/frame.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void kjit__frame_encode(uint8_t out[KJIT_FRAME_HEADER], uint32_t json_len, uint32_t payload_len)
+{
+    memcpy(out, "KJIT", 4);
+    put16(out + 4, KJIT_PROTO_VERSION);
+    put16(out + 6, 0);
+    put32(out + 8, json_len);
+    put32(out + 12, payload_len);
+}
+
+int kjit__frame_decode(const uint8_t in[KJIT_FRAME_HEADER], uint32_t max_json, uint32_t max_payload,
+                       kjit_frame_header *out, char *why, size_t why_len)
+{
+    if (memcmp(in, "KJIT", 4) != 0) {
+        snprintf(why, why_len, "bad frame magic %02x %02x %02x %02x (expected \"KJIT\")", in[0], in[1],
+                 in[2], in[3]);
+        return -1;
+    }
+    out->version = get16(in + 4);
+    out->flags = get16(in + 6);
+    out->json_len = get32(in + 8);
+    out->payload_len = get32(in + 12);
+    if (out->version != KJIT_PROTO_VERSION) {
+        snprintf(why, why_len, "frame version %u is not supported (this side speaks %d)", out->version,
+                 KJIT_PROTO_VERSION);
+        return -1;
+    }
+    if (out->flags) {
+        snprintf(why, why_len, "frame flags 0x%x: no flags are defined, they must be 0", out->flags);
+        return -1;
+    }
+    if (out->json_len < 2 || out->json_len > max_json) {
+        snprintf(why, why_len, "frame JSON length %u outside 2..%u", out->json_len, max_json);
+        return -1;
+    }
+    if (out->payload_len > max_payload) {
+        snprintf(why, why_len, "frame payload length %u over the limit of %u", out->payload_len, max_payload);
+        return -1;
+    }
+    return 0;
+}
+
+int kjit__json_depth(const char *json, size_t len, int limit)
+{
+    int depth = 0, deepest = 0, in_string = 0;
+    for (size_t i = 0; i < len; ++i) {
+        char ch = json[i];
+        if (in_string) {
+            if (ch == '\\') ++i;
+            else if (ch == '"') in_string = 0;
+        } else if (ch == '"') {
+            in_string = 1;
+        } else if (ch == '{' || ch == '[') {
+            if (++depth > deepest && (deepest = depth) > limit) return deepest;
+        } else if ((ch == '}' || ch == ']') && depth > 0) {
+            --depth;
+        }
+    }
+    return deepest;
+}

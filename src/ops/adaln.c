@@ -1,0 +1,289 @@
+/* norm_modulate, gated_residual and gated_residual_norm_modulate: one
+ * template family (kernel_templates/adaln.cuh, MODE 1, 2, 3), one host path. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/kjit_params.h"
+#include "core/error.h"
+#include "ops/op.h"
+#include "ops/partition.h"
+#include "ops/rows.h"
+#include "tune/config.h"
+
+#define ADALN_TEMPLATE "adaln.cuh"
+#define FAST_MAX_HIDDEN 16384
+
+typedef struct mode_info {
+    const char *name;
+    const kjit_op_desc *desc;
+    int ng;   /* table gradients: 1 shift, scale; 2 gate; 3 shift, scale, gate */
+    int ntab; /* per-column table values a backward keeps (smem formula) */
+    int nacc; /* per-column accumulators of a backward (smem formula) */
+} mode_info;
+
+static const mode_info modes[4] = {
+    {0},
+    {"norm_modulate", &kjit__op_norm_modulate, 2, 1, 2},
+    {"gated_residual", &kjit__op_gated_residual, 1, 1, 1},
+    {"gated_residual_norm_modulate", &kjit__op_gated_residual_norm_modulate, 3, 2, 3},
+};
+
+static kjit_dtype param_for(kjit_dtype act) { return act == KJIT_F16 ? KJIT_F32 : act; }
+
+static void fwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype par, kjit_dtype idx, int h, int vec,
+                     const kjit_adaln_config *c)
+{
+    snprintf(buf, len, "kjit_adaln_fwd<%d, %s, %s, %s, %d, %d, %d, %d>", mode, kjit__dtype_cxx(act),
+             kjit__dtype_cxx(par), kjit__dtype_cxx(idx), vec ? h : 0, kjit__adaln_tpr(h, act), c->rpc, vec ? c->pf : 0);
+}
+
+static void bwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype par, kjit_dtype idx, int h, int vec,
+                     const kjit_adaln_config *c)
+{
+    snprintf(buf, len, "kjit_adaln_bwd<%d, %s, %s, %s, %d, %d, %d, %d>", mode, kjit__dtype_cxx(act),
+             kjit__dtype_cxx(par), kjit__dtype_cxx(idx), vec ? h : 0, kjit__adaln_tpr(h, act), vec ? c->bwd_pf : 0,
+             vec ? c->accs : 0);
+}
+
+static int fast_ok(int h) { return h % 8 == 0 && h <= FAST_MAX_HIDDEN; }
+
+static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec *out, int max)
+{
+    const mode_info *m = &modes[mode];
+    if (hidden < 1 || hidden > KJIT_MAX_HIDDEN)
+        return kjit__fail(KJIT_EINVAL, "%s: hidden %d outside 1..%d", m->name, hidden, KJIT_MAX_HIDDEN);
+    const kjit_dtype par = param_for(act), idx[2] = {KJIT_I32, KJIT_I64};
+    kjit_adaln_config c;
+    kjit__adaln_config_default(mode, hidden, act, &c);
+    int n = 0;
+    char e[224];
+    for (int i = 0; i < 2; ++i) {
+        fwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden), &c);
+        n = kjit__spec_add(out, max, n, m->desc, "%s", e);
+        bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden), &c);
+        n = kjit__spec_add(out, max, n, m->desc, "%s", e);
+        n = kjit__spec_add(out, max, n, m->desc, "kjit_index_check<%s>", kjit__dtype_cxx(idx[i]));
+        if (n <= max) out[n - 1].template_file = "index_check.cuh";
+    }
+    n = kjit__part_specs(m->name, par, out, max, n);
+    if (mode != 2) {
+        n = kjit__spec_add(out, max, n, m->desc, "kjit_colsum_finish<%s>", kjit__dtype_cxx(par));
+        if (n <= max) out[n - 1].template_file = "partition.cuh";
+    }
+    return n;
+}
+
+static int nm_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return adaln_kernels(1, h, d, o, max); }
+static int gr_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return adaln_kernels(2, h, d, o, max); }
+static int fu_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return adaln_kernels(3, h, d, o, max); }
+
+const kjit_op_desc kjit__op_norm_modulate = {"norm_modulate", ADALN_TEMPLATE, nm_kernels};
+const kjit_op_desc kjit__op_gated_residual = {"gated_residual", ADALN_TEMPLATE, gr_kernels};
+const kjit_op_desc kjit__op_gated_residual_norm_modulate = {"gated_residual_norm_modulate", ADALN_TEMPLATE,
+                                                            fu_kernels};
+
+/* Which operands an op reads and writes. */
+enum { X = 1, RES = 2, Y = 4, SHIFT = 8, SCALE = 16, GATE = 32, OUT = 64, HOUT = 128, DOUT = 256, DH = 512,
+       DX = 1024, DY = 2048, DSHIFT = 4096, DSCALE = 8192, DGATE = 16384 };
+
+static unsigned operands(int mode, int bwd)
+{
+    if (!bwd) return mode == 1 ? X | SHIFT | SCALE | OUT
+                 : mode == 2 ? RES | Y | GATE | OUT
+                             : RES | Y | GATE | SHIFT | SCALE | OUT | HOUT;
+    return mode == 1 ? X | SCALE | DOUT | DX | DSHIFT | DSCALE
+         : mode == 2 ? Y | GATE | DOUT | DY | DGATE
+                     : X | Y | GATE | SCALE | DOUT | DX | DY | DGATE | DSHIFT | DSCALE;
+}
+
+static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
+{
+    const char *op = modes[mode].name;
+    const unsigned need = operands(mode, bwd);
+    if (a->n < 0 || a->n > KJIT_MAX_ROWS)
+        return kjit__fail(KJIT_EINVAL, "%s: n = %lld outside 0..%lld", op, (long long)a->n, KJIT_MAX_ROWS);
+    if (a->hidden < 1 || a->hidden > KJIT_MAX_HIDDEN)
+        return kjit__fail(KJIT_EINVAL, "%s: hidden %d outside 1..%d", op, a->hidden, KJIT_MAX_HIDDEN);
+    int rc;
+    if ((rc = kjit__check_dtype(op, "act_dtype", a->act_dtype, 1))) return rc;
+    if ((rc = kjit__check_dtype(op, "param_dtype", a->param_dtype, 0))) return rc;
+    if (mode != 2 && (!isfinite(a->eps) || a->eps < 0))
+        return kjit__fail(KJIT_EINVAL, "%s: eps %g must be finite and >= 0", op, (double)a->eps);
+    if ((rc = kjit__check_index(op, &a->index, a->n))) return rc;
+    const int h = a->hidden;
+    const int64_t n = a->n, r = a->index.rows;
+    const kjit_dtype A = a->act_dtype, P = a->param_dtype;
+    *vec = fast_ok(h);
+    struct { unsigned bit; const char *name; const void *p; int64_t stride, rows; kjit_dtype dt; } ops[] = {
+        {X, bwd && mode == 3 ? "x (the forward's h)" : "x", a->x, a->x_stride, n, A},
+        {RES, "res", a->res, a->res_stride, n, A},
+        {Y, "y", a->y, a->y_stride, n, A},
+        {SHIFT, "shift", a->shift, a->shift_stride, r, P},
+        {SCALE, "scale", a->scale, a->scale_stride, r, P},
+        {GATE, "gate", a->gate, a->gate_stride, r, P},
+        {OUT, "out", a->out, a->out_stride, n, A},
+        {HOUT, "h", a->h, a->h_stride, n, A},
+        {DOUT, "dout", a->dout, a->dout_stride, n, A},
+        {DX, mode == 1 ? "dx" : "dx (dres)", a->dx, a->dx_stride, n, A},
+        {DY, "dy", a->dy, a->dy_stride, n, A},
+        {DSHIFT, "dshift", a->dshift, a->dshift_stride, r, P},
+        {DSCALE, "dscale", a->dscale, a->dscale_stride, r, P},
+        {DGATE, "dgate", a->dgate, a->dgate_stride, r, P},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
+        if (need & ops[i].bit)
+            if ((rc = kjit__check_rows(op, ops[i].name, ops[i].p, ops[i].stride, ops[i].rows, h, ops[i].dt, vec)))
+                return rc;
+    /* Optional operands: checked when given. */
+    if (bwd && mode == 2 && a->dx && (rc = kjit__check_rows(op, "dx (dres)", a->dx, a->dx_stride, n, h, A, vec))) return rc;
+    if (bwd && mode == 3 && a->dh && (rc = kjit__check_rows(op, "dh", a->dh, a->dh_stride, n, h, A, vec))) return rc;
+    if (mode != 2) {
+        if (a->weight && (rc = kjit__check_vector(op, "weight", a->weight, h, P, vec))) return rc;
+        if (bwd && a->dweight) {
+            if (!a->weight) return kjit__fail(KJIT_EINVAL, "%s: dweight given but weight is NULL", op);
+            if ((rc = kjit__check_vector(op, "dweight", a->dweight, h, P, vec))) return rc;
+        }
+    }
+    return KJIT_OK;
+}
+
+static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, CUstream stream)
+{
+    const char *op = modes[mode].name;
+    kjit__clear_error();
+    if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s: %s is NULL", op, ctx ? "args" : "ctx");
+    int vec, rc = validate(mode, 0, a, &vec);
+    if (rc || a->n == 0) return rc;
+    int pushed;
+    if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
+    kjit_adaln_fwd_params p = {0};
+    if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
+    kjit_adaln_config c;
+    kjit__adaln_config_default(mode, a->hidden, a->act_dtype, &c);
+    p.x = a->x, p.x_stride = a->x_stride;
+    p.res = a->res, p.res_stride = a->res_stride;
+    p.y = a->y, p.y_stride = a->y_stride;
+    p.w = mode != 2 ? a->weight : NULL;
+    p.table.ptr[0] = a->shift, p.table.stride[0] = a->shift_stride;
+    p.table.ptr[1] = a->scale, p.table.stride[1] = a->scale_stride;
+    p.table.ptr[2] = a->gate, p.table.stride[2] = a->gate_stride;
+    p.h_out = mode == 3 ? a->h : NULL, p.h_stride = a->h_stride;
+    p.out = a->out, p.out_stride = a->out_stride;
+    p.n = a->n, p.h = a->hidden, p.eps = a->eps;
+    const int tpr = kjit__adaln_tpr(a->hidden, a->act_dtype);
+    long long groups = (a->n + c.rpc - 1) / c.rpc;
+    if (c.grid_per_sm > 0 && groups > (long long)c.grid_per_sm * ctx->sm_count) groups = (long long)c.grid_per_sm * ctx->sm_count;
+    if (groups > 2147483647LL) groups = 2147483647LL;
+    char e[224];
+    fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
+    rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)groups, 1, 1, (unsigned)(tpr * c.rpc), 0, stream, &p);
+out:
+    kjit__ctx_leave(ctx, pushed);
+    return rc;
+}
+
+static size_t bwd_smem(int mode, int h, kjit_dtype act, int tpr, const kjit_adaln_config *c, int vec)
+{
+    if (!vec) return 0;
+    const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v;
+    const int k = (c->accs >= 1 ? modes[mode].ntab : 0) + (c->accs == 2 ? modes[mode].nacc : 0);
+    return (size_t)k * (size_t)((g + tpr - 1) / tpr) * (size_t)v * (size_t)tpr * 4;
+}
+
+static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws, size_t ws_bytes, CUstream stream)
+{
+    const char *op = modes[mode].name;
+    kjit__clear_error();
+    if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s backward: %s is NULL", op, ctx ? "args" : "ctx");
+    int vec, rc = validate(mode, 1, a, &vec);
+    if (rc) return rc;
+    const int ng = modes[mode].ng, with_w = mode != 2 && a->dweight;
+    kjit_part_plan pl;
+    kjit__part_plan(&pl, a->n, a->index.rows, ng, a->hidden, with_w);
+    if (ws && ws_bytes < pl.bytes)
+        return kjit__fail(KJIT_EINVAL, "%s backward: workspace of %zu bytes, %zu needed (kjit_adaln_workspace)", op,
+                          ws_bytes, pl.bytes);
+    int pushed;
+    if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
+    kjit_adaln_bwd_params p = {0};
+    CUdeviceptr base;
+    if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
+    if ((rc = kjit__workspace(ctx, op, ws, ws_bytes, pl.bytes, &base))) goto out;
+    kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
+    /* Zero rows: the gradients of the tables and weight are zero. */
+    if (a->n == 0) pl.n = p.part.n = 0;
+    if ((rc = kjit__part_build(ctx, op, &p.part, &p.index, a->index.dtype, stream))) goto out;
+    kjit_adaln_config c;
+    kjit__adaln_config_default(mode, a->hidden, a->act_dtype, &c);
+    p.x = a->x, p.x_stride = a->x_stride;
+    p.y = a->y, p.y_stride = a->y_stride;
+    p.w = mode != 2 ? a->weight : NULL;
+    p.table.ptr[0] = a->shift, p.table.stride[0] = a->shift_stride;
+    p.table.ptr[1] = a->scale, p.table.stride[1] = a->scale_stride;
+    p.table.ptr[2] = a->gate, p.table.stride[2] = a->gate_stride;
+    p.index.err = NULL;
+    p.dout = a->dout, p.dout_stride = a->dout_stride;
+    p.dh = mode == 3 ? a->dh : NULL, p.dh_stride = a->dh_stride;
+    p.dx = a->dx, p.dx_stride = a->dx_stride;
+    p.dy = a->dy, p.dy_stride = a->dy_stride;
+    p.dw = with_w ? a->dweight : NULL;
+    p.dtable.ptr[0] = a->dshift, p.dtable.stride[0] = a->dshift_stride;
+    p.dtable.ptr[1] = a->dscale, p.dtable.stride[1] = a->dscale_stride;
+    p.dtable.ptr[2] = a->dgate, p.dtable.stride[2] = a->dgate_stride;
+    if (!with_w) p.partial_w = NULL;
+    p.n = a->n, p.h = a->hidden, p.eps = a->eps;
+    const int tpr = kjit__adaln_tpr(a->hidden, a->act_dtype);
+    char e[224];
+    bwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
+    rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)p.part.chunks, 1, 1, (unsigned)tpr,
+                   (unsigned)bwd_smem(mode, a->hidden, a->act_dtype, tpr, &c, vec), stream, &p);
+    if (rc) goto out;
+    void *outs[3];
+    long long strides[3];
+    int k = 0;
+    if (mode != 2) {
+        outs[k] = a->dshift, strides[k++] = a->dshift_stride;
+        outs[k] = a->dscale, strides[k++] = a->dscale_stride;
+    }
+    if (mode != 1) outs[k] = a->dgate, strides[k++] = a->dgate_stride;
+    rc = kjit__part_finish(ctx, op, &p.part, p.partial, ng, a->hidden, outs, strides, a->param_dtype, stream);
+    if (!rc && with_w) rc = kjit__colsum_finish(ctx, op, &p.part, p.partial_w, a->hidden, a->dweight, a->param_dtype, stream);
+out:
+    kjit__ctx_leave(ctx, pushed);
+    return rc;
+}
+
+int kjit_norm_modulate_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream s) { return adaln_fwd(ctx, 1, a, s); }
+int kjit_gated_residual_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream s) { return adaln_fwd(ctx, 2, a, s); }
+int kjit_gated_residual_norm_modulate_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream s)
+{
+    return adaln_fwd(ctx, 3, a, s);
+}
+int kjit_norm_modulate_bwd(kjit_ctx *ctx, const kjit_adaln_args *a, void *ws, size_t bytes, CUstream s)
+{
+    return adaln_bwd(ctx, 1, a, ws, bytes, s);
+}
+int kjit_gated_residual_bwd(kjit_ctx *ctx, const kjit_adaln_args *a, void *ws, size_t bytes, CUstream s)
+{
+    return adaln_bwd(ctx, 2, a, ws, bytes, s);
+}
+int kjit_gated_residual_norm_modulate_bwd(kjit_ctx *ctx, const kjit_adaln_args *a, void *ws, size_t bytes, CUstream s)
+{
+    return adaln_bwd(ctx, 3, a, ws, bytes, s);
+}
+
+int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes)
+{
+    kjit__clear_error();
+    if (op < KJIT_NORM_MODULATE || op > KJIT_GATED_RESIDUAL_NORM_MODULATE)
+        return kjit__fail(KJIT_EINVAL, "kjit_adaln_workspace: op %d is not a kjit_adaln_op", (int)op);
+    if (!bytes) return kjit__fail(KJIT_EINVAL, "kjit_adaln_workspace: bytes is NULL");
+    if (n < 0 || n > KJIT_MAX_ROWS || hidden < 1 || hidden > KJIT_MAX_HIDDEN || rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
+        return kjit__fail(KJIT_EINVAL, "kjit_adaln_workspace: n = %lld, hidden = %d or rows = %lld out of range",
+                          (long long)n, hidden, (long long)rows);
+    kjit_part_plan pl;
+    kjit__part_plan(&pl, n, rows, modes[op].ng, hidden, op != KJIT_GATED_RESIDUAL);
+    *bytes = pl.bytes;
+    return KJIT_OK;
+}

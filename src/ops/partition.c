@@ -1,0 +1,128 @@
+#include "ops/partition.h"
+
+#include <stdio.h>
+
+#include "core/error.h"
+#include "ops/op.h"
+#include "ops/rows.h"
+
+#define PART_TEMPLATE "partition.cuh"
+#define COUNT_WARPS 8
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w)
+{
+    const long long N = n > 0 ? n : 1, R = r;
+    long long cap = 4194304 / R;
+    if (cap > 8192) cap = 8192;
+    if (cap > 16 * N / R) cap = 16 * N / R;
+    if (cap < 1) cap = 1;
+    long long tile = ((N + cap - 1) / cap + 31) / 32 * 32;
+    if (tile < 256) tile = 256;
+    long long chunk = (N + 255) / 256;
+    if (chunk < 32) chunk = 32;
+    pl->n = N;
+    pl->r = R;
+    pl->tile = tile;
+    pl->tiles = (N + tile - 1) / tile;
+    pl->chunk = chunk;
+    pl->chunks = (N + chunk - 1) / chunk;
+    pl->sblk = (pl->tiles * R + 4095) / 4096;
+    pl->ng = ng;
+    pl->h = h;
+    pl->with_w = with_w;
+    size_t off = align256(sizeof(int) * (size_t)N);
+    pl->off_start = off;
+    off = align256(off + sizeof(int) * (size_t)(R + 1));
+    pl->off_tile_pos = off;
+    off = align256(off + sizeof(int) * (size_t)(pl->tiles * R));
+    pl->off_chunk_row = off;
+    off = align256(off + sizeof(int) * (size_t)pl->chunks);
+    pl->off_scan = off;
+    off = align256(off + sizeof(unsigned long long) * (size_t)(pl->sblk + 1));
+    pl->off_partial = off;
+    off = align256(off + sizeof(float) * (size_t)pl->chunks * 2 * (size_t)ng * (size_t)h);
+    pl->off_partial_w = off;
+    if (with_w) off = align256(off + sizeof(float) * (size_t)pl->chunks * (size_t)h);
+    pl->bytes = off;
+}
+
+void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition *part, float **partial,
+                      float **partial_w)
+{
+    part->perm = (int *)(uintptr_t)base;
+    part->start = (int *)(uintptr_t)(base + pl->off_start);
+    part->tile_pos = (int *)(uintptr_t)(base + pl->off_tile_pos);
+    part->chunk_row = (int *)(uintptr_t)(base + pl->off_chunk_row);
+    part->scan_state = (unsigned long long *)(uintptr_t)(base + pl->off_scan);
+    part->n = pl->n;
+    part->r = pl->r;
+    part->tile = pl->tile;
+    part->tiles = pl->tiles;
+    part->chunk = pl->chunk;
+    part->chunks = pl->chunks;
+    *partial = (float *)(uintptr_t)(base + pl->off_partial);
+    if (partial_w) *partial_w = pl->with_w ? (float *)(uintptr_t)(base + pl->off_partial_w) : NULL;
+}
+
+int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
+                     kjit_dtype index_dtype, CUstream stream)
+{
+    kjit_part_build_params p = {*ix, *part};
+    const char *ti = kjit__dtype_cxx(index_dtype);
+    char count[64], scatter[64];
+    snprintf(count, sizeof count, "kjit_part_count<%s>", ti);
+    snprintf(scatter, sizeof scatter, "kjit_part_scatter<%s>", ti);
+    const unsigned grid = (unsigned)((part->tiles + COUNT_WARPS - 1) / COUNT_WARPS);
+    const size_t want = (size_t)COUNT_WARPS * (size_t)part->r * 4;
+    const unsigned smem = want <= 48 * 1024 ? (unsigned)want : 0;
+    int rc = kjit__run(ctx, PART_TEMPLATE, label, count, grid, 1, 1, 32 * COUNT_WARPS, smem, stream, &p);
+    if (!rc) rc = kjit__run(ctx, PART_TEMPLATE, label, "kjit_part_scan<256>", (unsigned)(part->tiles * part->r + 4095) / 4096,
+                            1, 1, 256, 0, stream, &p);
+    if (!rc) rc = kjit__run(ctx, PART_TEMPLATE, label, scatter, grid, 1, 1, 32 * COUNT_WARPS, smem, stream, &p);
+    return rc;
+}
+
+int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
+                      int h, void *const out[], const long long out_stride[], kjit_dtype tp, CUstream stream)
+{
+    kjit_finish_params p = {0};
+    for (int g = 0; g < ng; ++g) {
+        p.out[g] = out[g];
+        p.out_stride[g] = out_stride[g];
+    }
+    p.partial = partial;
+    p.part = *part;
+    p.h = h;
+    p.ng = ng;
+    char expr[64];
+    snprintf(expr, sizeof expr, "kjit_part_finish<%s>", kjit__dtype_cxx(tp));
+    const long long y = part->r < 32 ? part->r : 32;
+    return kjit__run(ctx, PART_TEMPLATE, label, expr, (unsigned)((h + 255) / 256), (unsigned)y, (unsigned)ng, 256, 0,
+                     stream, &p);
+}
+
+int kjit__colsum_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial_w, int h,
+                        void *out, kjit_dtype tp, CUstream stream)
+{
+    kjit_colsum_params p = {partial_w, out, *part, h};
+    char expr[64];
+    snprintf(expr, sizeof expr, "kjit_colsum_finish<%s>", kjit__dtype_cxx(tp));
+    return kjit__run(ctx, PART_TEMPLATE, label, expr, (unsigned)((h + 255) / 256), 1, 1, 256, 0, stream, &p);
+}
+
+int kjit__part_specs(const char *op, kjit_dtype tp, kjit_kernel_spec *out, int max, int n)
+{
+    const kjit_op_desc *d = kjit__op_find(op);
+    static const char *const fixed[] = {"kjit_part_count<int>", "kjit_part_count<long long>",
+                                        "kjit_part_scatter<int>", "kjit_part_scatter<long long>",
+                                        "kjit_part_scan<256>"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; ++i) {
+        n = kjit__spec_add(out, max, n, d, "%s", fixed[i]);
+        if (n <= max) out[n - 1].template_file = PART_TEMPLATE;
+    }
+    n = kjit__spec_add(out, max, n, d, "kjit_part_finish<%s>", kjit__dtype_cxx(tp));
+    if (n <= max) out[n - 1].template_file = PART_TEMPLATE;
+    return n;
+}

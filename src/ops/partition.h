@@ -1,0 +1,38 @@
+/* Host side of the backward row partition (kernel_templates/partition.cuh):
+ * sizes, workspace layout, the three build launches and the finishers. */
+#ifndef KJIT_PARTITION_H
+#define KJIT_PARTITION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/kjit_params.h"
+#include "core/ctx.h"
+#include "kjit.h"
+
+typedef struct kjit_part_plan {
+    long long n, r, tile, tiles, chunk, chunks, sblk;
+    int ng, h, with_w;
+    size_t off_start, off_tile_pos, off_chunk_row, off_scan, off_partial, off_partial_w, bytes;
+} kjit_part_plan;
+
+/* Sizes and workspace layout for n rows, r table rows, ng gradients of h
+ * columns, with or without a weight gradient (partial_w). */
+void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w);
+/* Points part / partial / partial_w into the workspace at base. */
+void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition *part, float **partial,
+                      float **partial_w);
+/* The build: count, scan, scatter (graph capturable). */
+int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
+                     kjit_dtype index_dtype, CUstream stream);
+/* Finishes ng row-strided gradient outputs of dtype tp from the partials. */
+int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
+                      int h, void *const out[], const long long out_stride[], kjit_dtype tp, CUstream stream);
+/* out[h] = sum of partial_w over the chunks, in chunk order. */
+int kjit__colsum_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial_w, int h,
+                        void *out, kjit_dtype tp, CUstream stream);
+
+/* The partition kernels' name expressions (for prewarm). */
+int kjit__part_specs(const char *op, kjit_dtype tp, kjit_kernel_spec *out, int max, int n);
+
+#endif

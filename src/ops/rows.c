@@ -1,0 +1,103 @@
+#include "ops/rows.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "core/error.h"
+#include "ops/op.h"
+
+int kjit__check_dtype(const char *op, const char *name, kjit_dtype dt, int allow_f16)
+{
+    if (dt == KJIT_F32 || dt == KJIT_BF16 || (allow_f16 && dt == KJIT_F16)) return KJIT_OK;
+    return kjit__fail(KJIT_EINVAL, "%s: %s %s: expected fp32, bf16%s", op, name, kjit_dtype_name(dt),
+                      allow_f16 ? " or fp16" : "");
+}
+
+int kjit__check_rows(const char *op, const char *name, const void *p, int64_t stride, int64_t rows, int h,
+                     kjit_dtype dt, int *vec)
+{
+    const size_t es = kjit_dtype_size(dt);
+    if (rows <= 0) return KJIT_OK;
+    if (!p) return kjit__fail(KJIT_EINVAL, "%s: %s is NULL", op, name);
+    if (stride < h)
+        return kjit__fail(KJIT_EINVAL, "%s: %s row stride %lld < hidden %d", op, name, (long long)stride, h);
+    if ((uintptr_t)p % es)
+        return kjit__fail(KJIT_EINVAL, "%s: %s is not aligned to its %zu-byte elements", op, name, es);
+    if ((uint64_t)(rows - 1) > (uint64_t)(INT64_MAX / 8) / (uint64_t)stride)
+        return kjit__fail(KJIT_EINVAL, "%s: %s: %lld rows of stride %lld overflow 64-bit offsets", op, name,
+                          (long long)rows, (long long)stride);
+    if ((uintptr_t)p % 16 || ((uint64_t)stride * es) % 16) *vec = 0;
+    return KJIT_OK;
+}
+
+int kjit__check_vector(const char *op, const char *name, const void *p, int h, kjit_dtype dt, int *vec)
+{
+    return kjit__check_rows(op, name, p, h, 1, h, dt, vec);
+}
+
+int kjit__check_index(const char *op, const kjit_index *ix, int64_t n)
+{
+    if (ix->dtype != KJIT_I32 && ix->dtype != KJIT_I64)
+        return kjit__fail(KJIT_EINVAL, "%s: index dtype %s: expected int32 or int64", op, kjit_dtype_name(ix->dtype));
+    if (ix->rows < 1 || ix->rows > KJIT_MAX_TABLE_ROWS)
+        return kjit__fail(KJIT_EINVAL, "%s: index.rows (table rows R) = %lld outside 1..%d", op,
+                          (long long)ix->rows, KJIT_MAX_TABLE_ROWS);
+    if (n > 0 && !ix->ptr) return kjit__fail(KJIT_EINVAL, "%s: index is NULL", op);
+    if ((uintptr_t)ix->ptr % kjit_dtype_size(ix->dtype))
+        return kjit__fail(KJIT_EINVAL, "%s: index is not aligned to its %zu-byte elements", op,
+                          kjit_dtype_size(ix->dtype));
+    return KJIT_OK;
+}
+
+int kjit__run(kjit_ctx *ctx, const char *template_file, const char *label, const char *name_expr,
+              unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem, CUstream stream, void *params)
+{
+    CUfunction fn;
+    int rc = kjit__ctx_kernel(ctx, template_file, label, name_expr, &fn);
+    if (rc) return rc;
+    if (smem > 48 * 1024) {
+        const kjit_cu_api *cu = kjit__cu();
+        KJIT_CU_TRY(cu, FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), name_expr);
+    }
+    return kjit__launch(fn, gx, gy, gz, bx, smem, stream, params, name_expr);
+}
+
+int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int64_t n, CUstream stream,
+                        kjit_index_arg *out)
+{
+    out->ptr = ix->ptr;
+    out->r = ix->rows;
+    out->err = ctx->index_check == KJIT_INDEX_CHECK_ASYNC ? (int *)(uintptr_t)ctx->err_flag : NULL;
+    if (ctx->index_check != KJIT_INDEX_CHECK_SYNC || n == 0) return KJIT_OK;
+
+    const kjit_cu_api *cu = kjit__cu();
+    const CUdeviceptr pos = ctx->err_flag + offsetof(kjit_index_report, pos);
+    KJIT_CU_TRY(cu, MemsetD8Async(pos, 0xFF, sizeof(unsigned long long), stream), "index check");
+    kjit_index_check_params p = {ix->ptr, (void *)(uintptr_t)ctx->err_flag, n, ix->rows};
+    char expr[64];
+    snprintf(expr, sizeof expr, "kjit_index_check<%s>", kjit__dtype_cxx(ix->dtype));
+    int64_t blocks = (n + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    int rc = kjit__run(ctx, "index_check.cuh", "index_check", expr, (unsigned)blocks, 1, 1, 256, 0, stream, &p);
+    if (rc) return rc;
+    unsigned long long bad = 0;
+    KJIT_CU_TRY(cu, MemcpyDtoHAsync(&bad, pos, sizeof bad, stream), "index check");
+    KJIT_CU_TRY(cu, StreamSynchronize(stream), "index check");
+    if (bad == ~0ULL) return KJIT_OK;
+    long long v = 0;
+    const size_t es = kjit_dtype_size(ix->dtype);
+    KJIT_CU_TRY(cu, MemcpyDtoH(&v, (CUdeviceptr)(uintptr_t)ix->ptr + bad * es, es), "index check");
+    if (es == 4) v = (long long)(int)v;
+    return kjit__fail(KJIT_EINDEX, "%s: index[%llu] = %lld is outside [0, %lld); nothing was written", op, bad, v,
+                      (long long)ix->rows);
+}
+
+int kjit__workspace(kjit_ctx *ctx, const char *op, void *ws, size_t ws_bytes, size_t need, CUdeviceptr *out)
+{
+    if (!ws) return kjit__ctx_workspace(ctx, need, out);
+    if (ws_bytes < need)
+        return kjit__fail(KJIT_EINVAL, "%s: workspace of %zu bytes, %zu needed", op, ws_bytes, need);
+    if ((uintptr_t)ws % 256) return kjit__fail(KJIT_EINVAL, "%s: workspace is not 256-byte aligned", op);
+    *out = (CUdeviceptr)(uintptr_t)ws;
+    return KJIT_OK;
+}

@@ -1,0 +1,365 @@
+#include "server/request.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client/frame.h"
+#include "jit/compile.h"
+
+static const char *const type_names[] = {
+    [KJIT_REQ_HELLO] = "hello",     [KJIT_REQ_PING] = "ping",   [KJIT_REQ_STATS] = "stats",
+    [KJIT_REQ_COMPILE] = "compile", [KJIT_REQ_PREWARM] = "prewarm", [KJIT_REQ_TUNE] = "tune",
+    [KJIT_REQ_RUN] = "run",         [KJIT_REQ_SHUTDOWN] = "shutdown",
+};
+#define N_TYPES ((int)(sizeof type_names / sizeof type_names[0]))
+
+/* The fields each type takes besides id and type; anything else is refused,
+ * so a misspelt option fails loudly instead of being ignored. */
+static const char *const type_fields[][8] = {
+    [KJIT_REQ_HELLO] = {"versions", "client"},
+    [KJIT_REQ_PING] = {0},
+    [KJIT_REQ_STATS] = {0},
+    [KJIT_REQ_COMPILE] = {"op", "hidden", "dtype", "arch", "config"},
+    [KJIT_REQ_PREWARM] = {"ops", "hidden", "dtype", "arch"},
+    [KJIT_REQ_TUNE] = {"op", "hidden", "dtype", "arch"},
+    [KJIT_REQ_RUN] = {"op", "hidden", "dtype", "rows", "buffers", "event", "params"},
+    [KJIT_REQ_SHUTDOWN] = {0},
+};
+
+const char *kjit__req_type_name(kjit_req_type t)
+{
+    return (int)t >= 0 && (int)t < N_TYPES ? type_names[t] : "?";
+}
+
+__attribute__((format(printf, 3, 4))) static int fail(kjit_req_error *err, const char *code, const char *fmt, ...)
+{
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Names only: a string that could be a path or smuggle control bytes is
+ * refused wherever it appears, keys included. */
+static int string_ok(const char *s, const char **why)
+{
+    size_t n = strlen(s);
+    if (n > KJIT_REQ_MAX_STRING) return *why = "is longer than 128 bytes", 0;
+    if (strchr(s, '/')) return *why = "contains '/' (requests name ops, never paths)", 0;
+    if (strstr(s, "..")) return *why = "contains '..' (requests name ops, never paths)", 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; ++p)
+        if (*p < 0x20 || *p == 0x7f) return *why = "contains a control character", 0;
+    return 1;
+}
+
+static int check_strings(const cJSON *item, const char *field, kjit_req_error *err)
+{
+    for (; item; item = item->next) {
+        const char *why;
+        const char *name = item->string ? item->string : field;
+        if (item->string && !string_ok(item->string, &why))
+            return fail(err, "bad_request", "a field name %s", why);
+        if (cJSON_IsString(item) && !string_ok(item->valuestring, &why))
+            return fail(err, "bad_request", "field '%s': the string %s", name, why);
+        if (item->child && check_strings(item->child, name, err)) return -1;
+    }
+    return 0;
+}
+
+/* An integer-valued JSON number in [lo, hi]. */
+static int get_int(const cJSON *o, const char *name, double lo, double hi, int required, double *out,
+                   kjit_req_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v) {
+        if (required) return fail(err, "bad_request", "field '%s' is missing", name);
+        return 1;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
+        return fail(err, "bad_request", "field '%s': expected an integer", name);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return fail(err, "bad_request", "field '%s': %.17g outside %.17g..%.17g", name, v->valuedouble, lo, hi);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int lookup_op(const char *name, const char **out, kjit_req_error *err)
+{
+    for (int i = 0; i < kjit_op_count(); ++i)
+        if (!strcmp(name, kjit_op_name(i))) {
+            *out = kjit_op_name(i);
+            return 0;
+        }
+    char known[512] = "";
+    for (int i = 0; i < kjit_op_count(); ++i)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", kjit_op_name(i));
+    return fail(err, "unknown_op", "op '%s' is not registered (known: %s)", name, known);
+}
+
+static int parse_dtype(const char *name, kjit_dtype *out, kjit_req_error *err)
+{
+    if (kjit_dtype_parse(name, out) || *out == KJIT_I32 || *out == KJIT_I64)
+        return fail(err, "bad_request", "dtype '%s': expected fp32, bf16 or fp16", name);
+    return 0;
+}
+
+static int parse_arch(const char *name, int *sm, kjit_req_error *err)
+{
+    int rc = kjit__arch_parse(name, sm);
+    if (rc == KJIT_ENONVRTC) return fail(err, "unsupported", "arch '%s': %s", name, kjit_last_error());
+    if (rc) return fail(err, "bad_request", "%s", kjit_last_error());
+    return 0;
+}
+
+/* The op's own check of hidden and dtype (kjit_op_kernels names the limit). */
+static int check_tuple(const kjit_req_tuple *t, kjit_req_error *err)
+{
+    int n = 0;
+    if (kjit_op_kernels(t->op, t->hidden, t->dtype, NULL, 0, &n))
+        return fail(err, "bad_request", "%s", kjit_last_error());
+    return 0;
+}
+
+static const char *get_str(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* op, hidden, dtype and (optional) arch of compile, tune and run. */
+static int parse_tuple(const cJSON *o, int default_sm, int with_arch, kjit_req_tuple *t, kjit_req_error *err)
+{
+    const char *op = get_str(o, "op"), *dtype = get_str(o, "dtype");
+    if (!op) return fail(err, "bad_request", "field 'op' (a string) is missing");
+    if (lookup_op(op, &t->op, err)) return -1;
+    double h;
+    if (get_int(o, "hidden", 1, KJIT_REQ_MAX_HIDDEN, 1, &h, err)) return -1;
+    t->hidden = (int)h;
+    if (!dtype) return fail(err, "bad_request", "field 'dtype' (a string) is missing");
+    if (parse_dtype(dtype, &t->dtype, err)) return -1;
+    t->sm = default_sm;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arch");
+    if (a && !with_arch) return fail(err, "bad_request", "field 'arch': run uses the server's device");
+    if (a && !cJSON_IsString(a)) return fail(err, "bad_request", "field 'arch': expected a string such as \"sm_90\"");
+    if (a && parse_arch(a->valuestring, &t->sm, err)) return -1;
+    return check_tuple(t, err);
+}
+
+/* A prewarm list: one value or an array of 1..KJIT_REQ_MAX_LIST values. */
+static const cJSON *list_items(const cJSON *o, const char *name, int *n, int want_string, kjit_req_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    *n = 0;
+    if (!v) return NULL;
+    const cJSON *first = cJSON_IsArray(v) ? v->child : v;
+    for (const cJSON *i = first; i; i = cJSON_IsArray(v) ? i->next : NULL) {
+        if (want_string ? !cJSON_IsString(i) : !cJSON_IsNumber(i)) {
+            fail(err, "bad_request", "field '%s': expected %s or a list of them", name,
+                 want_string ? "a string" : "an integer");
+            *n = -1;
+            return NULL;
+        }
+        if (++*n > KJIT_REQ_MAX_LIST) {
+            fail(err, "bad_request", "field '%s': more than %d items", name, KJIT_REQ_MAX_LIST);
+            *n = -1;
+            return NULL;
+        }
+    }
+    if (!*n) {
+        fail(err, "bad_request", "field '%s': the list is empty", name);
+        *n = -1;
+    }
+    return first;
+}
+
+#define NEXT(v, i) (cJSON_IsArray(v) ? (i)->next : NULL)
+
+static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_error *err)
+{
+    int n;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "ops");
+    const cJSON *it = list_items(o, "ops", &n, 1, err);
+    if (n < 0) return -1;
+    if (!n) return fail(err, "bad_request", "field 'ops' (an op name, \"all\" or a list) is missing");
+    for (; it; it = NEXT(v, it)) {
+        if (!strcmp(it->valuestring, "all")) {
+            for (int k = 0; k < kjit_op_count() && r->n_ops < KJIT_REQ_MAX_LIST; ++k) r->ops[r->n_ops++] = kjit_op_name(k);
+        } else if (r->n_ops < KJIT_REQ_MAX_LIST) {
+            if (lookup_op(it->valuestring, &r->ops[r->n_ops++], err)) return -1;
+        }
+    }
+    v = cJSON_GetObjectItemCaseSensitive(o, "hidden");
+    it = list_items(o, "hidden", &n, 0, err);
+    if (n < 0) return -1;
+    if (!n) return fail(err, "bad_request", "field 'hidden' (a size or a list) is missing");
+    for (; it; it = NEXT(v, it)) {
+        double d = it->valuedouble;
+        if (!isfinite(d) || floor(d) != d || d < 1 || d > KJIT_REQ_MAX_HIDDEN)
+            return fail(err, "bad_request", "field 'hidden': %.17g is not an integer in 1..%d", d, KJIT_REQ_MAX_HIDDEN);
+        r->hidden[r->n_hidden++] = (int)d;
+    }
+    v = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+    it = list_items(o, "dtype", &n, 1, err);
+    if (n < 0) return -1;
+    if (!n) return fail(err, "bad_request", "field 'dtype' (a dtype or a list) is missing");
+    for (; it; it = NEXT(v, it)) {
+        kjit_dtype dt;
+        if (parse_dtype(it->valuestring, &dt, err)) return -1;
+        int dup = 0;
+        for (int k = 0; k < r->n_dtypes; ++k) dup |= r->dtypes[k] == dt;
+        if (!dup) r->dtypes[r->n_dtypes++] = dt;
+    }
+    v = cJSON_GetObjectItemCaseSensitive(o, "arch");
+    it = list_items(o, "arch", &n, 1, err);
+    if (n < 0) return -1;
+    if (!n) r->sms[r->n_sms++] = default_sm;
+    for (; it; it = NEXT(v, it))
+        if (parse_arch(it->valuestring, &r->sms[r->n_sms++], err)) return -1;
+    long tuples = (long)r->n_ops * r->n_hidden * r->n_dtypes * r->n_sms;
+    if (tuples > KJIT_REQ_MAX_TUPLES)
+        return fail(err, "bad_request", "prewarm of %ld combinations: at most %d per request", tuples,
+                    KJIT_REQ_MAX_TUPLES);
+    for (int a = 0; a < r->n_ops; ++a)
+        for (int h = 0; h < r->n_hidden; ++h)
+            for (int d = 0; d < r->n_dtypes; ++d) {
+                kjit_req_tuple t = {r->ops[a], r->hidden[h], r->dtypes[d], default_sm};
+                if (check_tuple(&t, err)) return -1;
+            }
+    return 0;
+}
+
+static int hex_ok(const char *s, size_t want)
+{
+    if (strlen(s) != want) return 0;
+    for (; *s; ++s)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f') || (*s >= 'A' && *s <= 'F'))) return 0;
+    return 1;
+}
+
+/* A CUipcMemHandle / CUipcEventHandle is 64 bytes: 128 hex digits. */
+static int parse_run(const cJSON *o, int default_sm, kjit_req *r, kjit_req_error *err)
+{
+    if (parse_tuple(o, default_sm, 0, &r->t, err)) return -1;
+    double rows;
+    if (get_int(o, "rows", 0, 2147483647.0, 1, &rows, err)) return -1;
+    r->rows = (int64_t)rows;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "buffers");
+    if (!cJSON_IsObject(b)) return fail(err, "bad_request", "field 'buffers': expected an object of name -> {handle, offset, bytes}");
+    for (const cJSON *it = b->child; it; it = it->next) {
+        if (++r->n_buffers > KJIT_REQ_MAX_BUFFERS)
+            return fail(err, "bad_request", "field 'buffers': more than %d", KJIT_REQ_MAX_BUFFERS);
+        const char *h = get_str(it, "handle");
+        if (!cJSON_IsObject(it) || !h || !hex_ok(h, 128))
+            return fail(err, "bad_request", "buffer '%s': 'handle' must be 128 hex digits (a CUipcMemHandle)", it->string);
+        double d;
+        if (get_int(it, "offset", 0, 281474976710656.0, 0, &d, err) < 0) return -1;
+        if (get_int(it, "bytes", 1, 281474976710656.0, 1, &d, err)) return -1;
+    }
+    const char *ev = get_str(o, "event");
+    if (cJSON_GetObjectItemCaseSensitive(o, "event") && (!ev || !hex_ok(ev, 128)))
+        return fail(err, "bad_request", "field 'event': expected 128 hex digits (a CUipcEventHandle)");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "params");
+    if (p && !cJSON_IsObject(p)) return fail(err, "bad_request", "field 'params': expected an object");
+    return 0;
+}
+
+static int parse_hello(const cJSON *o, kjit_req *r, kjit_req_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "versions");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "client");
+    if (c && !cJSON_IsString(c)) return fail(err, "bad_request", "field 'client': expected a string");
+    if (!v) {
+        r->version = KJIT_PROTO_VERSION;
+        return 0;
+    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1 || cJSON_GetArraySize(v) > 16)
+        return fail(err, "bad_request", "field 'versions': expected a list of 1..16 protocol versions");
+    r->version = 0;
+    for (const cJSON *it = v->child; it; it = it->next) {
+        if (!cJSON_IsNumber(it)) return fail(err, "bad_request", "field 'versions': expected integers");
+        if (it->valuedouble == KJIT_PROTO_VERSION) r->version = KJIT_PROTO_VERSION;
+    }
+    if (!r->version)
+        return fail(err, "version", "no common protocol version: this server speaks version %d", KJIT_PROTO_VERSION);
+    return 0;
+}
+
+static int check_fields(const cJSON *o, kjit_req_type t, kjit_req_error *err)
+{
+    for (const cJSON *it = o->child; it; it = it->next) {
+        int known = !strcmp(it->string, "id") || !strcmp(it->string, "type");
+        for (int k = 0; !known && k < 8 && type_fields[t][k]; ++k) known = !strcmp(it->string, type_fields[t][k]);
+        if (!known) return fail(err, "bad_request", "%s: unknown field '%s'", type_names[t], it->string);
+        for (const cJSON *j = o->child; j != it; j = j->next)
+            if (!strcmp(j->string, it->string))
+                return fail(err, "bad_request", "field '%s' appears twice", it->string);
+    }
+    return 0;
+}
+
+static int parse_tree(const cJSON *o, uint32_t payload_len, int default_sm, kjit_req *r, kjit_req_error *err)
+{
+    if (!cJSON_IsObject(o)) return fail(err, "bad_request", "the header must be a JSON object");
+    double id;
+    const cJSON *idv = cJSON_GetObjectItemCaseSensitive(o, "id");
+    if (!idv) return fail(err, "bad_request", "field 'id' (the request id, an integer) is missing");
+    if (get_int(o, "id", 0, KJIT_REQ_MAX_ID, 1, &id, err)) return -1;
+    r->id = (uint64_t)id;
+    err->has_id = 1;
+    err->id = r->id;
+    if (check_strings(o->child, "", err)) return -1;
+    const char *type = get_str(o, "type");
+    if (!type) return fail(err, "bad_request", "field 'type' (a string) is missing");
+    int t = 0;
+    while (t < N_TYPES && strcmp(type, type_names[t])) ++t;
+    if (t == N_TYPES)
+        return fail(err, "unknown_type", "unknown request type '%s' (known: hello, ping, stats, compile, prewarm, "
+                                         "tune, run, shutdown)", type);
+    r->type = (kjit_req_type)t;
+    if (check_fields(o, r->type, err)) return -1;
+    if (payload_len && r->type != KJIT_REQ_RUN)
+        return fail(err, "bad_request", "%s takes no payload (got %u bytes)", type, payload_len);
+    switch (r->type) {
+    case KJIT_REQ_HELLO: return parse_hello(o, r, err);
+    case KJIT_REQ_COMPILE: {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "config");
+        if (c && !cJSON_IsNull(c) && !(cJSON_IsObject(c) && !c->child))
+            return fail(err, "unsupported", "field 'config': choosing a launch config needs the tuner, which "
+                                            "this server does not have yet (omit it or pass null)");
+        return parse_tuple(o, default_sm, 1, &r->t, err);
+    }
+    case KJIT_REQ_TUNE: return parse_tuple(o, default_sm, 1, &r->t, err);
+    case KJIT_REQ_PREWARM: return parse_prewarm(o, default_sm, r, err);
+    case KJIT_REQ_RUN: return parse_run(o, default_sm, r, err);
+    default: return 0;
+    }
+}
+
+int kjit__req_parse(const char *json, size_t len, uint32_t payload_len, int default_sm, kjit_req *out,
+                    kjit_req_error *err)
+{
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    if (memchr(json, '\0', len)) return fail(err, "bad_json", "the JSON header contains a NUL byte");
+    if (kjit__json_depth(json, len, KJIT_MAX_JSON_DEPTH) > KJIT_MAX_JSON_DEPTH)
+        return fail(err, "bad_json", "the JSON header nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (!root) {
+        size_t at = end ? (size_t)(end - json) : 0;
+        return fail(err, "bad_json", "the header is not valid JSON (at byte %zu of %zu)", at, len);
+    }
+    for (const char *p = end; p < json + len; ++p)
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            cJSON_Delete(root);
+            return fail(err, "bad_json", "trailing bytes after the JSON header (at byte %zu)", (size_t)(p - json));
+        }
+    int rc = parse_tree(root, payload_len, default_sm, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
