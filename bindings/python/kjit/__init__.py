@@ -1,0 +1,28 @@
+"""kjit: bitwise batch-invariant AdaLN ops for diffusion transformers, over libkjit.
+
+kjit.core works on device pointers and needs only the library; with PyTorch
+installed, the ops below take tensors, support autograd, torch.compile and
+CUDA graphs (see README.md).
+"""
+
+from . import core
+from .core import Context, InvalidArgument, KjitError, LibraryError
+
+__version__ = "0.1.0"
+
+__all__ = ["core", "Context", "KjitError", "InvalidArgument", "LibraryError"]
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+# The torch ops register themselves with torch.library on import, so they are
+# imported here (not on first attribute access): torch.compile then finds them
+# in any model that uses kjit.
+if torch is not None:
+    from .ops import (adaln_row_gather, context, gated_residual, gated_residual_norm_modulate,
+                      norm_modulate, timestep_sinusoid)
+
+    __all__ += ["adaln_row_gather", "context", "gated_residual", "gated_residual_norm_modulate",
+                "norm_modulate", "timestep_sinusoid"]

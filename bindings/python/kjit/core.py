@@ -1,0 +1,407 @@
+"""The torch-free core: libkjit's C API over plain integers.
+
+Device pointers are ints (cuMemAlloc's CUdeviceptr, torch's data_ptr(), CuPy's
+data.ptr), streams are ints (a cudaStream_t's address; 0 is the legacy default
+stream), strides are in elements. A 2-D argument is a (pointer, row_stride)
+pair. Failed calls raise KjitError (or a subclass), with the library's own
+message, which names the argument at fault; Python-level mistakes (a float
+where a pointer belongs, an unknown argument name) raise TypeError or
+ValueError before the library is called.
+"""
+
+import ctypes
+import threading
+
+from . import _lib
+from ._lib import LibraryError
+
+__all__ = [
+    "KjitError", "InvalidArgument", "IndexOutOfRange", "OutOfMemory", "LibraryError",
+    "Context", "check", "dtype_code", "dtype_name", "dtype_size", "status_name",
+    "adaln_workspace", "row_gather_workspace", "runtime_info", "device_info", "op_names",
+    "library_path",
+]
+
+
+class KjitError(RuntimeError):
+    """A libkjit call failed. status: the KJIT_E* code; name: "KJIT_EINVAL";
+    message: kjit_last_error(), naming the argument, file or kernel at fault."""
+
+    def __init__(self, function, status, name, message):
+        self.function, self.status, self.name, self.message = function, status, name, message
+        super().__init__(f"{function}: {name}: {message}")
+
+
+class InvalidArgument(KjitError, ValueError):
+    """KJIT_EINVAL and KJIT_EUNSUPPORTED: also a ValueError, as Python callers expect."""
+
+
+class IndexOutOfRange(KjitError, IndexError):
+    """KJIT_EINDEX: an adaln index outside 0..R-1 (index checking SYNC)."""
+
+
+class OutOfMemory(KjitError, MemoryError):
+    """KJIT_ENOMEM."""
+
+
+_CLASSES = {
+    "KJIT_EINVAL": InvalidArgument,
+    "KJIT_EUNSUPPORTED": InvalidArgument,
+    "KJIT_EINDEX": IndexOutOfRange,
+    "KJIT_ENOMEM": OutOfMemory,
+}
+
+
+def _text(b):
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def status_name(status):
+    """"KJIT_EINVAL" for -1, from the library's own table."""
+    return _text(_lib.load().kjit_status_name(status))
+
+
+def check(status, function):
+    """Raises the KjitError for a non-zero status returned by `function`."""
+    if status == 0:
+        return
+    lib = _lib.load()
+    name = status_name(status)
+    message = _text(lib.kjit_last_error()) or _text(lib.kjit_status_string(status))
+    raise _CLASSES.get(name, KjitError)(function, status, name, message)
+
+
+def library_path():
+    """Where the loaded libkjit came from (a path, or the name the loader resolved)."""
+    return _lib.load().path
+
+
+# ---- argument conversion --------------------------------------------------
+
+
+def _int(value, what):
+    # bool is an int subclass but never a pointer, size or stride.
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{what}: expected an int, got {type(value).__name__}")
+    return value.__index__()
+
+
+def _pointer(value, what):
+    """None -> NULL; otherwise a non-negative int address."""
+    if value is None:
+        return None
+    p = _int(value, what)
+    if p < 0:
+        raise ValueError(f"{what}: a device pointer cannot be negative ({p})")
+    return p or None
+
+
+def _strided(value, what):
+    """A 2-D argument: (pointer, row_stride), or None for NULL."""
+    if value is None:
+        return None, 0
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise TypeError(f"{what}: expected a (pointer, row_stride) pair, got {value!r}")
+    return _pointer(value[0], what + " pointer"), _int(value[1], what + " row stride")
+
+
+def dtype_code(dtype):
+    """kjit_dtype of a name ("bf16", "bfloat16", "fp32", "int64", ...) or a code."""
+    if isinstance(dtype, str):
+        out = ctypes.c_int(-1)
+        check(_lib.load().kjit_dtype_parse(dtype.encode(), ctypes.byref(out)), "kjit_dtype_parse")
+        return out.value
+    code = _int(dtype, "dtype")
+    if code not in (_lib.F32, _lib.BF16, _lib.F16, _lib.I32, _lib.I64):
+        raise ValueError(f"dtype: {code} is not a kjit_dtype (0..4)")
+    return code
+
+
+def dtype_name(dtype):
+    return _text(_lib.load().kjit_dtype_name(dtype_code(dtype)))
+
+
+def dtype_size(dtype):
+    return _lib.load().kjit_dtype_size(dtype_code(dtype))
+
+
+_INDEX_CHECK = {"off": _lib.INDEX_CHECK_OFF, "sync": _lib.INDEX_CHECK_SYNC,
+                "async": _lib.INDEX_CHECK_ASYNC}
+_ADALN_OPS = {"norm_modulate": _lib.NORM_MODULATE, "gated_residual": _lib.GATED_RESIDUAL,
+              "gated_residual_norm_modulate": _lib.GATED_RESIDUAL_NORM_MODULATE}
+
+
+def _index(index, what="index"):
+    """(pointer, dtype, rows) -> kjit_index; rows is R, the table rows."""
+    if not (isinstance(index, (tuple, list)) and len(index) == 3):
+        raise TypeError(f"{what}: expected (pointer, dtype, rows), got {index!r}")
+    ptr, dtype, rows = index
+    return _lib.Index(_pointer(ptr, what + " pointer"), dtype_code(dtype), _int(rows, what + " rows"))
+
+
+def _workspace(workspace):
+    """None -> the context's own workspace; else (pointer, bytes)."""
+    if workspace is None:
+        return None, 0
+    if not (isinstance(workspace, (tuple, list)) and len(workspace) == 2):
+        raise TypeError(f"workspace: expected a (pointer, bytes) pair or None, got {workspace!r}")
+    return _pointer(workspace[0], "workspace pointer"), _int(workspace[1], "workspace bytes")
+
+
+# ---- queries that need no context ------------------------------------------
+
+
+def adaln_workspace(op, n, hidden, rows):
+    """Backward workspace bytes of "norm_modulate", "gated_residual" or
+    "gated_residual_norm_modulate" for n rows, hidden, R table rows."""
+    if op not in _ADALN_OPS:
+        raise ValueError(f"op: {op!r} is not one of {sorted(_ADALN_OPS)}")
+    out = ctypes.c_size_t(0)
+    check(_lib.load().kjit_adaln_workspace(_ADALN_OPS[op], _int(n, "n"), _int(hidden, "hidden"),
+                                           _int(rows, "rows"), ctypes.byref(out)),
+          "kjit_adaln_workspace")
+    return out.value
+
+
+def row_gather_workspace(n, hidden, num_tables, rows):
+    """Backward workspace bytes of adaln_row_gather."""
+    out = ctypes.c_size_t(0)
+    check(_lib.load().kjit_adaln_row_gather_workspace(
+        _int(n, "n"), _int(hidden, "hidden"), _int(num_tables, "num_tables"), _int(rows, "rows"),
+        ctypes.byref(out)), "kjit_adaln_row_gather_workspace")
+    return out.value
+
+
+def runtime_info():
+    """NVRTC version and path, the archs it targets, the driver version, device count."""
+    info = _lib.RuntimeInfo()
+    check(_lib.load().kjit_runtime_info_get(ctypes.byref(info)), "kjit_runtime_info_get")
+    return {
+        "nvrtc": f"{info.nvrtc_major}.{info.nvrtc_minor}" if info.nvrtc_major else None,
+        "nvrtc_path": _text(info.nvrtc_path),
+        "archs": [f"sm_{a}" for a in info.archs[:info.n_archs]],
+        "driver_version": info.driver_version,
+        "device_count": info.device_count,
+    }
+
+
+def device_info(ordinal):
+    info = _lib.DeviceInfo()
+    check(_lib.load().kjit_device_info_get(_int(ordinal, "ordinal"), ctypes.byref(info)),
+          "kjit_device_info_get")
+    return {"name": _text(info.name), "sm": info.sm, "sm_count": info.sm_count,
+            "memory_bytes": info.memory_bytes}
+
+
+def op_names():
+    lib = _lib.load()
+    return [_text(lib.kjit_op_name(i)) for i in range(lib.kjit_op_count())]
+
+
+# ---- the context --------------------------------------------------------------
+
+
+class Context:
+    """A kjit_ctx: one CUDA device's kernels and cache.
+
+    device: CUDA ordinal, or None for a compile-only context. cache_dir: None
+    for $KJIT_CACHE_DIR / ~/.cache/kjit, "" for memory only. arch: None for
+    the device's own. index_check: "off" (the caller guarantees
+    0 <= index < R), "sync" (bad indices raise IndexOutOfRange, the call
+    waits for its stream, so it cannot be graph-captured) or "async" (rows
+    with a bad index are skipped and a flag is raised: index_error()).
+
+    Without a CUDA driver the context is still created (compile-only) and op
+    calls raise KjitError KJIT_ENODRIVER after checking their arguments.
+    Thread-safe; close() (or a with-block) releases it.
+    """
+
+    def __init__(self, device=0, cache_dir=None, arch=None, index_check="off"):
+        if index_check not in _INDEX_CHECK:
+            raise ValueError(f"index_check: {index_check!r} is not one of 'off', 'sync', 'async'")
+        self._lib = _lib.load()
+        opts = _lib.CtxOptions()
+        self._lib.kjit_ctx_options_init(ctypes.byref(opts))
+        opts.device = _lib.NO_DEVICE if device is None else _int(device, "device")
+        opts.cache_dir = None if cache_dir is None else str(cache_dir).encode()
+        opts.arch = None if arch is None else str(arch).encode()
+        opts.index_check = _INDEX_CHECK[index_check]
+        handle = ctypes.c_void_p()
+        check(self._lib.kjit_ctx_create(ctypes.byref(handle), ctypes.byref(opts)), "kjit_ctx_create")
+        self._handle = handle
+        self._close_lock = threading.Lock()
+        self.device = device
+        self.index_check = index_check
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ValueError("the kjit Context is closed")
+        return self._handle
+
+    def close(self):
+        with self._close_lock:
+            if self._handle is not None:
+                self._lib.kjit_ctx_destroy(self._handle)
+                self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # Interpreter shutdown may have torn down the module globals already.
+        if getattr(self, "_handle", None) is not None and ctypes is not None:
+            self.close()
+
+    @property
+    def has_device(self):
+        return bool(self._lib.kjit_ctx_has_device(self.handle))
+
+    @property
+    def arch(self):
+        return _text(self._lib.kjit_ctx_arch(self.handle))
+
+    @property
+    def cache_dir(self):
+        return _text(self._lib.kjit_ctx_cache_dir(self.handle))
+
+    def index_error(self, stream=0):
+        """Waits for `stream`; True if an op since the last call saw an index
+        out of range (index_check="async"); clears the flag."""
+        flag = ctypes.c_int(0)
+        check(self._lib.kjit_ctx_index_error(self.handle, _pointer(stream, "stream"),
+                                             ctypes.byref(flag)), "kjit_ctx_index_error")
+        return bool(flag.value)
+
+    def cache_counters(self):
+        c = _lib.CacheCounters()
+        check(self._lib.kjit_ctx_cache_counters(self.handle, ctypes.byref(c)),
+              "kjit_ctx_cache_counters")
+        return {name: getattr(c, name) for name, _ in _lib.CacheCounters._fields_}
+
+    # ---- ops ---------------------------------------------------------------
+
+    def timestep_sinusoid(self, t, n, dim, out, out_stride=None, out_dtype="fp32", *,
+                          flip_sin_to_cos=False, downscale_freq_shift=1.0, scale=1.0,
+                          max_period=10000.0, stream=0):
+        """out[n, dim] (row stride out_stride, default dim) from t[n] (fp32)."""
+        opts = _lib.SinusoidOpts()
+        self._lib.kjit_sinusoid_opts_init(ctypes.byref(opts))
+        opts.flip_sin_to_cos = 1 if flip_sin_to_cos else 0
+        opts.downscale_freq_shift = float(downscale_freq_shift)
+        opts.scale = float(scale)
+        opts.max_period = float(max_period)
+        dim = _int(dim, "dim")
+        check(self._lib.kjit_timestep_sinusoid(
+            self.handle, _pointer(t, "t"), _int(n, "n"), dim, _pointer(out, "out"),
+            dim if out_stride is None else _int(out_stride, "out_stride"), dtype_code(out_dtype),
+            ctypes.byref(opts), _pointer(stream, "stream")), "kjit_timestep_sinusoid")
+
+    def _row_gather_args(self, n, hidden, dtype, index, pairs):
+        a = _lib.RowGatherArgs()
+        a.n, a.hidden, a.dtype = _int(n, "n"), _int(hidden, "hidden"), dtype_code(dtype)
+        a.index = _index(index)
+        count = None
+        for field, items in pairs.items():
+            if not isinstance(items, (list, tuple)):
+                raise TypeError(f"{field}: expected a list of (pointer, row_stride) pairs")
+            if not 1 <= len(items) <= _lib.MAX_TABLES:
+                raise ValueError(f"{field}: {len(items)} tables; kjit takes 1..{_lib.MAX_TABLES}")
+            if count is not None and len(items) != count:
+                raise ValueError(f"{field}: {len(items)} entries, but {count} tables")
+            count = len(items)
+            for k, item in enumerate(items):
+                ptr, stride = _strided(item, f"{field}[{k}]")
+                getattr(a, field)[k] = ptr
+                getattr(a, field + "_stride")[k] = stride
+        a.num_tables = count
+        return a
+
+    def adaln_row_gather_fwd(self, n, hidden, dtype, index, tables, outs, stream=0):
+        """outs[k][i] = tables[k][index[i]]. tables, outs: lists of (pointer,
+        row_stride); index: (pointer, "int32"|"int64", R)."""
+        a = self._row_gather_args(n, hidden, dtype, index, {"table": tables, "out": outs})
+        check(self._lib.kjit_adaln_row_gather_fwd(self.handle, ctypes.byref(a),
+                                                  _pointer(stream, "stream")),
+              "kjit_adaln_row_gather_fwd")
+
+    def adaln_row_gather_bwd(self, n, hidden, dtype, index, douts, dtables, workspace=None,
+                             stream=0):
+        """dtables[k][r] = sum over index[i] == r of douts[k][i]. workspace:
+        (pointer, bytes) of row_gather_workspace() bytes, or None for the
+        context's own (one stream at a time)."""
+        a = self._row_gather_args(n, hidden, dtype, index, {"dout": douts, "dtable": dtables})
+        ws, ws_bytes = _workspace(workspace)
+        check(self._lib.kjit_adaln_row_gather_bwd(self.handle, ctypes.byref(a), ws, ws_bytes,
+                                                  _pointer(stream, "stream")),
+              "kjit_adaln_row_gather_bwd")
+
+    def _adaln(self, function, n, hidden, act_dtype, param_dtype, index, eps, tensors, stream,
+               backward=False, workspace=None):
+        a = _lib.AdalnArgs()
+        a.n, a.hidden, a.eps = _int(n, "n"), _int(hidden, "hidden"), float(eps)
+        a.act_dtype, a.param_dtype = dtype_code(act_dtype), dtype_code(param_dtype)
+        a.index = _index(index)
+        strided = dict(_lib.ADALN_TENSORS)
+        for name, value in tensors.items():
+            if name not in strided:
+                raise TypeError(f"{function}: unknown argument {name!r}; kjit_adaln_args has "
+                                + ", ".join(sorted(strided)))
+            if strided[name]:
+                ptr, stride = _strided(value, name)
+                setattr(a, name + "_stride", stride)
+            else:
+                ptr = _pointer(value, name)
+            setattr(a, name, ptr)
+        fn = getattr(self._lib, function)
+        if backward:
+            ws, ws_bytes = _workspace(workspace)
+            rc = fn(self.handle, ctypes.byref(a), ws, ws_bytes, _pointer(stream, "stream"))
+        else:
+            rc = fn(self.handle, ctypes.byref(a), _pointer(stream, "stream"))
+        check(rc, function)
+
+    # Each op below takes n, hidden, the dtypes, index=(pointer, dtype, R) and
+    # its tensors by name as in kjit_adaln_args: 2-D ones as (pointer,
+    # row_stride), weight and dweight as plain pointers. Backward passes take
+    # workspace=(pointer, bytes) sized by adaln_workspace(), or None.
+
+    def norm_modulate_fwd(self, n, hidden, *, act_dtype, param_dtype, index, eps=1e-5, stream=0,
+                          **tensors):
+        """Reads x, weight (optional), shift, scale; writes out."""
+        self._adaln("kjit_norm_modulate_fwd", n, hidden, act_dtype, param_dtype, index, eps,
+                    tensors, stream)
+
+    def norm_modulate_bwd(self, n, hidden, *, act_dtype, param_dtype, index, eps=1e-5,
+                          workspace=None, stream=0, **tensors):
+        """Reads x, weight, scale, dout; writes dx, dweight (optional), dshift, dscale."""
+        self._adaln("kjit_norm_modulate_bwd", n, hidden, act_dtype, param_dtype, index, eps,
+                    tensors, stream, True, workspace)
+
+    def gated_residual_fwd(self, n, hidden, *, act_dtype, param_dtype, index, stream=0,
+                           **tensors):
+        """Reads res, y, gate; writes out."""
+        self._adaln("kjit_gated_residual_fwd", n, hidden, act_dtype, param_dtype, index, 0.0,
+                    tensors, stream)
+
+    def gated_residual_bwd(self, n, hidden, *, act_dtype, param_dtype, index, workspace=None,
+                           stream=0, **tensors):
+        """Reads y, gate, dout; writes dx (= dres, optional), dy, dgate."""
+        self._adaln("kjit_gated_residual_bwd", n, hidden, act_dtype, param_dtype, index, 0.0,
+                    tensors, stream, True, workspace)
+
+    def gated_residual_norm_modulate_fwd(self, n, hidden, *, act_dtype, param_dtype, index,
+                                         eps=1e-5, stream=0, **tensors):
+        """Reads res, y, gate, weight (optional), shift, scale; writes h, out."""
+        self._adaln("kjit_gated_residual_norm_modulate_fwd", n, hidden, act_dtype, param_dtype,
+                    index, eps, tensors, stream)
+
+    def gated_residual_norm_modulate_bwd(self, n, hidden, *, act_dtype, param_dtype, index,
+                                         eps=1e-5, workspace=None, stream=0, **tensors):
+        """Reads x (= h), y, gate, weight, scale, dh (optional), dout; writes
+        dx (= dres), dy, dgate, dweight (optional), dshift, dscale."""
+        self._adaln("kjit_gated_residual_norm_modulate_bwd", n, hidden, act_dtype, param_dtype,
+                    index, eps, tensors, stream, True, workspace)

@@ -1,0 +1,515 @@
+"""kjit's ops on torch tensors: custom ops (torch.library) with autograd.
+
+The public functions check their arguments (clear TypeError/ValueError naming
+the argument) and call torch.ops.kjit.*, which torch.compile traces without
+graph breaks (each has a fake implementation) and CUDA graphs capture (a call
+allocates its outputs and workspace from torch's caching allocator and
+launches on torch's current stream; nothing synchronizes). Gradients of the
+modulation tables come back in the table's dtype as fresh contiguous (R, H)
+tensors, so the chunk(6) views of one (R, 6H) projection get their gradients
+through torch's view machinery, with no copy in the forward.
+"""
+
+import os
+import threading
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from . import core
+
+_ACT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_PARAM = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+_INDEX = {torch.int32: "int32", torch.int64: "int64"}
+
+_contexts = {}
+_contexts_lock = threading.Lock()
+
+
+def context(device=None):
+    """The kjit Context of a CUDA device (an index, torch.device or None for
+    the current one), created on first use. Index checking follows
+    $KJIT_INDEX_CHECK ("off" by default, "sync" or "async"; see core.Context)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else \
+        torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"kjit.context: {device} is not a CUDA device")
+    ordinal = torch.cuda.current_device() if device.index is None else device.index
+    ctx = _contexts.get(ordinal)
+    if ctx is None:
+        with _contexts_lock:
+            ctx = _contexts.get(ordinal)
+            if ctx is None:
+                ctx = core.Context(ordinal, index_check=os.environ.get("KJIT_INDEX_CHECK", "off"))
+                _contexts[ordinal] = ctx
+    return ctx
+
+
+# ---- argument checks (in the public functions, so they run once at trace time
+# under torch.compile and cost nothing in the compiled graph) -----------------
+
+
+def _tensor(fn, name, t):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{fn}: {name} is on {t.device}; kjit runs on CUDA tensors")
+    return t
+
+
+def _dtype(fn, name, t, allowed):
+    if t.dtype not in allowed:
+        raise TypeError(f"{fn}: {name} has dtype {t.dtype}; expected one of "
+                        + ", ".join(str(d) for d in allowed))
+
+
+def _rows_layout(fn, name, t, rows=None, hidden=None):
+    """A 2-D (rows, hidden) tensor whose rows are contiguous (stride(1) == 1)
+    and do not overlap: any row stride >= hidden, as chunk() views have."""
+    if t.dim() != 2:
+        raise ValueError(f"{fn}: {name} must be 2-D (rows, hidden), got shape {tuple(t.shape)}"
+                         + ("; flatten the leading dimensions with .reshape(-1, hidden)"
+                            if t.dim() > 2 else ""))
+    r, h = t.shape
+    if rows is not None and r != rows:
+        raise ValueError(f"{fn}: {name} has {r} rows, expected {rows}")
+    if hidden is not None and h != hidden:
+        raise ValueError(f"{fn}: {name} has hidden size {h}, expected {hidden}")
+    if h > 1 and t.stride(1) != 1:
+        raise ValueError(f"{fn}: {name} has column stride {t.stride(1)}; kjit needs each row "
+                         "contiguous (stride(1) == 1): pass .contiguous()")
+    if r > 1 and t.stride(0) < h:
+        raise ValueError(f"{fn}: {name} has row stride {t.stride(0)} < hidden {h} (overlapping "
+                         "or broadcast rows): pass .contiguous()")
+
+
+def _index(fn, index, n, device):
+    """index: (N,) int32/int64, contiguous; n None: any N (the gather's)."""
+    _tensor(fn, "index", index)
+    _dtype(fn, "index", index, _INDEX)
+    if index.dim() != 1 or (n is not None and index.shape[0] != n):
+        raise ValueError(f"{fn}: index must be 1-D with one entry per row"
+                         + ("" if n is None else f" ({n})") + f", got shape {tuple(index.shape)}")
+    if index.shape[0] > 1 and index.stride(0) != 1:
+        raise ValueError(f"{fn}: index must be contiguous, got stride {index.stride(0)}")
+    if index.device != device:
+        raise ValueError(f"{fn}: index is on {index.device} but the rows are on {device}")
+
+
+def _tables(fn, named, hidden, device):
+    """Modulation tables and the weight: one dtype (bf16 or fp32), R rows each."""
+    rows = dtype = None
+    for name, t in named:
+        _tensor(fn, name, t)
+        _dtype(fn, name, t, _PARAM)
+        if dtype is not None and t.dtype != dtype:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype} but {named[0][0]} has {dtype}; "
+                            "tables and weight share one dtype")
+        dtype = t.dtype
+        if t.device != device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but the rows are on {device}")
+        if name == "weight":
+            if t.dim() != 1 or t.shape[0] != hidden or (hidden > 1 and t.stride(0) != 1):
+                raise ValueError(f"{fn}: weight must be a contiguous ({hidden},) tensor, got "
+                                 f"shape {tuple(t.shape)} stride {t.stride()}")
+            continue
+        _rows_layout(fn, name, t, rows, hidden)
+        rows = t.shape[0]
+
+
+def _activations(fn, named):
+    """Row tensors: one CUDA device, one dtype, one (N, H) shape. Returns it."""
+    first_name, first = named[0]
+    _tensor(fn, first_name, first)
+    _dtype(fn, first_name, first, _ACT)
+    _rows_layout(fn, first_name, first)
+    for name, t in named[1:]:
+        _tensor(fn, name, t)
+        if t.dtype != first.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype} but {first_name} has {first.dtype}")
+        if t.device != first.device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but {first_name} is on {first.device}")
+        _rows_layout(fn, name, t, *first.shape)
+    return first.shape
+
+
+# ---- helpers of the implementations ----------------------------------------------
+
+
+def _rows(t):
+    """(pointer, row stride); a single row's stride is never read."""
+    return t.data_ptr(), (t.stride(0) if t.shape[0] > 1 else t.shape[1])
+
+
+def _idx(index, rows):
+    return index.data_ptr(), _INDEX[index.dtype], rows
+
+
+def _stream(device):
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _workspace(nbytes, device):
+    # From torch's caching allocator: stream-ordered reuse, and graph-capturable.
+    ws = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return ws, (ws.data_ptr(), nbytes)
+
+
+def _row_major(g):
+    """Incoming gradients can be expanded or transposed (e.g. out.sum()'s)."""
+    ok = (g.shape[1] <= 1 or g.stride(1) == 1) and (g.shape[0] <= 1 or g.stride(0) >= g.shape[1])
+    return g if ok else g.contiguous()
+
+
+def _new_rows(like_rows, n, h, dtype):
+    return torch.empty((n, h), dtype=dtype, device=like_rows.device)
+
+
+def _placeholder(like):
+    # custom ops cannot return None: an empty tensor stands for "not computed".
+    return like.new_empty((0,))
+
+
+# ---- timestep_sinusoid --------------------------------------------------------------
+
+
+@torch.library.custom_op("kjit::timestep_sinusoid", mutates_args=(), device_types="cuda")
+def _sinusoid(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shift: float,
+              scale: float, max_period: float, out_dtype: torch.dtype) -> Tensor:
+    out = torch.empty((t.shape[0], dim), dtype=out_dtype, device=t.device)
+    context(t.device).timestep_sinusoid(
+        t.data_ptr(), t.shape[0], dim, out.data_ptr(), dim, _ACT[out_dtype],
+        flip_sin_to_cos=flip_sin_to_cos, downscale_freq_shift=downscale_freq_shift, scale=scale,
+        max_period=max_period, stream=_stream(t.device))
+    return out
+
+
+@_sinusoid.register_fake
+def _(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype):
+    return t.new_empty((t.shape[0], dim), dtype=out_dtype)
+
+
+def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, scale=1.0,
+                      max_period=10000.0, out_dtype=torch.float32):
+    """diffusers' get_timestep_embedding: t (N,) fp32 -> (N, dim) of out_dtype.
+    Forward only (SPEC.md): timesteps are not differentiated."""
+    fn = "kjit.timestep_sinusoid"
+    _tensor(fn, "t", t)
+    _dtype(fn, "t", t, (torch.float32,))
+    if t.dim() != 1 or (t.shape[0] > 1 and t.stride(0) != 1):
+        raise ValueError(f"{fn}: t must be a contiguous 1-D tensor, got shape {tuple(t.shape)}")
+    if t.requires_grad:
+        raise ValueError(f"{fn}: t requires grad, but the op has no backward (timesteps are not "
+                         "differentiated); pass t.detach()")
+    if out_dtype not in _ACT:
+        raise TypeError(f"{fn}: out_dtype {out_dtype}; expected torch.float32, bfloat16 or float16")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= 65536:
+        raise ValueError(f"{fn}: dim must be an int in 1..65536, got {dim!r}")
+    half = dim // 2
+    if half - downscale_freq_shift == 0:
+        raise ValueError(f"{fn}: dim // 2 - downscale_freq_shift is 0 (dim {dim}, shift "
+                         f"{downscale_freq_shift}): the frequencies are undefined")
+    return _sinusoid(t, dim, bool(flip_sin_to_cos), float(downscale_freq_shift), float(scale),
+                     float(max_period), out_dtype)
+
+
+# ---- adaln_row_gather -----------------------------------------------------------------
+
+
+@torch.library.custom_op("kjit::adaln_row_gather", mutates_args=(), device_types="cuda")
+def _gather(tables: List[Tensor], index: Tensor) -> List[Tensor]:
+    n, (rows, h) = index.shape[0], tables[0].shape
+    outs = [_new_rows(index, n, h, t.dtype) for t in tables]
+    if n:
+        context(index.device).adaln_row_gather_fwd(
+            n, h, _PARAM[tables[0].dtype], _idx(index, rows), [_rows(t) for t in tables],
+            [_rows(o) for o in outs], stream=_stream(index.device))
+    return outs
+
+
+@_gather.register_fake
+def _(tables, index):
+    return [t.new_empty((index.shape[0], t.shape[1])) for t in tables]
+
+
+@torch.library.custom_op("kjit::adaln_row_gather_bwd", mutates_args=(), device_types="cuda")
+def _gather_bwd(douts: List[Tensor], index: Tensor, rows: int) -> List[Tensor]:
+    n, h = douts[0].shape
+    if not n:
+        return [d.new_zeros((rows, h)) for d in douts]
+    dtables = [d.new_empty((rows, h)) for d in douts]
+    ws, ws_arg = _workspace(core.row_gather_workspace(n, h, len(douts), rows), index.device)
+    context(index.device).adaln_row_gather_bwd(
+        n, h, _PARAM[douts[0].dtype], _idx(index, rows), [_rows(d) for d in douts],
+        [_rows(d) for d in dtables], workspace=ws_arg, stream=_stream(index.device))
+    return dtables
+
+
+@_gather_bwd.register_fake
+def _(douts, index, rows):
+    return [d.new_empty((rows, d.shape[1])) for d in douts]
+
+
+def _gather_setup(ctx, inputs, output):
+    tables, index = inputs
+    ctx.rows = tables[0].shape[0]
+    ctx.save_for_backward(index)
+
+
+def _gather_backward(ctx, douts):
+    (index,) = ctx.saved_tensors
+    # An output that took no part in the loss may come back as None.
+    present = next(d for d in douts if d is not None)
+    douts = [_row_major(d) if d is not None else torch.zeros_like(present) for d in douts]
+    return torch.ops.kjit.adaln_row_gather_bwd(douts, index, ctx.rows), None
+
+
+_gather.register_autograd(_gather_backward, setup_context=_gather_setup)
+
+
+def adaln_row_gather(tables, index):
+    """out_k = tables[k][index] for each of 1..8 (R, H) tables (e.g. the six
+    chunk(6) views of an (R, 6H) projection, used without a copy); returns the
+    list of (N, H) outputs. Backward sums each output's rows into its table's
+    rows in a fixed order (fp32, one rounding): repeatable bitwise."""
+    fn = "kjit.adaln_row_gather"
+    if not isinstance(tables, (list, tuple)) or not 1 <= len(tables) <= 8:
+        raise ValueError(f"{fn}: tables must be a list of 1..8 tensors, got "
+                         f"{len(tables) if isinstance(tables, (list, tuple)) else type(tables).__name__}")
+    named = [(f"tables[{k}]", t) for k, t in enumerate(tables)]
+    _tensor(fn, "tables[0]", tables[0])
+    hidden = tables[0].shape[-1]
+    _tables(fn, named, hidden, tables[0].device)
+    _index(fn, index, None, tables[0].device)
+    return _gather(list(tables), index)
+
+
+# ---- norm_modulate --------------------------------------------------------------------
+
+
+def _adaln_common(x, index, param, eps=1e-5):
+    n, h = x.shape
+    return dict(n=n, hidden=h, act_dtype=_ACT[x.dtype], param_dtype=_PARAM[param.dtype],
+                index=_idx(index, param.shape[0]), eps=eps, stream=_stream(x.device))
+
+
+@torch.library.custom_op("kjit::norm_modulate", mutates_args=(), device_types="cuda")
+def _norm_modulate(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale: Tensor,
+                   index: Tensor, eps: float) -> Tensor:
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if x.shape[0]:
+        context(x.device).norm_modulate_fwd(
+            **_adaln_common(x, index, shift, eps), x=_rows(x),
+            weight=None if weight is None else weight.data_ptr(), shift=_rows(shift),
+            scale=_rows(scale), out=_rows(out))
+    return out
+
+
+@_norm_modulate.register_fake
+def _(x, weight, shift, scale, index, eps):
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("kjit::norm_modulate_bwd", mutates_args=(), device_types="cuda")
+def _norm_modulate_bwd(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale: Tensor,
+                       index: Tensor, eps: float, need_dweight: bool
+                       ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    n, h = x.shape
+    rows = scale.shape[0]
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    dweight = weight.new_zeros((h,)) if need_dweight else _placeholder(scale)
+    dshift, dscale = scale.new_zeros((rows, h)), scale.new_zeros((rows, h))
+    if n:
+        ws, ws_arg = _workspace(core.adaln_workspace("norm_modulate", n, h, rows), x.device)
+        context(x.device).norm_modulate_bwd(
+            **_adaln_common(x, index, scale, eps), workspace=ws_arg, x=_rows(x),
+            weight=None if weight is None else weight.data_ptr(), scale=_rows(scale),
+            dout=_rows(dout), dx=_rows(dx), dweight=dweight.data_ptr() if need_dweight else None,
+            dshift=_rows(dshift), dscale=_rows(dscale))
+    return dx, dweight, dshift, dscale
+
+
+@_norm_modulate_bwd.register_fake
+def _(dout, x, weight, scale, index, eps, need_dweight):
+    rows, h = scale.shape
+    dweight = weight.new_empty((h,)) if need_dweight else _placeholder(scale)
+    return x.new_empty(x.shape), dweight, scale.new_empty((rows, h)), scale.new_empty((rows, h))
+
+
+def _norm_modulate_setup(ctx, inputs, output):
+    x, weight, shift, scale, index, eps = inputs
+    ctx.eps = eps
+    ctx.save_for_backward(x, weight, scale, index)
+
+
+def _norm_modulate_backward(ctx, dout):
+    x, weight, scale, index = ctx.saved_tensors
+    need_dweight = weight is not None and ctx.needs_input_grad[1]
+    dx, dweight, dshift, dscale = torch.ops.kjit.norm_modulate_bwd(
+        _row_major(dout), x, weight, scale, index, ctx.eps, need_dweight)
+    return dx, (dweight if need_dweight else None), dshift, dscale, None, None
+
+
+_norm_modulate.register_autograd(_norm_modulate_backward, setup_context=_norm_modulate_setup)
+
+
+def _check_norm_args(fn, x_named, weight, shift, scale, gate, index):
+    n, h = _activations(fn, x_named)
+    params = ([("gate", gate)] if gate is not None else []) + [("shift", shift), ("scale", scale)]
+    if weight is not None:
+        params.append(("weight", weight))
+    _tables(fn, params, h, x_named[0][1].device)
+    _index(fn, index, n, x_named[0][1].device)
+
+
+def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
+    """out = rms_norm(x) * weight * (1 + scale[index]) + shift[index].
+    x (N, H) bf16/fp16/fp32; weight (H,) or None; shift, scale (R, H) bf16 or
+    fp32 (views with any row stride, e.g. chunks of one projection); index (N,)
+    int32/int64 into 0..R-1."""
+    _check_norm_args("kjit.norm_modulate", [("x", x)], weight, shift, scale, None, index)
+    return _norm_modulate(x, weight, shift, scale, index, float(eps))
+
+
+# ---- gated_residual -------------------------------------------------------------------
+
+
+@torch.library.custom_op("kjit::gated_residual", mutates_args=(), device_types="cuda")
+def _gated_residual(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> Tensor:
+    out = torch.empty_like(res, memory_format=torch.contiguous_format)
+    if res.shape[0]:
+        context(res.device).gated_residual_fwd(
+            **_adaln_common(res, index, gate), res=_rows(res), y=_rows(y), gate=_rows(gate),
+            out=_rows(out))
+    return out
+
+
+@_gated_residual.register_fake
+def _(res, y, gate, index):
+    return res.new_empty(res.shape)
+
+
+@torch.library.custom_op("kjit::gated_residual_bwd", mutates_args=(), device_types="cuda")
+def _gated_residual_bwd(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor
+                        ) -> tuple[Tensor, Tensor]:
+    n, h = y.shape
+    dy = torch.empty_like(y, memory_format=torch.contiguous_format)
+    dgate = gate.new_zeros((gate.shape[0], h))
+    if n:
+        ws, ws_arg = _workspace(core.adaln_workspace("gated_residual", n, h, gate.shape[0]),
+                                y.device)
+        # dres is dout itself: dx stays NULL and no copy is made.
+        context(y.device).gated_residual_bwd(
+            **_adaln_common(y, index, gate), workspace=ws_arg, y=_rows(y), gate=_rows(gate),
+            dout=_rows(dout), dy=_rows(dy), dgate=_rows(dgate))
+    return dy, dgate
+
+
+@_gated_residual_bwd.register_fake
+def _(dout, y, gate, index):
+    return y.new_empty(y.shape), gate.new_empty((gate.shape[0], y.shape[1]))
+
+
+def _gated_residual_setup(ctx, inputs, output):
+    res, y, gate, index = inputs
+    ctx.save_for_backward(y, gate, index)
+
+
+def _gated_residual_backward(ctx, dout):
+    y, gate, index = ctx.saved_tensors
+    dout = _row_major(dout)
+    dy, dgate = torch.ops.kjit.gated_residual_bwd(dout, y, gate, index)
+    return dout, dy, dgate, None
+
+
+_gated_residual.register_autograd(_gated_residual_backward, setup_context=_gated_residual_setup)
+
+
+def gated_residual(res, y, gate, index):
+    """out = res + gate[index] * y. res, y (N, H); gate (R, H) bf16 or fp32."""
+    fn = "kjit.gated_residual"
+    n, h = _activations(fn, [("res", res), ("y", y)])
+    _tables(fn, [("gate", gate)], h, res.device)
+    _index(fn, index, n, res.device)
+    return _gated_residual(res, y, gate, index)
+
+
+# ---- gated_residual_norm_modulate -------------------------------------------------------
+
+
+@torch.library.custom_op("kjit::gated_residual_norm_modulate", mutates_args=(),
+                         device_types="cuda")
+def _fused(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], shift: Tensor,
+           scale: Tensor, index: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    h = torch.empty_like(res, memory_format=torch.contiguous_format)
+    out = torch.empty_like(res, memory_format=torch.contiguous_format)
+    if res.shape[0]:
+        context(res.device).gated_residual_norm_modulate_fwd(
+            **_adaln_common(res, index, shift, eps), res=_rows(res), y=_rows(y),
+            gate=_rows(gate), weight=None if weight is None else weight.data_ptr(),
+            shift=_rows(shift), scale=_rows(scale), h=_rows(h), out=_rows(out))
+    return h, out
+
+
+@_fused.register_fake
+def _(res, y, gate, weight, shift, scale, index, eps):
+    return res.new_empty(res.shape), res.new_empty(res.shape)
+
+
+@torch.library.custom_op("kjit::gated_residual_norm_modulate_bwd", mutates_args=(),
+                         device_types="cuda")
+def _fused_bwd(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate: Tensor,
+               weight: Optional[Tensor], scale: Tensor, index: Tensor, eps: float,
+               need_dweight: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    n, hidden = h.shape
+    rows = scale.shape[0]
+    dres = torch.empty_like(h, memory_format=torch.contiguous_format)
+    dy = torch.empty_like(y, memory_format=torch.contiguous_format)
+    dgate, dshift, dscale = (scale.new_zeros((rows, hidden)) for _ in range(3))
+    dweight = weight.new_zeros((hidden,)) if need_dweight else _placeholder(scale)
+    if n:
+        ws, ws_arg = _workspace(
+            core.adaln_workspace("gated_residual_norm_modulate", n, hidden, rows), h.device)
+        context(h.device).gated_residual_norm_modulate_bwd(
+            **_adaln_common(h, index, scale, eps), workspace=ws_arg, x=_rows(h), y=_rows(y),
+            gate=_rows(gate), weight=None if weight is None else weight.data_ptr(),
+            scale=_rows(scale), dh=None if dh is None else _rows(dh), dout=_rows(dout),
+            dx=_rows(dres), dy=_rows(dy), dgate=_rows(dgate),
+            dweight=dweight.data_ptr() if need_dweight else None, dshift=_rows(dshift),
+            dscale=_rows(dscale))
+    return dres, dy, dgate, dweight, dshift, dscale
+
+
+@_fused_bwd.register_fake
+def _(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight):
+    rows, hidden = scale.shape
+    dweight = weight.new_empty((hidden,)) if need_dweight else _placeholder(scale)
+    dgate, dshift, dscale = (scale.new_empty((rows, hidden)) for _ in range(3))
+    return h.new_empty(h.shape), y.new_empty(y.shape), dgate, dweight, dshift, dscale
+
+
+def _fused_setup(ctx, inputs, output):
+    res, y, gate, weight, shift, scale, index, eps = inputs
+    ctx.eps = eps
+    ctx.save_for_backward(output[0], y, gate, weight, scale, index)
+
+
+def _fused_backward(ctx, dh, dout):
+    h, y, gate, weight, scale, index = ctx.saved_tensors
+    need_dweight = weight is not None and ctx.needs_input_grad[3]
+    dres, dy, dgate, dweight, dshift, dscale = torch.ops.kjit.gated_residual_norm_modulate_bwd(
+        None if dh is None else _row_major(dh), _row_major(dout), h, y, gate, weight, scale,
+        index, ctx.eps, need_dweight)
+    return dres, dy, dgate, (dweight if need_dweight else None), dshift, dscale, None, None
+
+
+_fused.register_autograd(_fused_backward, setup_context=_fused_setup)
+
+
+def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=1e-5):
+    """h = res + gate[index] * y; out = norm_modulate(h, weight, shift, scale,
+    index, eps). Returns (h, out) from one pass; h is the new residual stream."""
+    fn = "kjit.gated_residual_norm_modulate"
+    _check_norm_args(fn, [("res", res), ("y", y)], weight, shift, scale, gate, index)
+    return _fused(res, y, gate, weight, shift, scale, index, float(eps))

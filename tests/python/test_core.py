@@ -1,0 +1,306 @@
+"""CPU tests of the Python binding: library loading, the ctypes mirror of
+kjit.h against the C compiler's layout, status mapping, the torch-free core's
+checks, and (when torch is importable) the torch layer's refusals and fake
+implementations. Needs no GPU. KJIT_LIBRARY points at the built library."""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bindings" / "python"))
+
+import kjit  # noqa: E402
+from kjit import _lib, core  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+class Loading(unittest.TestCase):
+    def test_loads_from_kjit_library(self):
+        path = core.library_path()
+        self.assertTrue(Path(path).exists(), path)
+        if os.environ.get("KJIT_LIBRARY"):
+            self.assertEqual(path, os.environ["KJIT_LIBRARY"])
+
+    def test_search_order(self):
+        env = dict(os.environ)
+        try:
+            os.environ["KJIT_LIBRARY"] = "/nonexistent/libkjit.so"
+            self.assertEqual(_lib.candidates(), [("KJIT_LIBRARY", "/nonexistent/libkjit.so")])
+            del os.environ["KJIT_LIBRARY"]
+            where = [w for w, _ in _lib.candidates()]
+            self.assertEqual(where[-1], "the loader path")
+        finally:
+            os.environ.clear()
+            os.environ.update(env)
+
+    def test_missing_library_names_every_place_tried(self):
+        code = ("import kjit\n"
+                "try:\n    kjit.core.op_names()\n"
+                "except kjit.LibraryError as e:\n    print('LibraryError', e)\n")
+        env = dict(os.environ, KJIT_LIBRARY="/nonexistent/libkjit.so",
+                   PYTHONPATH=str(ROOT / "bindings" / "python"))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        self.assertIn("LibraryError", out)
+        self.assertIn("/nonexistent/libkjit.so", out)
+        self.assertIn("KJIT_LIBRARY", out)
+
+    def test_core_works_without_torch(self):
+        code = ("import sys\nsys.modules['torch'] = None\nimport kjit\n"
+                "assert not hasattr(kjit, 'norm_modulate')\n"
+                "print(kjit.core.op_names())\n")
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "bindings" / "python"))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        self.assertIn("timestep_sinusoid", out)
+
+    def test_missing_symbol_is_a_library_error(self):
+        lib = _lib.load()
+        with self.assertRaises(AttributeError):
+            lib.not_a_kjit_function  # noqa: B018
+        cdll = ctypes.CDLL(None)  # the process itself exports no kjit_*
+        with self.assertRaisesRegex(_lib.LibraryError, "kjit_norm_modulate_fwd"):
+            _lib.Library(cdll, "<process>").kjit_norm_modulate_fwd  # noqa: B018
+
+
+class Layout(unittest.TestCase):
+    """Each ctypes struct against sizeof/offsetof from a C program built now."""
+
+    def test_structs_and_constants_match_the_header(self):
+        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        if not cc:
+            self.skipTest("no C compiler")
+        lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "kjit.h"',
+                 "int main(void) {"]
+        for cname, struct in _lib.STRUCTS.items():
+            lines.append(f'printf("{cname} . %zu\\n", sizeof({cname}));')
+            for field, _ in struct._fields_:
+                lines.append(f'printf("{cname} {field} %zu %zu\\n", offsetof({cname}, {field}), '
+                             f"sizeof((({cname} *)0)->{field}));")
+        for name in _lib.CONSTANTS:
+            lines.append(f'printf("const {name} %d\\n", (int)({name}));')
+        lines += ["return 0;", "}"]
+        with tempfile.TemporaryDirectory() as tmp:
+            src, exe = Path(tmp, "layout.c"), Path(tmp, "layout")
+            src.write_text("\n".join(lines))
+            subprocess.run([cc, "-std=c11", "-I", str(ROOT / "include"), str(src), "-o", str(exe)],
+                           check=True)
+            out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+        seen = 0
+        for line in out.splitlines():
+            kind, name, *vals = line.split()
+            if kind == "const":
+                self.assertEqual(_lib.CONSTANTS[name], int(vals[0]), name)
+            elif name == ".":
+                self.assertEqual(ctypes.sizeof(_lib.STRUCTS[kind]), int(vals[0]), f"sizeof({kind})")
+            else:
+                struct = _lib.STRUCTS[kind]
+                desc = getattr(struct, name)
+                self.assertEqual((desc.offset, desc.size), (int(vals[0]), int(vals[1])),
+                                 f"{kind}.{name} (offset, size)")
+            seen += 1
+        expected = sum(1 + len(s._fields_) for s in _lib.STRUCTS.values()) + len(_lib.CONSTANTS)
+        self.assertEqual(seen, expected)
+
+
+class Status(unittest.TestCase):
+    def test_names_come_from_the_library(self):
+        self.assertEqual(core.status_name(0), "KJIT_OK")
+        self.assertEqual(core.status_name(-1), "KJIT_EINVAL")
+        self.assertEqual(core.status_name(-10), "KJIT_EINDEX")
+        core.check(0, "anything")
+
+    def test_einval_names_the_argument(self):
+        with kjit.Context(device=None, cache_dir="") as ctx:
+            with self.assertRaises(kjit.InvalidArgument) as cm:
+                ctx.timestep_sinusoid(t=0x1000, n=4, dim=0, out=0x2000)
+        e = cm.exception
+        self.assertIsInstance(e, ValueError)
+        self.assertIsInstance(e, kjit.KjitError)
+        self.assertEqual((e.status, e.name, e.function), (-1, "KJIT_EINVAL", "kjit_timestep_sinusoid"))
+        self.assertIn("d = 0", e.message)
+
+    def test_bad_stride_and_dtype_are_named(self):
+        with kjit.Context(device=None, cache_dir="") as ctx:
+            with self.assertRaisesRegex(kjit.InvalidArgument, "out_stride"):
+                ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, out_stride=8)
+            with self.assertRaisesRegex(kjit.InvalidArgument, "out_dtype"):
+                ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, out_dtype="int32")
+            with self.assertRaisesRegex(kjit.InvalidArgument, "max_period"):
+                ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, max_period=-1.0)
+
+    def test_valid_call_without_a_driver_says_so(self):
+        with kjit.Context(device=0, cache_dir="") as ctx:
+            if ctx.has_device:
+                self.skipTest("a GPU is present")
+            with self.assertRaises(kjit.KjitError) as cm:
+                ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000)
+            self.assertEqual(cm.exception.name, "KJIT_ENODRIVER")
+            ctx.timestep_sinusoid(0x1000, 0, 256, 0x2000)  # n == 0 is a no-op
+
+    def test_context_options(self):
+        with self.assertRaisesRegex(kjit.InvalidArgument, "sm_12"):
+            kjit.Context(device=None, cache_dir="", arch="sm_12")
+        with self.assertRaisesRegex(ValueError, "index_check"):
+            kjit.Context(device=None, index_check="sometimes")
+        with kjit.Context(device=None, cache_dir="", arch="sm_90") as ctx:
+            self.assertEqual(ctx.arch, "sm_90")
+            self.assertFalse(ctx.has_device)
+            self.assertEqual(set(ctx.cache_counters()),
+                             {"mem_hits", "disk_hits", "misses", "compiles", "bad_entries",
+                              "evictions"})
+        with self.assertRaisesRegex(ValueError, "closed"):
+            ctx.arch  # noqa: B018
+
+
+class CoreChecks(unittest.TestCase):
+    """Python-level mistakes are caught before the library is called."""
+
+    def setUp(self):
+        self.ctx = kjit.Context(device=None, cache_dir="")
+        self.addCleanup(self.ctx.close)
+
+    def test_dtypes(self):
+        self.assertEqual(core.dtype_code("bfloat16"), _lib.BF16)
+        self.assertEqual(core.dtype_code("fp32"), _lib.F32)
+        self.assertEqual(core.dtype_name(_lib.I64), "int64")
+        self.assertEqual(core.dtype_size("bf16"), 2)
+        with self.assertRaisesRegex(kjit.InvalidArgument, "fp8"):
+            core.dtype_code("fp8")
+        with self.assertRaisesRegex(ValueError, "kjit_dtype"):
+            core.dtype_code(7)
+
+    def test_pointer_types(self):
+        with self.assertRaisesRegex(TypeError, "^t: expected an int, got float"):
+            self.ctx.timestep_sinusoid(1.5, 4, 256, 0x2000)
+        with self.assertRaisesRegex(TypeError, "n: expected an int, got bool"):
+            self.ctx.timestep_sinusoid(0x1000, True, 256, 0x2000)
+        with self.assertRaisesRegex(ValueError, "out: a device pointer cannot be negative"):
+            self.ctx.timestep_sinusoid(0x1000, 4, 256, -8)
+        with self.assertRaisesRegex(TypeError, "stream: expected an int"):
+            self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, stream="default")
+
+    def test_adaln_arguments(self):
+        kw = dict(act_dtype="bf16", param_dtype="bf16", index=(0x3000, "int64", 9))
+        with self.assertRaisesRegex(TypeError, "unknown argument 'bias'"):
+            self.ctx.norm_modulate_fwd(8, 64, bias=(0x1000, 64), **kw)
+        with self.assertRaisesRegex(TypeError, r"x: expected a \(pointer, row_stride\) pair"):
+            self.ctx.norm_modulate_fwd(8, 64, x=0x1000, **kw)
+        with self.assertRaisesRegex(TypeError, r"index: expected \(pointer, dtype, rows\)"):
+            self.ctx.norm_modulate_fwd(8, 64, **dict(kw, index=0x3000))
+        with self.assertRaisesRegex(kjit.InvalidArgument, "int16"):
+            self.ctx.norm_modulate_fwd(8, 64, **dict(kw, index=(0x3000, "int16", 9)))
+        with self.assertRaisesRegex(TypeError, r"workspace: expected a \(pointer, bytes\)"):
+            self.ctx.norm_modulate_bwd(8, 64, workspace=4096, **kw)
+        with self.assertRaisesRegex(ValueError, "op: 'layer_norm'"):
+            core.adaln_workspace("layer_norm", 8, 64, 9)
+
+    def test_row_gather_arguments(self):
+        idx = (0x3000, "int32", 9)
+        with self.assertRaisesRegex(ValueError, "table: 9 tables; kjit takes 1..8"):
+            self.ctx.adaln_row_gather_fwd(8, 64, "bf16", idx, [(0x1000, 64)] * 9,
+                                          [(0x2000, 64)] * 9)
+        with self.assertRaisesRegex(ValueError, "out: 2 entries, but 3 tables"):
+            self.ctx.adaln_row_gather_fwd(8, 64, "bf16", idx, [(0x1000, 64)] * 3,
+                                          [(0x2000, 64)] * 2)
+        with self.assertRaisesRegex(TypeError, r"table\[1\]: expected a \(pointer, row_stride\)"):
+            self.ctx.adaln_row_gather_fwd(8, 64, "bf16", idx, [(0x1000, 64), 0x1100],
+                                          [(0x2000, 64)] * 2)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class TorchRefusals(unittest.TestCase):
+    """The torch functions refuse what kjit cannot take, naming the argument."""
+
+    N, H, R = 6, 64, 9
+
+    def setUp(self):
+        self.x = torch.randn(self.N, self.H, dtype=torch.bfloat16)
+        self.table = torch.randn(self.R, 6 * self.H, dtype=torch.bfloat16)
+        self.idx = torch.arange(self.N) % self.R
+
+    def test_cpu_tensors_are_refused(self):
+        sh, sc, g = self.table.chunk(6, 1)[:3]
+        for call in (
+            lambda: kjit.norm_modulate(self.x, None, sh, sc, self.idx),
+            lambda: kjit.gated_residual(self.x, self.x, g, self.idx),
+            lambda: kjit.gated_residual_norm_modulate(self.x, self.x, g, None, sh, sc, self.idx),
+            lambda: kjit.adaln_row_gather(list(self.table.chunk(6, 1)), self.idx),
+            lambda: kjit.timestep_sinusoid(torch.rand(4), 256),
+        ):
+            with self.assertRaisesRegex(ValueError, "is on cpu; kjit runs on CUDA tensors"):
+                call()
+
+    def test_types(self):
+        with self.assertRaisesRegex(TypeError, "kjit.norm_modulate: x must be a torch.Tensor"):
+            kjit.norm_modulate([1.0], None, self.x, self.x, self.idx)
+        with self.assertRaisesRegex(ValueError, "tables must be a list of 1..8"):
+            kjit.adaln_row_gather([self.x] * 9, self.idx)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class TorchFakes(unittest.TestCase):
+    """Without a GPU: fake tensors trace through every op (what torch.compile
+    needs), and the autograd formulas run on meta tensors."""
+
+    N, H, R = 5, 32, 9
+
+    def test_fake_cuda_trace(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        def block(x, table, w, idx, t):
+            ch = table.chunk(6, 1)
+            h, o = kjit.gated_residual_norm_modulate(x, x, ch[2], w, ch[0], ch[1], idx)
+            rows = kjit.adaln_row_gather(list(ch), idx)
+            emb = kjit.timestep_sinusoid(t, 256, True, 0.0, out_dtype=torch.bfloat16)
+            return kjit.gated_residual(h, o, ch[5], idx), kjit.norm_modulate(
+                x, None, ch[3], ch[4], idx), rows, emb
+
+        with FakeTensorMode():
+            args = (torch.empty(self.N, self.H, device="cuda", dtype=torch.bfloat16),
+                    torch.empty(self.R, 6 * self.H, device="cuda", dtype=torch.bfloat16),
+                    torch.empty(self.H, device="cuda", dtype=torch.bfloat16),
+                    torch.zeros(self.N, device="cuda", dtype=torch.int32),
+                    torch.empty(self.N, device="cuda"))
+            gm = make_fx(block, tracing_mode="fake")(*args)
+            res, nm, rows, emb = gm(*args)
+        ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        for op in ("kjit.gated_residual_norm_modulate.default", "kjit.adaln_row_gather.default",
+                   "kjit.timestep_sinusoid.default", "kjit.gated_residual.default",
+                   "kjit.norm_modulate.default"):
+            self.assertIn(op, ops)
+        self.assertEqual(tuple(res.shape), (self.N, self.H))
+        self.assertEqual(len(rows), 6)
+        self.assertEqual((tuple(emb.shape), emb.dtype), ((self.N, 256), torch.bfloat16))
+        self.assertTrue(nm.is_contiguous())
+
+    def test_meta_autograd_shapes(self):
+        m = dict(device="meta", dtype=torch.bfloat16)
+        x = torch.empty(self.N, self.H, **m, requires_grad=True)
+        table = torch.empty(self.R, 6 * self.H, **m, requires_grad=True)
+        w = torch.empty(self.H, **m, requires_grad=True)
+        idx = torch.zeros(self.N, dtype=torch.int64, device="meta")
+        ch = table.chunk(6, 1)
+        h, out = torch.ops.kjit.gated_residual_norm_modulate(x, x, ch[2], w, ch[0], ch[1], idx,
+                                                             1e-5)
+        rows = torch.ops.kjit.adaln_row_gather(list(ch), idx)
+        loss = torch.ops.kjit.gated_residual(h, out, ch[5], idx).sum() + rows[3].sum()
+        loss.backward()
+        self.assertEqual(tuple(table.grad.shape), (self.R, 6 * self.H))
+        self.assertEqual(tuple(x.grad.shape), (self.N, self.H))
+        self.assertEqual(tuple(w.grad.shape), (self.H,))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
