@@ -15,6 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bindings" / "python"))
 
+if os.environ.get("KJIT_TEST_WITHOUT_TORCH"):
+    sys.modules["torch"] = None  # import torch now raises ImportError
+
 import kjit  # noqa: E402
 from kjit import _lib, core  # noqa: E402
 

@@ -1,0 +1,299 @@
+"""GPU tests of kjit's torch ops: accuracy vs float64 (SPEC.md's bounds),
+gradients, chunk(6) views, dtypes, odd shapes, bitwise batch invariance and
+repeatable parameter gradients, streams, torch.library.opcheck,
+torch.compile(fullgraph=True) and CUDA-graph replay, argument errors.
+
+    KJIT_LIBRARY=build-gpu/libkjit.so python3 tests/python/test_torch_gpu.py
+"""
+
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
+
+import torch  # noqa: E402
+
+import kjit  # noqa: E402
+from kjit import reference as ref  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda"
+# SPEC.md contract 4, per output dtype.
+TOL = {torch.float32: 1e-6, torch.bfloat16: 4e-3, torch.float16: 1e-3}
+
+
+def gen(seed):
+    return torch.Generator(device=DEV).manual_seed(seed)
+
+
+def randn(seed, *shape, dtype=torch.bfloat16, scale=1.0):
+    return (torch.randn(*shape, device=DEV, generator=gen(seed)) * scale).to(dtype)
+
+
+def make(n, h, r=9, act=torch.bfloat16, param=torch.bfloat16, idx_dtype=torch.int64, seed=0,
+         weight=True):
+    """Inputs of one block: rows, an (R, 6H) table used through chunk(6), a weight."""
+    table = randn(seed + 1, r, 6 * h, dtype=param, scale=0.1).requires_grad_()
+    return dict(
+        x=randn(seed + 2, n, h, dtype=act, scale=2.0).requires_grad_(),
+        y=randn(seed + 3, n, h, dtype=act).requires_grad_(),
+        table=table,
+        weight=((0.5 + torch.rand(h, device=DEV, generator=gen(seed + 4))).to(param)
+                .requires_grad_() if weight else None),
+        index=torch.randint(0, r, (n,), device=DEV, generator=gen(seed + 5)).to(idx_dtype),
+    )
+
+
+# Each case: a kjit call and its reference over (x, y, table chunks, weight, index).
+def case_norm(m, ch, lib):
+    return lib.norm_modulate(m["x"], m["weight"], ch[0], ch[1], m["index"])
+
+
+def case_gated(m, ch, lib):
+    return lib.gated_residual(m["x"], m["y"], ch[2], m["index"])
+
+
+def case_fused(m, ch, lib):
+    return list(lib.gated_residual_norm_modulate(m["x"], m["y"], ch[2], m["weight"], ch[0], ch[1],
+                                                 m["index"]))
+
+
+def case_gather(m, ch, lib):
+    return lib.adaln_row_gather(list(ch), m["index"])
+
+
+CASES = {"norm_modulate": case_norm, "gated_residual": case_gated,
+         "gated_residual_norm_modulate": case_fused, "adaln_row_gather": case_gather}
+
+
+def run(case, m, lib=kjit, up_dtypes=None):
+    """Forward and the gradients of x, y, table, weight under fixed upstream
+    grads (rounded to up_dtypes, default the outputs' own, then cast)."""
+    ch = m["table"].chunk(6, 1)
+    outs = case(m, ch, lib)
+    outs = outs if isinstance(outs, list) else [outs]
+    leaves = [m["x"], m["y"], m["table"], m["weight"]]
+    used = [t if (t is not None and t.requires_grad) else None for t in leaves]
+    up_dtypes = up_dtypes or [o.dtype for o in outs]
+    ups = [torch.randn(o.shape, device=DEV, generator=gen(7 + k)).to(d).to(o.dtype)
+           for k, (o, d) in enumerate(zip(outs, up_dtypes))]
+    live = [t for t in used if t is not None]
+    got = iter(torch.autograd.grad(outs, live, ups, allow_unused=True))
+    grads = [None if t is None else next(got) for t in used]
+    return [o.detach() for o in outs], grads
+
+
+def run_double(case, m, up_dtypes):
+    """The float64 reference on the same inputs and upstream grads."""
+    d = {k: (v.detach().double().requires_grad_(v.requires_grad)
+             if v is not None and v.is_floating_point() else v) for k, v in m.items()}
+    return run(case, d, ref, up_dtypes)
+
+
+@unittest.skipUnless(CUDA, "no CUDA device")
+class Accuracy(unittest.TestCase):
+    def check(self, name, n, h, act=torch.bfloat16, param=torch.bfloat16, idx=torch.int64,
+              weight=True):
+        m = make(n, h, act=act, param=param, idx_dtype=idx, weight=weight)
+        outs, grads = run(CASES[name], m)
+        routs, rgrads = run_double(CASES[name], m, [o.dtype for o in outs])
+        label = f"{name} n={n} h={h} {act} {param} {idx} weight={weight}"
+        for o, r in zip(outs, routs):
+            self.assertEqual(o.dtype, act if name != "adaln_row_gather" else param, label)
+            self.assertTrue(o.is_contiguous(), label)
+            self.assertLessEqual(ref.rel_err(o, r), TOL[o.dtype], label)
+        for leaf, g, r in zip(("x", "y", "table", "weight"), grads, rgrads):
+            self.assertEqual(g is None, r is None, f"{label} d{leaf}")
+            if g is not None:
+                self.assertLessEqual(ref.rel_err(g, r), TOL[g.dtype], f"{label} d{leaf}")
+
+    def test_h3_shapes(self):
+        for name in CASES:
+            self.check(name, 4097, 5376)
+
+    def test_dtypes_and_odd_shapes(self):
+        for name in CASES:
+            for act, param in ((torch.float32, torch.float32), (torch.float16, torch.bfloat16),
+                               (torch.bfloat16, torch.float32)):
+                if name == "adaln_row_gather" and act != param:
+                    continue
+                self.check(name, 33, 256, act, param, torch.int32)
+            self.check(name, 1, 77)      # odd hidden: the scalar path
+            self.check(name, 300, 1000, weight=False)
+
+    def test_zero_rows(self):
+        m = make(0, 64)
+        out = kjit.norm_modulate(m["x"], m["weight"], *m["table"].chunk(6, 1)[:2], m["index"])
+        self.assertEqual(tuple(out.shape), (0, 64))
+        out.sum().backward()
+        self.assertEqual(m["table"].grad.abs().sum().item(), 0.0)
+
+    def test_sinusoid(self):
+        t = torch.rand(2048, device=DEV, generator=gen(1))
+        for ts, kw in ((t * 1000, {}),
+                       (t * 1000, dict(flip_sin_to_cos=True, downscale_freq_shift=0.0)),
+                       (t, dict(scale=1000.0, max_period=5000.0))):
+            for dim in (256, 255):
+                got = kjit.timestep_sinusoid(ts, dim, **kw)
+                want = ref.timestep_sinusoid(ts.double(), dim, **kw)
+                self.assertLessEqual(ref.rel_err(got, want), 2e-7, f"{kw} dim={dim}")
+        self.assertEqual(kjit.timestep_sinusoid(t, 256, out_dtype=torch.bfloat16).dtype,
+                         torch.bfloat16)
+
+
+@unittest.skipUnless(CUDA, "no CUDA device")
+class Determinism(unittest.TestCase):
+    def test_batch_invariance_and_repeatable_params(self):
+        for name, case in CASES.items():
+            m = make(257, 5376)
+            full_o, full_g = run(case, m)
+            again_o, again_g = run(case, m)
+            for a, b in zip(full_g + full_o, again_g + again_o):
+                if a is not None:
+                    self.assertTrue(torch.equal(a, b), f"{name}: not repeatable")
+            for rows in ([0], [256], [3, 100, 7], list(range(256, -1, -1))):
+                idx = torch.tensor(rows, device=DEV)
+                sub = dict(m, x=m["x"].detach()[idx].requires_grad_(),
+                           y=m["y"].detach()[idx].requires_grad_(), index=m["index"][idx])
+                sub_o, sub_g = run(case, sub)
+                for a, b in zip(sub_o, full_o):
+                    self.assertTrue(torch.equal(a, b[idx]), f"{name}: rows {rows[:3]} forward")
+                for a, b in zip(sub_g[:2], full_g[:2]):   # the row gradients dx, dy
+                    if a is not None:
+                        self.assertTrue(torch.equal(a, b[idx]), f"{name}: rows {rows[:3]} grad")
+
+    def test_side_stream(self):
+        m = make(1024, 5376)
+        want, _ = run(case_fused, m)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            got, _ = run(case_fused, m)
+        s.synchronize()
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b))
+
+
+@unittest.skipUnless(CUDA, "no CUDA device")
+class TorchIntegration(unittest.TestCase):
+    def test_opcheck(self):
+        m = make(64, 256)
+        x, y, table, w, idx = m["x"], m["y"], m["table"], m["weight"], m["index"]
+        sh, sc, g = table.chunk(6, 1)[:3]
+        t = torch.rand(8, device=DEV)
+        for op, args in (
+            (torch.ops.kjit.norm_modulate.default, (x, w, sh, sc, idx, 1e-5)),
+            (torch.ops.kjit.norm_modulate.default, (x, None, sh, sc, idx, 1e-6)),
+            (torch.ops.kjit.gated_residual.default, (x, y, g, idx)),
+            (torch.ops.kjit.gated_residual_norm_modulate.default, (x, y, g, w, sh, sc, idx, 1e-5)),
+            (torch.ops.kjit.adaln_row_gather.default, (list(table.chunk(6, 1)), idx)),
+            (torch.ops.kjit.timestep_sinusoid.default,
+             (t, 256, True, 0.0, 1.0, 10000.0, torch.float32)),
+        ):
+            torch.library.opcheck(op, args)
+
+    def block(self, x, y, table, w, idx):
+        sh1, sc1, g1, sh2, sc2, g2 = table.chunk(6, 1)
+        a = kjit.norm_modulate(x, w, sh1, sc1, idx)
+        h, b = kjit.gated_residual_norm_modulate(x, a * y, g1, w, sh2, sc2, idx)
+        return kjit.gated_residual(h, b, g2, idx)
+
+    def test_compile_fullgraph(self):
+        torch._dynamo.reset()
+        m = make(1000, 1024)
+        compiled = torch.compile(self.block, fullgraph=True)
+        args = (m["x"], m["y"], m["table"], m["weight"], m["index"])
+        want = self.block(*args)
+        gw = torch.autograd.grad(want.sum(), [m["x"], m["table"], m["weight"]])
+        got = compiled(*args)
+        gg = torch.autograd.grad(got.sum(), [m["x"], m["table"], m["weight"]])
+        # Inductor may fuse the elementwise a * y differently: within one rounding.
+        self.assertLessEqual(ref.rel_err(got, want), 4e-3)
+        for a, b in zip(gg, gw):
+            self.assertLessEqual(ref.rel_err(a, b), 1e-2)
+
+    def test_cuda_graph_replay(self):
+        m = make(512, 5376)
+        args = [m["x"].detach(), m["y"].detach(), m["table"].detach(), m["weight"].detach(),
+                m["index"]]
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):   # load the kernels before capture
+                self.block(*args)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = self.block(*args)
+        fresh = make(512, 5376, seed=50)
+        for dst, key in zip(args, ("x", "y", "table", "weight", "index")):
+            dst.copy_(fresh[key].detach())
+        graph.replay()
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(static_out, self.block(*args)))
+
+    def test_compile_reduce_overhead(self):
+        torch._dynamo.reset()
+        m = make(256, 1024)
+        args = (m["x"].detach(), m["y"].detach(), m["table"].detach(), m["weight"].detach(),
+                m["index"])
+        fn = torch.compile(self.block, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):
+            out = fn(*args)
+        self.assertLessEqual(ref.rel_err(out, self.block(*args)), 4e-3)
+
+    def test_errors_name_the_argument(self):
+        m = make(16, 64)
+        x, y, table, w, idx = (m[k].detach() if m[k] is not None and m[k].is_floating_point()
+                               else m[k] for k in ("x", "y", "table", "weight", "index"))
+        sh, sc, g = table.chunk(6, 1)[:3]
+        cases = [
+            (TypeError, "x has dtype torch.float64",
+             lambda: kjit.norm_modulate(x.double(), w, sh, sc, idx)),
+            (TypeError, "scale has dtype torch.float32 but shift has",
+             lambda: kjit.norm_modulate(x, None, sh, sc.float(), idx)),
+            (TypeError, "index has dtype torch.int16",
+             lambda: kjit.norm_modulate(x, w, sh, sc, idx.short())),
+            (ValueError, "x has column stride",
+             lambda: kjit.norm_modulate(x.t().contiguous().t(), w, sh, sc, idx)),
+            (ValueError, "x must be 2-D",
+             lambda: kjit.norm_modulate(x[None], w, sh, sc, idx)),
+            (ValueError, "y has 8 rows, expected 16",
+             lambda: kjit.gated_residual(x, y[:8], g, idx)),
+            (ValueError, "index must be 1-D with one entry per row",
+             lambda: kjit.gated_residual(x, y, g, idx[:5])),
+            (ValueError, "shift has hidden size 32",
+             lambda: kjit.norm_modulate(x, w, sh[:, :32], sc, idx)),
+            (ValueError, "weight must be a contiguous",
+             lambda: kjit.norm_modulate(x, w[::2], sh, sc, idx)),
+            (ValueError, "row stride 0",
+             lambda: kjit.gated_residual(x, y[:1].expand(16, 64), g, idx)),
+            (ValueError, "t requires grad",
+             lambda: kjit.timestep_sinusoid(torch.rand(4, device=DEV, requires_grad=True), 8)),
+            (ValueError, "downscale_freq_shift",
+             lambda: kjit.timestep_sinusoid(torch.rand(4, device=DEV), 2)),
+        ]
+        for exc, text, call in cases:
+            with self.assertRaisesRegex(exc, text):
+                call()
+
+    def test_index_check_async(self):
+        ctx = kjit.core.Context(torch.cuda.current_device(), index_check="async")
+        try:
+            x = torch.randn(4, 64, device=DEV, dtype=torch.bfloat16)
+            tab = torch.randn(3, 64, device=DEV, dtype=torch.bfloat16)
+            out = torch.zeros_like(x)
+            idx = torch.tensor([0, 1, 7, 2], device=DEV)
+            stream = torch.cuda.current_stream().cuda_stream
+            ctx.gated_residual_fwd(4, 64, act_dtype="bf16", param_dtype="bf16",
+                                   index=(idx.data_ptr(), "int64", 3), res=(x.data_ptr(), 64),
+                                   y=(x.data_ptr(), 64), gate=(tab.data_ptr(), 64),
+                                   out=(out.data_ptr(), 64), stream=stream)
+            self.assertTrue(ctx.index_error(stream))
+            self.assertFalse(ctx.index_error(stream))
+        finally:
+            ctx.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
