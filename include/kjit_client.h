@@ -1,0 +1,94 @@
+/* kjit_client: talk to a running `kjit serve` over its Unix socket
+ * (docs/PROTOCOL.md). Blocking, one request at a time per client; use one
+ * client per thread. Link kjit_client (it uses libkjit's status codes and
+ * kjit_last_error() for messages).
+ *
+ *   kjit_client *c;
+ *   if (kjit_client_connect(&c, NULL, 5000) == KJIT_OK) {
+ *       kjit_client_reply r;
+ *       if (kjit_client_request(c, "{\"type\":\"stats\"}", NULL, 0, NULL, NULL, &r) == KJIT_OK) {
+ *           puts(r.json);
+ *           kjit_client_reply_free(&r);
+ *       }
+ *       kjit_client_close(c);
+ *   }
+ */
+#ifndef KJIT_CLIENT_H
+#define KJIT_CLIENT_H
+
+#include <stddef.h>
+
+#include "kjit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kjit_client kjit_client;
+
+/* The socket a server listens on by default: $XDG_RUNTIME_DIR/kjit/kjit.sock,
+ * else /tmp/kjit-<uid>/kjit.sock. KJIT_EINVAL when it does not fit in len. */
+KJIT_API int kjit_client_default_socket(char *buf, size_t len);
+
+/* Connects to path (NULL: $KJIT_SERVER if set, else the default socket) and
+ * says hello. timeout_ms bounds each wait for the server (0: none).
+ * KJIT_ENOTFOUND when no server answers at the path (no socket file, or a
+ * stale one): callers may fall back to compiling themselves. KJIT_EPERM
+ * when the server refuses this user. */
+KJIT_API int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms);
+
+/* The server's hello reply (versions, capabilities, ops, arch, limits). */
+KJIT_API const char *kjit_client_hello(const kjit_client *c);
+
+typedef struct kjit_client_reply {
+    char *json;         /* the reply header, NUL-terminated */
+    void *payload;      /* NULL when payload_len is 0 */
+    size_t payload_len;
+    int ok;             /* the reply's "ok" */
+} kjit_client_reply;
+
+/* Progress events of a request (prewarm), as JSON text valid during the call. */
+typedef void (*kjit_client_event_fn)(void *arg, const char *event_json);
+
+/* Sends one request and waits for its reply. json is a JSON object with a
+ * "type"; the client sets its "id". An error reply from the server
+ * ({"ok":false,...}) is still KJIT_OK with reply->ok == 0; a failure to
+ * talk (closed connection, bad frame, timeout) is KJIT_EIO and the client
+ * is unusable afterwards. On KJIT_OK free the reply with
+ * kjit_client_reply_free. */
+KJIT_API int kjit_client_request(kjit_client *c, const char *json, const void *payload, size_t payload_len,
+                                 kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply);
+KJIT_API void kjit_client_reply_free(kjit_client_reply *r);
+
+/* One compiled kernel, pointing into the kjit_client_compiled that holds it. */
+typedef struct kjit_client_kernel {
+    const char *name_expr;  /* e.g. "kjit_sinusoid<kjit::bf16>" */
+    const char *lowered;    /* the entry name for cuModuleGetFunction */
+    const char *key;        /* the cache key, 32 hex digits */
+    const void *cubin;
+    size_t cubin_len;
+    int cached;
+} kjit_client_kernel;
+
+typedef struct kjit_client_compiled {
+    int n;
+    kjit_client_kernel *kernels;
+    int cached;             /* every kernel came from a cache */
+    void *priv_;            /* the reply the pointers lead into */
+} kjit_client_compiled;
+
+/* Every kernel of an op for (hidden, dtype, arch) through the server: what
+ * the embedded library would ask when KJIT_SERVER names a socket. arch NULL:
+ * the server's. A refused request is KJIT_EINVAL, a failed compile
+ * KJIT_ECOMPILE, with the server's message in kjit_last_error(). */
+KJIT_API int kjit_client_compile(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, const char *arch,
+                                 kjit_client_compiled *out);
+KJIT_API void kjit_client_compiled_free(kjit_client_compiled *r);
+
+/* Closes the connection. NULL is a no-op. */
+KJIT_API void kjit_client_close(kjit_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,347 @@
+/* The C client: blocking frames over a Unix socket (include/kjit_client.h). */
+#include "kjit_client.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client/frame.h"
+#include "core/error.h"
+
+struct kjit_client {
+    int fd;
+    int broken; /* a frame was cut or timed out: the stream can't be trusted */
+    int timeout_ms;
+    uint64_t next_id;
+    char *hello;
+    char path[108];
+};
+
+int kjit_client_default_socket(char *buf, size_t len)
+{
+    kjit__clear_error();
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    int n = xdg && *xdg ? snprintf(buf, len, "%s/kjit/kjit.sock", xdg)
+                        : snprintf(buf, len, "/tmp/kjit-%u/kjit.sock", (unsigned)geteuid());
+    if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        return kjit__fail(KJIT_EINVAL, "the default socket path is too long for a Unix socket (XDG_RUNTIME_DIR=%s)",
+                          xdg ? xdg : "");
+    return KJIT_OK;
+}
+
+static int broken(kjit_client *c, const char *fmt, const char *detail)
+{
+    c->broken = 1;
+    return kjit__fail(KJIT_EIO, fmt, c->path, detail);
+}
+
+static int send_all(kjit_client *c, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return broken(c, "sending to the kjit server at %s: %s", strerror(errno));
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            ++iov;
+            --n;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return KJIT_OK;
+}
+
+static int recv_all(kjit_client *c, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t r = recv(c->fd, p, len, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) return broken(c, "the kjit server at %s closed the connection%s", "");
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return broken(c, "the kjit server at %s did not answer in time%s", "");
+        if (r < 0) return broken(c, "reading from the kjit server at %s: %s", strerror(errno));
+        p += r;
+        len -= (size_t)r;
+    }
+    return KJIT_OK;
+}
+
+/* One frame from the server; *json is NUL-terminated. */
+static int read_frame(kjit_client *c, char **json, void **payload, size_t *payload_len)
+{
+    uint8_t hdr[KJIT_FRAME_HEADER];
+    kjit_frame_header h;
+    char why[256];
+    int rc = recv_all(c, hdr, sizeof hdr);
+    if (rc) return rc;
+    if (kjit__frame_decode(hdr, KJIT_MAX_REPLY_JSON, KJIT_MAX_REPLY_PAYLOAD, &h, why, sizeof why))
+        return broken(c, "bad frame from the kjit server at %s: %s", why);
+    *json = malloc(h.json_len + 1);
+    *payload = h.payload_len ? malloc(h.payload_len) : NULL;
+    if (!*json || (h.payload_len && !*payload)) {
+        free(*json);
+        free(*payload);
+        c->broken = 1;
+        return kjit__fail(KJIT_ENOMEM, "no memory for a %u + %u byte reply", h.json_len, h.payload_len);
+    }
+    (*json)[h.json_len] = '\0';
+    if ((rc = recv_all(c, *json, h.json_len)) || (rc = recv_all(c, *payload, h.payload_len))) {
+        free(*json);
+        free(*payload);
+        return rc;
+    }
+    *payload_len = h.payload_len;
+    return KJIT_OK;
+}
+
+int kjit_client_request(kjit_client *c, const char *json, const void *payload, size_t payload_len,
+                        kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply)
+{
+    kjit__clear_error();
+    if (!c || !json || !reply || (payload_len && !payload))
+        return kjit__fail(KJIT_EINVAL, "kjit_client_request: %s", !c ? "client is NULL" : !json ? "json is NULL"
+                                                                  : !reply ? "reply is NULL" : "payload is NULL");
+    if (c->broken) return kjit__fail(KJIT_EIO, "this connection to %s failed earlier: reconnect", c->path);
+    if (payload_len > KJIT_MAX_REQUEST_PAYLOAD)
+        return kjit__fail(KJIT_EINVAL, "payload of %zu bytes: requests carry at most %u", payload_len,
+                          KJIT_MAX_REQUEST_PAYLOAD);
+    cJSON *o = cJSON_Parse(json);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
+    }
+    uint64_t id = c->next_id++;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "id");
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return kjit__fail(KJIT_ENOMEM, "no memory for the request");
+    size_t len = strlen(text);
+    if (len > KJIT_MAX_REQUEST_JSON) {
+        cJSON_free(text);
+        return kjit__fail(KJIT_EINVAL, "request of %zu bytes: at most %u", len, KJIT_MAX_REQUEST_JSON);
+    }
+    uint8_t hdr[KJIT_FRAME_HEADER];
+    kjit__frame_encode(hdr, (uint32_t)len, (uint32_t)payload_len);
+    struct iovec iov[3] = {{hdr, sizeof hdr}, {text, len}, {(void *)payload, payload_len}};
+    int rc = send_all(c, iov, payload_len ? 3 : 2);
+    cJSON_free(text);
+    while (rc == KJIT_OK) {
+        char *rj = NULL;
+        void *rp = NULL;
+        size_t rpl = 0;
+        if ((rc = read_frame(c, &rj, &rp, &rpl))) break;
+        cJSON *r = cJSON_Parse(rj);
+        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(r, "id");
+        int mine = cJSON_IsNumber(rid) && rid->valuedouble == (double)id;
+        /* id null: an error about the connection itself (refused, bad frame). */
+        int conn_error = cJSON_IsNull(rid);
+        if (mine && cJSON_GetObjectItemCaseSensitive(r, "event")) {
+            if (on_event) on_event(arg, rj);
+        } else if (mine || conn_error) {
+            reply->json = rj;
+            reply->payload = rp;
+            reply->payload_len = rpl;
+            reply->ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok"));
+            cJSON_Delete(r);
+            return KJIT_OK;
+        }
+        cJSON_Delete(r);
+        free(rj);
+        free(rp);
+    }
+    return rc;
+}
+
+void kjit_client_reply_free(kjit_client_reply *r)
+{
+    if (!r) return;
+    free(r->json);
+    free(r->payload);
+    memset(r, 0, sizeof *r);
+}
+
+/* The server's error code and message of a failed reply. */
+static const char *error_field(const cJSON *root, const char *name)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, name);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms)
+{
+    kjit__clear_error();
+    if (!out || timeout_ms < 0)
+        return kjit__fail(KJIT_EINVAL, "kjit_client_connect: %s", !out ? "out is NULL" : "timeout_ms < 0");
+    *out = NULL;
+    char def[108];
+    const char *env = getenv("KJIT_SERVER");
+    if (!path) path = env && *env ? env : NULL;
+    if (!path) {
+        int rc = kjit_client_default_socket(def, sizeof def);
+        if (rc) return rc;
+        path = def;
+    }
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path)
+        return kjit__fail(KJIT_EINVAL, "socket path %s is longer than %zu bytes", path, sizeof a.sun_path - 1);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    kjit_client *c = calloc(1, sizeof *c);
+    if (!c) return kjit__fail(KJIT_ENOMEM, "no memory for a client");
+    snprintf(c->path, sizeof c->path, "%s", path);
+    c->timeout_ms = timeout_ms;
+    c->next_id = 1;
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = KJIT_OK;
+    if (c->fd < 0) {
+        rc = kjit__fail(KJIT_EIO, "socket: %s", strerror(errno));
+    } else if (connect(c->fd, (struct sockaddr *)&a, sizeof a)) {
+        int e = errno;
+        rc = e == ENOENT || e == ECONNREFUSED ? kjit__fail(KJIT_ENOTFOUND, "no kjit server at %s (%s)", path, strerror(e))
+           : e == EACCES || e == EPERM      ? kjit__fail(KJIT_EPERM, "not allowed to connect to %s (%s)", path, strerror(e))
+                                            : kjit__fail(KJIT_EIO, "cannot connect to %s: %s", path, strerror(e));
+    } else if (timeout_ms) {
+        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
+    kjit_client_reply r = {0};
+    if (!rc) {
+        char hello[96];
+        snprintf(hello, sizeof hello, "{\"type\":\"hello\",\"versions\":[%d],\"client\":\"kjit-c\"}", KJIT_PROTO_VERSION);
+        rc = kjit_client_request(c, hello, NULL, 0, NULL, NULL, &r);
+    }
+    if (!rc && !r.ok) {
+        cJSON *root = cJSON_Parse(r.json);
+        const char *code = error_field(root, "code");
+        rc = kjit__fail(!strcmp(code, "not_allowed") ? KJIT_EPERM : KJIT_EIO, "the kjit server at %s refused us: %s",
+                        path, error_field(root, "message"));
+        cJSON_Delete(root);
+        kjit_client_reply_free(&r);
+    }
+    if (rc) {
+        kjit_client_close(c);
+        return rc;
+    }
+    free(r.payload);
+    c->hello = r.json;
+    *out = c;
+    return KJIT_OK;
+}
+
+const char *kjit_client_hello(const kjit_client *c) { return c ? c->hello : NULL; }
+
+void kjit_client_close(kjit_client *c)
+{
+    if (!c) return;
+    if (c->fd >= 0) close(c->fd);
+    free(c->hello);
+    free(c);
+}
+
+typedef struct compiled_priv {
+    cJSON *root;
+    void *payload;
+} compiled_priv;
+
+static int status_of(const char *code)
+{
+    if (!strcmp(code, "compile_failed")) return KJIT_ECOMPILE;
+    if (!strcmp(code, "unsupported")) return KJIT_EUNSUPPORTED;
+    if (!strcmp(code, "not_allowed")) return KJIT_EPERM;
+    if (!strcmp(code, "bad_request") || !strcmp(code, "unknown_op")) return KJIT_EINVAL;
+    return KJIT_EIO;
+}
+
+static const char *str_of(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int kjit_client_compile(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, const char *arch,
+                        kjit_client_compiled *out)
+{
+    kjit__clear_error();
+    if (!c || !op || !out) return kjit__fail(KJIT_EINVAL, "kjit_client_compile: %s is NULL", !c ? "client" : !op ? "op" : "out");
+    memset(out, 0, sizeof *out);
+    cJSON *q = cJSON_CreateObject();
+    cJSON_AddStringToObject(q, "type", "compile");
+    cJSON_AddStringToObject(q, "op", op);
+    cJSON_AddNumberToObject(q, "hidden", hidden);
+    cJSON_AddStringToObject(q, "dtype", kjit_dtype_name(dtype));
+    if (arch) cJSON_AddStringToObject(q, "arch", arch);
+    char *text = cJSON_PrintUnformatted(q);
+    cJSON_Delete(q);
+    if (!text) return kjit__fail(KJIT_ENOMEM, "no memory for the request");
+    kjit_client_reply r;
+    int rc = kjit_client_request(c, text, NULL, 0, NULL, NULL, &r);
+    cJSON_free(text);
+    if (rc) return rc;
+    compiled_priv *p = calloc(1, sizeof *p);
+    cJSON *root = cJSON_Parse(r.json);
+    const cJSON *ks = cJSON_GetObjectItemCaseSensitive(root, "kernels");
+    if (!r.ok) {
+        rc = kjit__fail(status_of(error_field(root, "code")), "kjit server: %s", error_field(root, "message"));
+    } else if (!p || !cJSON_IsArray(ks) || cJSON_GetArraySize(ks) < 1 ||
+               !(out->kernels = calloc((size_t)cJSON_GetArraySize(ks), sizeof *out->kernels))) {
+        rc = kjit__fail(p ? KJIT_EIO : KJIT_ENOMEM, "kjit server: a compile reply without kernels");
+    }
+    for (const cJSON *k = cJSON_IsArray(ks) ? ks->child : NULL; !rc && k; k = k->next) {
+        kjit_client_kernel *o = &out->kernels[out->n];
+        const cJSON *off = cJSON_GetObjectItemCaseSensitive(k, "offset");
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(k, "size");
+        o->name_expr = str_of(k, "name_expr");
+        o->lowered = str_of(k, "lowered");
+        o->key = str_of(k, "key");
+        o->cached = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(k, "cached"));
+        if (!o->name_expr || !o->lowered || !o->key || !cJSON_IsNumber(off) || !cJSON_IsNumber(size) ||
+            off->valuedouble < 0 || size->valuedouble < 1 || off->valuedouble + size->valuedouble > (double)r.payload_len)
+            rc = kjit__fail(KJIT_EIO, "kjit server: kernel %d of the reply is malformed or outside the payload", out->n);
+        else {
+            o->cubin = (const char *)r.payload + (size_t)off->valuedouble;
+            o->cubin_len = (size_t)size->valuedouble;
+            out->n++;
+        }
+    }
+    free(r.json);
+    if (rc) {
+        free(out->kernels);
+        free(p);
+        free(r.payload);
+        cJSON_Delete(root);
+        memset(out, 0, sizeof *out);
+        return rc;
+    }
+    out->cached = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "cached"));
+    p->root = root;
+    p->payload = r.payload;
+    out->priv_ = p;
+    return KJIT_OK;
+}
+
+void kjit_client_compiled_free(kjit_client_compiled *r)
+{
+    if (!r) return;
+    compiled_priv *p = r->priv_;
+    if (p) {
+        cJSON_Delete(p->root);
+        free(p->payload);
+        free(p);
+    }
+    free(r->kernels);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,346 @@
+/* Connections: accept with a peer check, frames in (bounded buffer, pending
+ * cap as backpressure), frames out (zero-copy for cubins), close, sweep. */
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "client/frame.h"
+#include "server/server_internal.h"
+
+#define READ_CHUNK 4096
+#define READ_MAX (KJIT_FRAME_HEADER + KJIT_MAX_REQUEST_JSON + KJIT_MAX_REQUEST_PAYLOAD)
+/* How long a frame may take to arrive once begun, and how long a closing
+ * connection may take to drain its last reply (slow or stalled readers). */
+#define FRAME_TIMEOUT_MS 10000
+#define CLOSE_WAIT_MS 5000
+
+typedef struct wreq {
+    uv_write_t req;
+    kjit_conn *c;
+    int final;
+    unsigned nbufs;
+    uv_buf_t bufs[];
+} wreq;
+
+static kjit_conn *of(uv_handle_t *h) { return (kjit_conn *)h->data; }
+
+void kjit__conn_ref(kjit_conn *c) { c->refs++; }
+
+void kjit__conn_unref(kjit_conn *c)
+{
+    if (--c->refs) return;
+    free(c->rbuf);
+    free(c);
+}
+
+static void on_close(uv_handle_t *h) { kjit__conn_unref(of(h)); }
+
+void kjit__conn_close(kjit_conn *c)
+{
+    if (c->closing) return;
+    kjit_server *s = c->srv;
+    c->closing = 1;
+    s->in_flight -= c->pending;
+    c->pending = 0;
+    if (c->counted) s->n_clients--;
+    *(c->prev ? &c->prev->next : &s->conns) = c->next;
+    if (c->next) c->next->prev = c->prev;
+    uv_close((uv_handle_t *)&c->pipe, on_close);
+    kjit__server_drain_check(s);
+}
+
+static void process(kjit_conn *c);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    kjit_conn *c = of(h);
+    if (c->rcap - c->rlen < READ_CHUNK && c->rcap < READ_MAX) {
+        size_t cap = c->rcap ? c->rcap * 2 : READ_CHUNK;
+        if (cap > READ_MAX) cap = READ_MAX;
+        char *nb = realloc(c->rbuf, cap);
+        if (nb) {
+            c->rbuf = nb;
+            c->rcap = cap;
+        }
+    }
+    /* A zero-length buffer makes libuv report UV_ENOBUFS: the connection closes. */
+    *buf = uv_buf_init(c->rbuf ? c->rbuf + c->rlen : NULL, (unsigned)(c->rcap - c->rlen));
+}
+
+static void resume(kjit_conn *c)
+{
+    if (c->closing || c->close_after_write || c->reading || c->pending >= (uint32_t)c->srv->cfg.max_pending)
+        return;
+    if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read)) {
+        kjit__conn_close(c);
+        return;
+    }
+    c->reading = 1;
+    process(c);
+}
+
+static void pause_reading(kjit_conn *c)
+{
+    if (c->reading) uv_read_stop((uv_stream_t *)&c->pipe);
+    c->reading = 0;
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    wreq *w = (wreq *)req;
+    kjit_conn *c = w->c;
+    int final = w->final;
+    free(w);
+    c->writes--;
+    if (c->closing) return;
+    if (status) {
+        kjit__conn_close(c);
+        return;
+    }
+    c->last_activity = uv_now(&c->srv->loop);
+    if (final) {
+        c->pending--;
+        c->srv->in_flight--;
+    }
+    if (c->close_after_write) {
+        if (!c->writes) kjit__conn_close(c);
+        return;
+    }
+    resume(c);
+    kjit__server_drain_check(c->srv);
+}
+
+void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char *tail, size_t tail_len,
+                     const uv_buf_t *payload, int n_payload, int final)
+{
+    if (c->closing) return;
+    unsigned nbufs = 1 + (tail_len ? 1 : 0) + (unsigned)n_payload;
+    wreq *w = malloc(sizeof *w + nbufs * sizeof(uv_buf_t) + KJIT_FRAME_HEADER + head_len);
+    if (!w) {
+        kjit__conn_close(c); /* an unanswered request would hang the client */
+        return;
+    }
+    char *bytes = (char *)&w->bufs[nbufs];
+    size_t payload_len = 0;
+    for (int i = 0; i < n_payload; ++i) payload_len += payload[i].len;
+    kjit__frame_encode((uint8_t *)bytes, (uint32_t)(head_len + tail_len), (uint32_t)payload_len);
+    memcpy(bytes + KJIT_FRAME_HEADER, head, head_len);
+    w->c = c;
+    w->final = final;
+    w->nbufs = nbufs;
+    unsigned k = 0;
+    w->bufs[k++] = uv_buf_init(bytes, (unsigned)(KJIT_FRAME_HEADER + head_len));
+    if (tail_len) w->bufs[k++] = uv_buf_init((char *)tail, (unsigned)tail_len);
+    for (int i = 0; i < n_payload; ++i) w->bufs[k++] = payload[i];
+    if (uv_write(&w->req, (uv_stream_t *)&c->pipe, w->bufs, nbufs, on_write)) {
+        free(w);
+        kjit__conn_close(c);
+        return;
+    }
+    c->writes++;
+}
+
+static void send_error(kjit_conn *c, int has_id, uint64_t id, const char *code, const char *msg, int final)
+{
+    cJSON *o = cJSON_CreateObject(), *e;
+    if (has_id) cJSON_AddNumberToObject(o, "id", (double)id);
+    else cJSON_AddNullToObject(o, "id");
+    cJSON_AddFalseToObject(o, "ok");
+    cJSON_AddItemToObject(o, "error", e = cJSON_CreateObject());
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    c->srv->n.errors++;
+    if (!text) {
+        kjit__conn_close(c);
+        return;
+    }
+    kjit__conn_send(c, text, strlen(text), NULL, 0, NULL, 0, final);
+    cJSON_free(text);
+}
+
+void kjit__conn_error(kjit_conn *c, int has_id, uint64_t id, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    send_error(c, has_id, id, code, msg, 1);
+}
+
+void kjit__conn_fatal(kjit_conn *c, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    send_error(c, 0, 0, code, msg, 0);
+    if (c->closing) return;
+    pause_reading(c);
+    c->close_after_write = 1;
+    c->last_activity = uv_now(&c->srv->loop);
+}
+
+int kjit__conn_park(kjit_conn *c, uint64_t id)
+{
+    for (uint32_t i = 0; i < c->n_parked; ++i)
+        if (c->parked[i] == id) return -1;
+    c->parked[c->n_parked++] = id;
+    return 0;
+}
+
+void kjit__conn_unpark(kjit_conn *c, uint64_t id)
+{
+    for (uint32_t i = 0; i < c->n_parked; ++i)
+        if (c->parked[i] == id) {
+            c->parked[i] = c->parked[--c->n_parked];
+            return;
+        }
+}
+
+/* Runs every complete frame in the buffer, up to the pending cap; what is
+ * left (a partial frame, or frames beyond the cap) waits in the buffer. */
+static void process(kjit_conn *c)
+{
+    kjit_server *s = c->srv;
+    size_t off = 0;
+    int partial = 0;
+    while (!c->closing && !c->close_after_write && c->pending < (uint32_t)s->cfg.max_pending) {
+        size_t have = c->rlen - off;
+        if (have < KJIT_FRAME_HEADER) {
+            partial = have > 0;
+            break;
+        }
+        kjit_frame_header h;
+        char why[256];
+        if (kjit__frame_decode((const uint8_t *)c->rbuf + off, KJIT_MAX_REQUEST_JSON, KJIT_MAX_REQUEST_PAYLOAD, &h,
+                               why, sizeof why)) {
+            s->n.bad_frames++;
+            kjit__conn_fatal(c, "bad_frame", "%s; closing the connection", why);
+            return;
+        }
+        size_t total = KJIT_FRAME_HEADER + (size_t)h.json_len + h.payload_len;
+        if (have < total) {
+            partial = 1;
+            break;
+        }
+        c->pending++;
+        s->in_flight++;
+        s->n.requests++;
+        kjit__dispatch(c, c->rbuf + off + KJIT_FRAME_HEADER, h.json_len, h.payload_len);
+        off += total;
+    }
+    if (c->closing) return;
+    if (off) {
+        memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+        c->rlen -= off;
+    }
+    if (!partial) c->partial_since = 0;
+    else if (!c->partial_since) c->partial_since = uv_now(&s->loop);
+    if (c->pending >= (uint32_t)s->cfg.max_pending) pause_reading(c);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    kjit_conn *c = of((uv_handle_t *)st);
+    if (nread < 0) {
+        /* EOF or error: the client is gone. Its jobs keep running for others. */
+        kjit__conn_close(c);
+        return;
+    }
+    if (!nread) return;
+    c->rlen += (size_t)nread;
+    c->last_activity = uv_now(&c->srv->loop);
+    process(c);
+}
+
+static void on_spare_close(uv_handle_t *h) { ((kjit_server *)h->data)->spare_busy = 0; }
+
+/* Out of memory for a connection: take it off the backlog with the spare
+ * handle and drop it. Not accepting would stop libuv polling the listener. */
+static void drop(kjit_server *s, uv_stream_t *listener)
+{
+    if (s->spare_busy || uv_pipe_init(&s->loop, &s->spare, 0)) return;
+    s->spare_busy = 1;
+    s->spare.data = s;
+    uv_accept(listener, (uv_stream_t *)&s->spare);
+    uv_close((uv_handle_t *)&s->spare, on_spare_close);
+}
+
+void kjit__conn_accept(uv_stream_t *listener, int status)
+{
+    kjit_server *s = listener->data;
+    if (status) return;
+    kjit_conn *c = calloc(1, sizeof *c + (size_t)s->cfg.max_pending * sizeof c->parked[0]);
+    if (!c || uv_pipe_init(&s->loop, &c->pipe, 0)) {
+        free(c);
+        drop(s, listener);
+        return;
+    }
+    c->srv = s;
+    c->refs = 1;
+    c->pipe.data = c;
+    c->last_activity = uv_now(&s->loop);
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    if (uv_accept(listener, (uv_stream_t *)&c->pipe)) {
+        kjit__conn_close(c);
+        return;
+    }
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    uv_os_fd_t fd;
+    char why[256];
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
+        s->n.refused++;
+        kjit__conn_fatal(c, "not_allowed", "cannot read the peer's credentials");
+        return;
+    }
+    c->uid = cred.uid;
+    c->gid = cred.gid;
+    if (!kjit__peer_allowed(s, cred.uid, cred.gid, why, sizeof why)) {
+        s->n.refused++;
+        kjit__conn_fatal(c, "not_allowed", "%s", why);
+        return;
+    }
+    if (s->n_clients >= s->cfg.max_clients) {
+        s->n.refused++;
+        kjit__conn_fatal(c, "busy", "too many clients (the limit is %d); try again later", s->cfg.max_clients);
+        return;
+    }
+    c->counted = 1;
+    s->n_clients++;
+    s->n.clients_total++;
+    resume(c);
+}
+
+void kjit__conn_sweep(kjit_server *s)
+{
+    uint64_t now = uv_now(&s->loop);
+    uint64_t idle = (uint64_t)(s->cfg.idle_timeout_s * 1000.0);
+    uint64_t frame = idle && idle < FRAME_TIMEOUT_MS ? idle : FRAME_TIMEOUT_MS;
+    for (kjit_conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        uint64_t quiet = now - c->last_activity;
+        if (c->close_after_write) {
+            if (quiet > CLOSE_WAIT_MS) kjit__conn_close(c);
+        } else if (c->partial_since && now - c->partial_since > frame) {
+            /* A frame trickling in byte by byte holds a buffer: not forever. */
+            s->n.idle_closed++;
+            kjit__conn_fatal(c, "timeout", "a frame took more than %.1f s to arrive", (double)frame / 1000.0);
+        } else if (idle && quiet > idle && !c->n_parked) {
+            s->n.idle_closed++;
+            kjit__conn_fatal(c, "timeout", "idle for more than %g s", s->cfg.idle_timeout_s);
+        }
+    }
+}

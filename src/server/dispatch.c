@@ -1,0 +1,154 @@
+/* One request: parse and validate (request.c), then answer it here (the
+ * cheap requests) or hand it to jobs.c (compile, prewarm). */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/frame.h"
+#include "server/server_internal.h"
+
+static void reply_json(kjit_conn *c, cJSON *o)
+{
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) {
+        kjit__conn_close(c);
+        return;
+    }
+    kjit__conn_send(c, text, strlen(text), NULL, 0, NULL, 0, 1);
+    cJSON_free(text);
+}
+
+static cJSON *ok_reply(uint64_t id)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddTrueToObject(o, "ok");
+    return o;
+}
+
+static void hello(kjit_conn *c, const kjit_req *r)
+{
+    kjit_server *s = c->srv;
+    c->helloed = 1;
+    cJSON *o = ok_reply(r->id), *a;
+    cJSON_AddNumberToObject(o, "version", r->version);
+    cJSON_AddStringToObject(o, "server", "kjit " KJIT_VERSION_STRING);
+    int gpu = kjit_ctx_has_device(s->ctx);
+    const char *caps[] = {"ping", "stats", "compile", "prewarm", "shutdown", gpu ? "run" : NULL};
+    cJSON_AddItemToObject(o, "capabilities", a = cJSON_CreateArray());
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; ++i)
+        if (caps[i]) cJSON_AddItemToArray(a, cJSON_CreateString(caps[i]));
+    cJSON_AddItemToObject(o, "ops", a = cJSON_CreateArray());
+    for (int i = 0; i < kjit_op_count(); ++i) cJSON_AddItemToArray(a, cJSON_CreateString(kjit_op_name(i)));
+    cJSON_AddStringToObject(o, "arch", kjit_ctx_arch(s->ctx));
+    cJSON_AddBoolToObject(o, "gpu", gpu);
+    cJSON *l = cJSON_AddObjectToObject(o, "limits");
+    cJSON_AddNumberToObject(l, "max_request_json", KJIT_MAX_REQUEST_JSON);
+    cJSON_AddNumberToObject(l, "max_request_payload", KJIT_MAX_REQUEST_PAYLOAD);
+    cJSON_AddNumberToObject(l, "max_json_depth", KJIT_MAX_JSON_DEPTH);
+    cJSON_AddNumberToObject(l, "max_string", KJIT_REQ_MAX_STRING);
+    cJSON_AddNumberToObject(l, "max_pending", s->cfg.max_pending);
+    cJSON_AddNumberToObject(l, "max_clients", s->cfg.max_clients);
+    cJSON_AddNumberToObject(l, "idle_timeout_s", s->cfg.idle_timeout_s);
+    cJSON_AddNumberToObject(l, "max_prewarm", KJIT_REQ_MAX_TUPLES);
+    reply_json(c, o);
+}
+
+static void stats(kjit_conn *c, uint64_t id)
+{
+    kjit_server *s = c->srv;
+    kjit_cache_counters cc;
+    pthread_mutex_lock(&s->snap_mu);
+    cc = s->snap;
+    pthread_mutex_unlock(&s->snap_mu);
+    cJSON *o = ok_reply(id);
+    cJSON_AddNumberToObject(o, "uptime_s", (double)(uv_now(&s->loop) - s->start_ms) / 1000.0);
+    cJSON_AddNumberToObject(o, "requests", (double)s->n.requests);
+    cJSON_AddNumberToObject(o, "errors", (double)s->n.errors);
+    cJSON_AddNumberToObject(o, "compile_requests", (double)s->n.compile_requests);
+    cJSON_AddNumberToObject(o, "prewarm_requests", (double)s->n.prewarm_requests);
+    cJSON_AddNumberToObject(o, "hits", (double)s->n.hits);
+    cJSON_AddNumberToObject(o, "misses", (double)s->n.misses);
+    cJSON_AddNumberToObject(o, "compiles", (double)cc.compiles);
+    cJSON_AddNumberToObject(o, "in_flight", (double)s->in_flight);
+    cJSON_AddNumberToObject(o, "jobs", s->jobs);
+    cJSON_AddNumberToObject(o, "clients", s->n_clients);
+    cJSON_AddNumberToObject(o, "clients_total", (double)s->n.clients_total);
+    cJSON_AddNumberToObject(o, "refused", (double)s->n.refused);
+    cJSON_AddNumberToObject(o, "bad_frames", (double)s->n.bad_frames);
+    cJSON_AddNumberToObject(o, "timeouts", (double)s->n.idle_closed);
+    cJSON_AddNumberToObject(o, "memo", (double)kjit__jobs_memo_count(s));
+    cJSON *k = cJSON_AddObjectToObject(o, "cache");
+    cJSON_AddNumberToObject(k, "mem_hits", (double)cc.mem_hits);
+    cJSON_AddNumberToObject(k, "disk_hits", (double)cc.disk_hits);
+    cJSON_AddNumberToObject(k, "misses", (double)cc.misses);
+    cJSON_AddNumberToObject(k, "compiles", (double)cc.compiles);
+    cJSON_AddNumberToObject(k, "bad_entries", (double)cc.bad_entries);
+    cJSON_AddNumberToObject(k, "evictions", (double)cc.evictions);
+    cJSON_AddStringToObject(o, "cache_dir", kjit_ctx_cache_dir(s->ctx));
+    cJSON_AddNumberToObject(o, "pid", (double)getpid());
+    reply_json(c, o);
+}
+
+void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t payload_len)
+{
+    kjit_server *s = c->srv;
+    kjit_req r;
+    kjit_req_error e;
+    if (kjit__req_parse(json, json_len, payload_len, s->default_sm, &r, &e)) {
+        kjit__conn_error(c, e.has_id, e.id, e.code, "%s", e.message);
+        return;
+    }
+    if (!c->helloed && r.type != KJIT_REQ_HELLO) {
+        kjit__conn_error(c, 1, r.id, "out_of_order", "%s before hello: the first request must be hello",
+                         kjit__req_type_name(r.type));
+        return;
+    }
+    if (s->draining) {
+        kjit__conn_error(c, 1, r.id, "shutting_down", "the server is shutting down");
+        return;
+    }
+    switch (r.type) {
+    case KJIT_REQ_HELLO:
+        hello(c, &r);
+        return;
+    case KJIT_REQ_PING: {
+        char text[64];
+        int n = snprintf(text, sizeof text, "{\"id\":%llu,\"ok\":true}", (unsigned long long)r.id);
+        kjit__conn_send(c, text, (size_t)n, NULL, 0, NULL, 0, 1);
+        return;
+    }
+    case KJIT_REQ_STATS:
+        stats(c, r.id);
+        return;
+    case KJIT_REQ_COMPILE:
+        kjit__jobs_compile(c, r.id, &r.t);
+        return;
+    case KJIT_REQ_PREWARM:
+        kjit__jobs_prewarm(c, r.id, &r);
+        return;
+    case KJIT_REQ_TUNE:
+        kjit__conn_error(c, 1, r.id, "unsupported", "tune: this server has no tuner yet");
+        return;
+    case KJIT_REQ_RUN:
+        if (!kjit_ctx_has_device(s->ctx))
+            kjit__conn_error(c, 1, r.id, "unsupported",
+                             "unsupported: no GPU (this server's context has no CUDA device; compile and "
+                             "prewarm work, run does not)");
+        else
+            kjit__conn_error(c, 1, r.id, "unsupported",
+                             "unsupported: run over CUDA IPC buffers is not implemented in this server yet");
+        return;
+    case KJIT_REQ_SHUTDOWN:
+        if (c->uid != geteuid()) {
+            kjit__conn_error(c, 1, r.id, "not_allowed", "shutdown: only the server's own user (uid %u) may stop it",
+                             (unsigned)geteuid());
+            return;
+        }
+        reply_json(c, ok_reply(r.id));
+        kjit__server_stop(s, "shutdown requested");
+        return;
+    }
+}

@@ -1,0 +1,469 @@
+/* compile and prewarm: a memo in front, single-flight jobs behind it.
+ *
+ * Every (op, hidden, dtype, arch) the server has seen has one entry in a
+ * map owned by the loop thread. While its kernels are being fetched the
+ * entry holds the job, and every request for it (compile or prewarm, from
+ * any client) waits on that job: one kjit_kernel_fetch per kernel however
+ * many ask. (The library cache also merges concurrent builds of one kernel
+ * key, which covers tuples that share kernels.) Once done the entry keeps
+ * the reply text and the cubin addresses, so later requests are answered
+ * on the loop thread with no copy: the cubins stay owned by the library
+ * cache, valid until kjit_ctx_destroy, which comes after the loop ends.
+ * A failed job leaves the map, so the next request tries again. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_internal.h"
+
+#define MAX_FAILURES_LISTED 16
+/* Progress events are advisory: skipped while a client has this much unread. */
+#define EVENT_BACKLOG (1u << 20)
+
+typedef struct prewarm {
+    kjit_conn *c; /* holds a reference */
+    uint64_t id;
+    int total, done, submitting;
+    int kernels, compiled, cached, failed;
+    cJSON *failures;
+} prewarm;
+
+typedef struct waiter {
+    kjit_conn *c; /* a compile waiter holds a reference; a prewarm's is in pw */
+    uint64_t id;
+    prewarm *pw;
+} waiter;
+
+typedef struct job {
+    uv_work_t work;
+    kjit_server *srv;
+    kjit_tuple_entry *e;
+    kjit_req_tuple t;
+    int n;
+    kjit_kernel_spec *specs;
+    kjit_kernel_image *imgs;
+    int status;
+    char *message;
+    waiter *w;
+    int n_w, cap_w;
+} job;
+
+struct kjit_tuple_entry {
+    kjit_tuple_entry *next;
+    uint64_t hash;
+    kjit_req_tuple t;
+    job *job;         /* while fetching; NULL once the memo below is set */
+    int n;
+    uv_buf_t *cubins; /* the payload, in kernel order */
+    char *text;       /* the reply after the id: {"ok":true,...} */
+    size_t text_len;
+};
+
+/* ---- the map ------------------------------------------------------------ */
+
+static uint64_t tuple_hash(const kjit_req_tuple *t)
+{
+    uint64_t h = (uint64_t)(uintptr_t)t->op ^ (uint64_t)t->hidden << 24 ^ (uint64_t)t->dtype << 56 ^ (uint64_t)t->sm << 40;
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    return h ^ h >> 31;
+}
+
+static int same(const kjit_req_tuple *a, const kjit_req_tuple *b)
+{
+    return a->op == b->op && a->hidden == b->hidden && a->dtype == b->dtype && a->sm == b->sm;
+}
+
+static kjit_tuple_entry *map_find(kjit_server *s, const kjit_req_tuple *t, uint64_t h)
+{
+    if (!s->map.n_slots) return NULL;
+    for (kjit_tuple_entry *e = s->map.slots[h & (s->map.n_slots - 1)]; e; e = e->next)
+        if (e->hash == h && same(&e->t, t)) return e;
+    return NULL;
+}
+
+static int map_add(kjit_server *s, kjit_tuple_entry *e)
+{
+    kjit_tuple_map *m = &s->map;
+    if (m->n_entries >= m->n_slots) {
+        size_t n = m->n_slots ? m->n_slots * 2 : 256;
+        kjit_tuple_entry **slots = calloc(n, sizeof *slots);
+        if (!slots) return -1;
+        for (size_t i = 0; i < m->n_slots; ++i)
+            for (kjit_tuple_entry *x = m->slots[i], *next; x; x = next) {
+                next = x->next;
+                x->next = slots[x->hash & (n - 1)];
+                slots[x->hash & (n - 1)] = x;
+            }
+        free(m->slots);
+        m->slots = slots;
+        m->n_slots = n;
+    }
+    kjit_tuple_entry **head = &m->slots[e->hash & (m->n_slots - 1)];
+    e->next = *head;
+    *head = e;
+    m->n_entries++;
+    return 0;
+}
+
+static void entry_free(kjit_tuple_entry *e)
+{
+    free(e->cubins);
+    cJSON_free(e->text);
+    free(e);
+}
+
+static void map_remove(kjit_server *s, kjit_tuple_entry *e)
+{
+    kjit_tuple_entry **p = &s->map.slots[e->hash & (s->map.n_slots - 1)];
+    while (*p != e) p = &(*p)->next;
+    *p = e->next;
+    s->map.n_entries--;
+    entry_free(e);
+}
+
+size_t kjit__jobs_memo_count(const kjit_server *s) { return s->map.n_entries; }
+
+void kjit__jobs_free(kjit_server *s)
+{
+    for (size_t i = 0; i < s->map.n_slots; ++i)
+        for (kjit_tuple_entry *e = s->map.slots[i], *next; e; e = next) {
+            next = e->next;
+            entry_free(e);
+        }
+    free(s->map.slots);
+    memset(&s->map, 0, sizeof s->map);
+}
+
+/* ---- replies ------------------------------------------------------------ */
+
+/* The compile reply for a fetched tuple, as {"ok":true,...}: the caller
+ * splices the id in after the brace. all_cached: the memo's version. */
+static char *reply_text(const job *j, int all_cached, size_t *len)
+{
+    cJSON *o = cJSON_CreateObject(), *ks;
+    char arch[16];
+    snprintf(arch, sizeof arch, "sm_%d", j->t.sm);
+    int cached = 1;
+    for (int i = 0; i < j->n; ++i) cached &= all_cached || j->imgs[i].cached;
+    cJSON_AddTrueToObject(o, "ok");
+    cJSON_AddStringToObject(o, "op", j->t.op);
+    cJSON_AddNumberToObject(o, "hidden", j->t.hidden);
+    cJSON_AddStringToObject(o, "dtype", kjit_dtype_name(j->t.dtype));
+    cJSON_AddStringToObject(o, "arch", arch);
+    cJSON_AddBoolToObject(o, "cached", cached);
+    cJSON_AddNullToObject(o, "config");
+    cJSON_AddItemToObject(o, "kernels", ks = cJSON_CreateArray());
+    size_t off = 0;
+    for (int i = 0; i < j->n; ++i) {
+        cJSON *k = cJSON_CreateObject();
+        cJSON_AddStringToObject(k, "name_expr", j->specs[i].name_expr);
+        cJSON_AddStringToObject(k, "lowered", j->imgs[i].lowered_name);
+        cJSON_AddStringToObject(k, "key", j->imgs[i].key);
+        cJSON_AddStringToObject(k, "template", j->specs[i].template_file);
+        cJSON_AddNumberToObject(k, "offset", (double)off);
+        cJSON_AddNumberToObject(k, "size", (double)j->imgs[i].cubin_len);
+        cJSON_AddBoolToObject(k, "cached", all_cached || j->imgs[i].cached);
+        cJSON_AddItemToArray(ks, k);
+        off += j->imgs[i].cubin_len;
+    }
+    cJSON_AddNumberToObject(o, "payload_bytes", (double)off);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    *len = text ? strlen(text) : 0;
+    return text;
+}
+
+static void send_compiled(kjit_conn *c, uint64_t id, const char *text, size_t len, const uv_buf_t *cubins, int n,
+                          int copy)
+{
+    char head[32];
+    int hn = snprintf(head, sizeof head, "{\"id\":%llu,", (unsigned long long)id);
+    if (!copy) {
+        kjit__conn_send(c, head, (size_t)hn, text + 1, len - 1, cubins, n, 1);
+        return;
+    }
+    char *all = malloc((size_t)hn + len);
+    if (!all) {
+        kjit__conn_close(c);
+        return;
+    }
+    memcpy(all, head, (size_t)hn);
+    memcpy(all + hn, text + 1, len - 1);
+    kjit__conn_send(c, all, (size_t)hn + len - 1, NULL, 0, cubins, n, 1);
+    free(all);
+}
+
+/* ---- prewarm ------------------------------------------------------------ */
+
+static void prewarm_finish(prewarm *pw)
+{
+    if (pw->submitting || pw->done < pw->total) return;
+    kjit_conn *c = pw->c;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)pw->id);
+    cJSON_AddBoolToObject(o, "ok", !pw->failed);
+    if (pw->failed) {
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", "compile_failed");
+        char msg[128];
+        snprintf(msg, sizeof msg, "%d of %d combinations failed (see failures)", pw->failed, pw->total);
+        cJSON_AddStringToObject(e, "message", msg);
+    }
+    cJSON_AddNumberToObject(o, "combinations", pw->total);
+    cJSON_AddNumberToObject(o, "kernels", pw->kernels);
+    cJSON_AddNumberToObject(o, "compiled", pw->compiled);
+    cJSON_AddNumberToObject(o, "cached", pw->cached);
+    cJSON_AddNumberToObject(o, "failed", pw->failed);
+    cJSON_AddItemToObject(o, "failures", pw->failures);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (pw->failed) c->srv->n.errors++;
+    if (text) kjit__conn_send(c, text, strlen(text), NULL, 0, NULL, 0, 1);
+    else kjit__conn_close(c);
+    cJSON_free(text);
+    if (!c->closing) kjit__conn_unpark(c, pw->id);
+    free(pw);
+    kjit__conn_unref(c);
+}
+
+/* One combination of a prewarm is done. imgs NULL: all from the memo. */
+static void prewarm_step(prewarm *pw, const kjit_req_tuple *t, int n, const kjit_kernel_image *imgs, int status,
+                         const char *message)
+{
+    kjit_conn *c = pw->c;
+    char arch[16];
+    snprintf(arch, sizeof arch, "sm_%d", t->sm);
+    int compiled = 0;
+    pw->done++;
+    if (status) {
+        pw->failed++;
+        if (cJSON_GetArraySize(pw->failures) < MAX_FAILURES_LISTED) {
+            cJSON *f = cJSON_CreateObject();
+            cJSON_AddStringToObject(f, "op", t->op);
+            cJSON_AddNumberToObject(f, "hidden", t->hidden);
+            cJSON_AddStringToObject(f, "dtype", kjit_dtype_name(t->dtype));
+            cJSON_AddStringToObject(f, "arch", arch);
+            cJSON_AddStringToObject(f, "error", message);
+            cJSON_AddItemToArray(pw->failures, f);
+        }
+    } else {
+        for (int i = 0; i < n; ++i) compiled += imgs && !imgs[i].cached;
+        pw->kernels += n;
+        pw->compiled += compiled;
+        pw->cached += n - compiled;
+    }
+    if (!c->closing && uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) < EVENT_BACKLOG) {
+        char text[512];
+        int len = snprintf(text, sizeof text,
+                           "{\"id\":%llu,\"event\":\"progress\",\"done\":%d,\"total\":%d,\"op\":\"%s\",\"hidden\":%d,"
+                           "\"dtype\":\"%s\",\"arch\":\"%s\",\"ok\":%s,\"kernels\":%d,\"compiled\":%d}",
+                           (unsigned long long)pw->id, pw->done, pw->total, t->op, t->hidden,
+                           kjit_dtype_name(t->dtype), arch, status ? "false" : "true", n, compiled);
+        kjit__conn_send(c, text, (size_t)len, NULL, 0, NULL, 0, 0);
+    }
+    prewarm_finish(pw);
+}
+
+/* ---- jobs --------------------------------------------------------------- */
+
+/* On a pool thread: touches only the job and the (thread-safe) context. */
+static void work_cb(uv_work_t *req)
+{
+    job *j = req->data;
+    kjit_server *s = j->srv;
+    char arch[16];
+    snprintf(arch, sizeof arch, "sm_%d", j->t.sm);
+    for (int i = 0; i < j->n && !j->status; ++i)
+        if ((j->status = kjit_kernel_fetch(s->ctx, &j->specs[i], arch, &j->imgs[i])))
+            j->message = strdup(kjit_last_error());
+    /* The library's counters move only inside jobs, so a snapshot taken by
+     * each job (monotonic: keep the larger) is current once they are done;
+     * `stats` then reads it without touching the cache or the disk. */
+    kjit_cache_counters cc;
+    if (kjit_ctx_cache_counters(s->ctx, &cc) == KJIT_OK) {
+        pthread_mutex_lock(&s->snap_mu);
+        kjit_cache_counters *m = &s->snap;
+#define KJIT_MAX_INTO(f) m->f = cc.f > m->f ? cc.f : m->f
+        KJIT_MAX_INTO(mem_hits); KJIT_MAX_INTO(disk_hits); KJIT_MAX_INTO(misses);
+        KJIT_MAX_INTO(compiles); KJIT_MAX_INTO(bad_entries); KJIT_MAX_INTO(evictions);
+#undef KJIT_MAX_INTO
+        pthread_mutex_unlock(&s->snap_mu);
+    }
+}
+
+static void job_free(job *j)
+{
+    free(j->specs);
+    free(j->imgs);
+    free(j->message);
+    free(j->w);
+    free(j);
+}
+
+/* Back on the loop: keep the memo, answer every waiter, drop the job. */
+static void done_cb(uv_work_t *req, int status)
+{
+    (void)status; /* never cancelled */
+    job *j = req->data;
+    kjit_server *s = j->srv;
+    kjit_tuple_entry *e = j->e;
+    s->jobs--;
+    e->job = NULL;
+    size_t fresh_len = 0;
+    char *fresh = NULL;
+    if (!j->status) {
+        e->n = j->n;
+        e->cubins = malloc((size_t)j->n * sizeof *e->cubins);
+        e->text = reply_text(j, 1, &e->text_len);
+        fresh = reply_text(j, 0, &fresh_len);
+        if (!e->cubins || !e->text || !fresh) {
+            j->status = KJIT_ENOMEM;
+            j->message = strdup("out of memory for the reply");
+        } else {
+            for (int i = 0; i < j->n; ++i)
+                e->cubins[i] = uv_buf_init((char *)j->imgs[i].cubin, (unsigned)j->imgs[i].cubin_len);
+        }
+    }
+    int all_cached = 1;
+    for (int i = 0; i < j->n; ++i) all_cached &= j->imgs[i].cached;
+    const char *why = j->message ? j->message : kjit_status_string(j->status);
+    for (int i = 0; i < j->n_w; ++i) {
+        waiter *w = &j->w[i];
+        if (w->pw) {
+            prewarm_step(w->pw, &j->t, j->n, j->imgs, j->status, why);
+            continue;
+        }
+        kjit_conn *c = w->c;
+        if (!c->closing) {
+            kjit__conn_unpark(c, w->id);
+            if (j->status) {
+                kjit__conn_error(c, 1, w->id, j->status == KJIT_ECOMPILE ? "compile_failed" : "internal", "%s", why);
+            } else {
+                ++*(all_cached ? &s->n.hits : &s->n.misses);
+                send_compiled(c, w->id, fresh, fresh_len, e->cubins, e->n, 1);
+            }
+        }
+        kjit__conn_unref(c);
+    }
+    if (j->status) map_remove(s, e);
+    cJSON_free(fresh);
+    job_free(j);
+    kjit__server_drain_check(s);
+}
+
+/* The entry for t, starting its job when it has none. NULL: out of memory. */
+static kjit_tuple_entry *entry_for(kjit_server *s, const kjit_req_tuple *t)
+{
+    uint64_t h = tuple_hash(t);
+    kjit_tuple_entry *e = map_find(s, t, h);
+    if (e) return e;
+    int n = 0;
+    if (kjit_op_kernels(t->op, t->hidden, t->dtype, NULL, 0, &n) || n < 1) return NULL;
+    e = calloc(1, sizeof *e);
+    job *j = calloc(1, sizeof *j);
+    if (!e || !j || !(j->specs = calloc((size_t)n, sizeof *j->specs)) || !(j->imgs = calloc((size_t)n, sizeof *j->imgs)) ||
+        kjit_op_kernels(t->op, t->hidden, t->dtype, j->specs, n, &n)) {
+        free(e);
+        if (j) job_free(j);
+        return NULL;
+    }
+    e->hash = h;
+    e->t = *t;
+    e->job = j;
+    j->srv = s;
+    j->e = e;
+    j->t = *t;
+    j->n = n;
+    j->work.data = j;
+    if (map_add(s, e)) {
+        job_free(j);
+        free(e);
+        return NULL;
+    }
+    if (uv_queue_work(&s->loop, &j->work, work_cb, done_cb)) {
+        e->job = NULL;
+        map_remove(s, e);
+        job_free(j);
+        return NULL;
+    }
+    s->jobs++;
+    return e;
+}
+
+static int add_waiter(job *j, waiter w)
+{
+    if (j->n_w == j->cap_w) {
+        int cap = j->cap_w ? j->cap_w * 2 : 4;
+        waiter *nw = realloc(j->w, (size_t)cap * sizeof *nw);
+        if (!nw) return -1;
+        j->w = nw;
+        j->cap_w = cap;
+    }
+    j->w[j->n_w++] = w;
+    return 0;
+}
+
+void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
+{
+    kjit_server *s = c->srv;
+    s->n.compile_requests++;
+    kjit_tuple_entry *e = map_find(s, t, tuple_hash(t));
+    if (e && !e->job) {
+        s->n.hits++;
+        send_compiled(c, id, e->text, e->text_len, e->cubins, e->n, 0);
+        return;
+    }
+    if (kjit__conn_park(c, id)) {
+        kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
+                         (unsigned long long)id);
+        return;
+    }
+    if (!(e = entry_for(s, t)) || add_waiter(e->job, (waiter){c, id, NULL})) {
+        kjit__conn_unpark(c, id);
+        kjit__conn_error(c, 1, id, "internal", "out of memory for a compile job");
+        return;
+    }
+    kjit__conn_ref(c);
+}
+
+void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r)
+{
+    kjit_server *s = c->srv;
+    s->n.prewarm_requests++;
+    prewarm *pw = calloc(1, sizeof *pw);
+    if (!pw || !(pw->failures = cJSON_CreateArray())) {
+        free(pw);
+        kjit__conn_error(c, 1, id, "internal", "out of memory for a prewarm");
+        return;
+    }
+    if (kjit__conn_park(c, id)) {
+        cJSON_Delete(pw->failures);
+        free(pw);
+        kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
+                         (unsigned long long)id);
+        return;
+    }
+    kjit__conn_ref(c);
+    pw->c = c;
+    pw->id = id;
+    pw->total = r->n_ops * r->n_hidden * r->n_dtypes * r->n_sms;
+    /* Combinations found in the memo finish at once; `submitting` keeps the
+     * final reply until every combination has been handed out. */
+    pw->submitting = 1;
+    for (int a = 0; a < r->n_sms; ++a)
+        for (int o = 0; o < r->n_ops; ++o)
+            for (int h = 0; h < r->n_hidden; ++h)
+                for (int d = 0; d < r->n_dtypes; ++d) {
+                    kjit_req_tuple t = {r->ops[o], r->hidden[h], r->dtypes[d], r->sms[a]};
+                    kjit_tuple_entry *e = entry_for(s, &t);
+                    if (e && !e->job) prewarm_step(pw, &t, e->n, NULL, 0, NULL);
+                    else if (!e || add_waiter(e->job, (waiter){c, id, pw}))
+                        prewarm_step(pw, &t, 0, NULL, KJIT_ENOMEM, "out of memory for a compile job");
+                }
+    pw->submitting = 0;
+    prewarm_finish(pw);
+}

@@ -1,0 +1,149 @@
+/* The listening socket: where it lives, who may use it, and taking over
+ * from a dead server without stealing from a live one.
+ *
+ * <path>.lock is held (flock) for the server's lifetime; the kernel drops
+ * it when the process dies, so a second server that gets the lock knows any
+ * socket file at <path> is stale and replaces it, and one that does not get
+ * it leaves the live server alone. The lock file itself stays: unlinking a
+ * held lock lets two later servers lock two different inodes. A socket
+ * file without a lock holder is also probed by connecting, so a server
+ * that does not use the lock (another build) is not stolen from either. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "kjit_client.h"
+#include "server/server_internal.h"
+
+/* With allow lists other users must reach the socket: the directory gets
+ * search permission and the socket is writable by all, and SO_PEERCRED
+ * decides. Without them the file system already keeps everyone else out. */
+static int shared(const kjit_server *s) { return s->cfg.n_allow_uid || s->cfg.n_allow_gid; }
+
+static int prepare_dir(const kjit_server *s, const char *dir)
+{
+    mode_t mode = shared(s) ? 0711 : 0700;
+    if (mkdir(dir, mode) && errno != EEXIST)
+        return kjit__fail(KJIT_EIO, "cannot create socket directory %s: %s", dir, strerror(errno));
+    struct stat st;
+    if (lstat(dir, &st)) return kjit__fail(KJIT_EIO, "socket directory %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return kjit__fail(KJIT_EPERM, "socket directory %s is not a directory", dir);
+    if (st.st_uid != geteuid())
+        return kjit__fail(KJIT_EPERM, "socket directory %s belongs to uid %u, not to this user (uid %u): "
+                                      "refusing to serve from it", dir, (unsigned)st.st_uid, (unsigned)geteuid());
+    if ((st.st_mode & 0777) != mode && chmod(dir, mode))
+        return kjit__fail(KJIT_EPERM, "cannot set socket directory %s to mode %o: %s", dir, (unsigned)mode,
+                          strerror(errno));
+    return KJIT_OK;
+}
+
+/* 1 when something accepts connections on path. */
+static int live(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+    int err = errno;
+    close(fd);
+    /* EAGAIN: a full backlog, still a live server. */
+    return rc == 0 || err == EAGAIN || err == EINPROGRESS;
+}
+
+static int take_path(kjit_server *s)
+{
+    const char *path = s->socket_path;
+    char lock[sizeof s->socket_path + 8];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (s->lock_fd < 0) return kjit__fail(KJIT_EIO, "cannot open %s: %s", lock, strerror(errno));
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB))
+        return kjit__fail(KJIT_EPERM, "another kjit serve is already serving %s (it holds %s)", path, lock);
+    struct stat st;
+    if (lstat(path, &st)) return KJIT_OK;
+    if (!S_ISSOCK(st.st_mode))
+        return kjit__fail(KJIT_EPERM, "%s exists and is not a socket: not replacing it", path);
+    if (live(path)) return kjit__fail(KJIT_EPERM, "a server is already listening on %s", path);
+    if (unlink(path) && errno != ENOENT)
+        return kjit__fail(KJIT_EIO, "cannot remove the stale socket %s: %s", path, strerror(errno));
+    fprintf(stderr, "kjit serve: replaced the stale socket %s (its server is gone)\n", path);
+    return KJIT_OK;
+}
+
+int kjit__listen_open(kjit_server *s)
+{
+    s->lock_fd = -1;
+    if (s->cfg.socket_path) {
+        if (strlen(s->cfg.socket_path) >= sizeof s->socket_path)
+            return kjit__fail(KJIT_EINVAL, "socket path %s is %zu bytes: Unix sockets take at most %zu",
+                              s->cfg.socket_path, strlen(s->cfg.socket_path), sizeof s->socket_path - 1);
+        snprintf(s->socket_path, sizeof s->socket_path, "%s", s->cfg.socket_path);
+    } else if (kjit_client_default_socket(s->socket_path, sizeof s->socket_path)) {
+        return KJIT_EINVAL;
+    }
+    char dir[sizeof s->socket_path];
+    snprintf(dir, sizeof dir, "%s", s->socket_path);
+    int rc = prepare_dir(s, dirname(dir));
+    if (rc || (rc = take_path(s))) return rc;
+
+    int r = uv_pipe_init(&s->loop, &s->listener, 0);
+    if (r) return kjit__fail(KJIT_EIO, "uv_pipe_init: %s", uv_strerror(r));
+    s->listener_open = 1;
+    s->listener.data = s;
+    /* Born 0600: no moment where the socket is open to others. */
+    mode_t old = umask(0177);
+    r = uv_pipe_bind(&s->listener, s->socket_path);
+    umask(old);
+    if (r) return kjit__fail(KJIT_EIO, "cannot bind %s: %s", s->socket_path, uv_strerror(r));
+    struct stat st;
+    if (lstat(s->socket_path, &st) == 0) {
+        s->sock_dev = st.st_dev;
+        s->sock_ino = st.st_ino;
+    }
+    if (shared(s) && chmod(s->socket_path, 0666))
+        return kjit__fail(KJIT_EIO, "cannot open %s to the allowed users: %s", s->socket_path, strerror(errno));
+    r = uv_listen((uv_stream_t *)&s->listener, 511, kjit__conn_accept);
+    if (r) return kjit__fail(KJIT_EIO, "cannot listen on %s: %s", s->socket_path, uv_strerror(r));
+    return KJIT_OK;
+}
+
+/* Stops accepting and removes the socket file, if it is still ours. */
+void kjit__listen_close(kjit_server *s)
+{
+    if (s->listener_open) {
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        s->listener_open = 0;
+        struct stat st;
+        if (s->sock_ino && lstat(s->socket_path, &st) == 0 && st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
+            unlink(s->socket_path);
+    }
+}
+
+/* Drops the path lock: last, once the socket file is gone. */
+void kjit__listen_release(kjit_server *s)
+{
+    if (s->lock_fd >= 0) close(s->lock_fd);
+    s->lock_fd = -1;
+}
+
+int kjit__peer_allowed(const kjit_server *s, uid_t uid, gid_t gid, char *why, size_t why_len)
+{
+    if (uid == geteuid() && !s->cfg.refuse_own_uid) return 1;
+    for (int i = 0; i < s->cfg.n_allow_uid; ++i)
+        if (s->cfg.allow_uid[i] == uid) return 1;
+    for (int i = 0; i < s->cfg.n_allow_gid; ++i)
+        if (s->cfg.allow_gid[i] == gid) return 1;
+    snprintf(why, why_len, "uid %u (gid %u) may not use this server (it serves uid %u%s; see --allow-uid, --allow-gid)",
+             (unsigned)uid, (unsigned)gid, (unsigned)geteuid(), s->cfg.refuse_own_uid ? " only when listed" : "");
+    return 0;
+}

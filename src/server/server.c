@@ -1,0 +1,151 @@
+/* The server's life: start (context, socket, signals), serve, drain, stop.
+ *
+ * Stopping (SIGTERM, SIGINT or `shutdown`): the listener closes and the
+ * socket file goes at once, so no new client arrives; requests on open
+ * connections are refused with "shutting_down"; jobs in flight finish and
+ * their waiters are answered; then each connection closes once its replies
+ * are written (or after CLOSE_WAIT if its client stopped reading), and the
+ * loop runs out of handles. The signal handlers close with the listener, so
+ * a second signal ends the process the default way. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "jit/compile.h"
+#include "server/server_internal.h"
+
+#define SWEEP_MS 250
+#define DRAIN_WRITE_MS 5000
+
+void kjit__server_config_init(kjit_server_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_clients = 256;
+    cfg->max_pending = 64;
+    cfg->idle_timeout_s = 300;
+}
+
+static void close_handle(uv_handle_t *h, int *open)
+{
+    if (*open) uv_close(h, NULL);
+    *open = 0;
+}
+
+/* Ends the loop's last handles once nothing is in flight and no
+ * connection is left. */
+static void maybe_finish(kjit_server *s)
+{
+    if (s->draining && !s->jobs && !s->conns) close_handle((uv_handle_t *)&s->sweep, &s->sweep_open);
+}
+
+void kjit__server_drain_check(kjit_server *s)
+{
+    if (!s->draining || s->jobs || s->in_drain_check) return;
+    s->in_drain_check = 1;
+    uint64_t now = uv_now(&s->loop);
+    if (!s->drain_deadline) s->drain_deadline = now + DRAIN_WRITE_MS;
+    for (kjit_conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (!c->writes || now >= s->drain_deadline) kjit__conn_close(c);
+        else c->close_after_write = 1;
+    }
+    s->in_drain_check = 0;
+    maybe_finish(s);
+}
+
+void kjit__server_stop(kjit_server *s, const char *why)
+{
+    if (s->draining) return;
+    s->draining = 1;
+    fprintf(stderr, "kjit serve: %s: finishing %u job(s) in flight, then exiting\n", why, s->jobs);
+    kjit__listen_close(s);
+    close_handle((uv_handle_t *)&s->sig_term, &s->sig_term_open);
+    close_handle((uv_handle_t *)&s->sig_int, &s->sig_int_open);
+    kjit__server_drain_check(s);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    kjit__server_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+    kjit_server *s = t->data;
+    kjit__conn_sweep(s);
+    kjit__server_drain_check(s);
+}
+
+static int start(kjit_server *s)
+{
+    kjit_ctx_options o;
+    kjit_ctx_options_init(&o);
+    o.cache_dir = s->cfg.cache_dir;
+    /* Device 0 when there is one (run needs it); compile-only otherwise. */
+    int rc = kjit_ctx_create(&s->ctx, &o);
+    if (rc) return rc;
+    if ((rc = kjit__arch_parse(kjit_ctx_arch(s->ctx), &s->default_sm))) return rc;
+    if ((rc = kjit__listen_open(s))) return rc;
+    int r = uv_signal_init(&s->loop, &s->sig_term);
+    s->sig_term_open = !r;
+    if (!r) s->sig_int_open = !(r = uv_signal_init(&s->loop, &s->sig_int));
+    if (r) return kjit__fail(KJIT_EIO, "uv_signal_init: %s", uv_strerror(r));
+    s->sig_term.data = s->sig_int.data = s;
+    if ((r = uv_signal_start(&s->sig_term, on_signal, SIGTERM)) || (r = uv_signal_start(&s->sig_int, on_signal, SIGINT)))
+        return kjit__fail(KJIT_EIO, "uv_signal_start: %s", uv_strerror(r));
+    if ((r = uv_timer_init(&s->loop, &s->sweep))) return kjit__fail(KJIT_EIO, "uv_timer_init: %s", uv_strerror(r));
+    s->sweep_open = 1;
+    s->sweep.data = s;
+    if ((r = uv_timer_start(&s->sweep, on_sweep, SWEEP_MS, SWEEP_MS)))
+        return kjit__fail(KJIT_EIO, "uv_timer_start: %s", uv_strerror(r));
+    return KJIT_OK;
+}
+
+int kjit__server_run(const kjit_server_config *cfg)
+{
+    kjit__clear_error();
+    if (!cfg || cfg->max_clients < 1 || cfg->max_pending < 1 || cfg->idle_timeout_s < 0)
+        return kjit__fail(KJIT_EINVAL, "kjit__server_run: bad config");
+    kjit_server *s = calloc(1, sizeof *s);
+    if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
+    s->cfg = *cfg;
+    s->lock_fd = -1;
+    int r = uv_loop_init(&s->loop);
+    if (r) {
+        free(s);
+        return kjit__fail(KJIT_EIO, "uv_loop_init: %s", uv_strerror(r));
+    }
+    pthread_mutex_init(&s->snap_mu, NULL);
+    s->start_ms = uv_now(&s->loop);
+    /* A client that vanishes mid-write must cost an EPIPE, not the process. */
+    signal(SIGPIPE, SIG_IGN);
+    int rc = start(s);
+    if (rc == KJIT_OK) {
+        fprintf(stderr, "kjit serve: listening on %s (pid %d, arch %s%s, cache %s)\n", s->socket_path, (int)getpid(),
+                kjit_ctx_arch(s->ctx), kjit_ctx_has_device(s->ctx) ? ", GPU" : ", no GPU: compile only",
+                kjit_ctx_cache_dir(s->ctx));
+        uv_run(&s->loop, UV_RUN_DEFAULT);
+    } else {
+        /* Keep the message: closing below must not overwrite it. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kjit_last_error());
+        kjit__listen_close(s);
+        close_handle((uv_handle_t *)&s->sig_term, &s->sig_term_open);
+        close_handle((uv_handle_t *)&s->sig_int, &s->sig_int_open);
+        close_handle((uv_handle_t *)&s->sweep, &s->sweep_open);
+        uv_run(&s->loop, UV_RUN_DEFAULT);
+        kjit__fail(rc, "%s", msg);
+    }
+    kjit__listen_release(s);
+    r = uv_loop_close(&s->loop);
+    if (r && rc == KJIT_OK) rc = kjit__fail(KJIT_EIO, "the event loop still had handles at exit: %s", uv_strerror(r));
+    kjit__jobs_free(s);
+    kjit_ctx_destroy(s->ctx);
+    pthread_mutex_destroy(&s->snap_mu);
+    free(s);
+    if (rc == KJIT_OK) fprintf(stderr, "kjit serve: stopped\n");
+    return rc;
+}

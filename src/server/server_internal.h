@@ -1,0 +1,123 @@
+/* The server's parts and what they share. Everything here runs on the loop
+ * thread except kjit__jobs' work callbacks (on libuv's thread pool), which
+ * touch only their own job, the library context and the counter snapshot.
+ *
+ * Lifetimes: a connection is freed when its handle has closed and no job
+ * waiter or prewarm still refers to it (refs), so a worker finishing after
+ * its client left finds the connection marked closing, skips the reply and
+ * drops its reference; the compile itself is never cancelled. */
+#ifndef KJIT_SERVER_INTERNAL_H
+#define KJIT_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "kjit.h"
+#include "server/request.h"
+#include "server/server.h"
+
+typedef struct kjit_server kjit_server;
+typedef struct kjit_tuple_entry kjit_tuple_entry;
+
+typedef struct kjit_conn {
+    uv_pipe_t pipe;
+    kjit_server *srv;
+    struct kjit_conn *prev, *next;
+    uid_t uid;
+    gid_t gid;
+    int refs;               /* 1 for the open handle + 1 per waiter/prewarm */
+    int closing;            /* uv_close called: no more frames in or out */
+    int close_after_write;  /* a fatal error was sent: close once written */
+    int reading;
+    int helloed;
+    int counted;            /* counts against max_clients */
+    uint32_t pending;       /* accepted requests whose final reply is not written */
+    uint32_t writes;        /* uv_write requests in flight */
+    uint32_t n_parked;      /* requests waiting on a worker job */
+    uint64_t last_activity; /* uv_now of the last byte moved */
+    uint64_t partial_since; /* uv_now when an incomplete frame began; 0: none */
+    char *rbuf;
+    size_t rlen, rcap;
+    uint64_t parked[];      /* the parked requests' ids (max_pending of them) */
+} kjit_conn;
+
+typedef struct kjit_tuple_map {
+    kjit_tuple_entry **slots;
+    size_t n_slots, n_entries;
+} kjit_tuple_map;
+
+struct kjit_server {
+    uv_loop_t loop;
+    uv_pipe_t listener;
+    uv_signal_t sig_term, sig_int;
+    uv_timer_t sweep;
+    uv_pipe_t spare; /* drops a connection there is no memory for */
+    int listener_open, sig_term_open, sig_int_open, sweep_open, spare_busy, in_drain_check;
+    kjit_server_config cfg;
+    kjit_ctx *ctx;
+    int default_sm;
+    char socket_path[108];
+    dev_t sock_dev;
+    ino_t sock_ino;
+    int lock_fd;
+    int draining;
+    uint64_t drain_deadline;
+    kjit_conn *conns;
+    int n_clients;
+    uint64_t start_ms;
+    struct {
+        uint64_t requests, errors, hits, misses, compile_requests, prewarm_requests;
+        uint64_t clients_total, refused, bad_frames, idle_closed;
+    } n;
+    uint64_t in_flight;  /* sum of the connections' pending */
+    uint32_t jobs;       /* worker jobs queued or running */
+    pthread_mutex_t snap_mu;
+    kjit_cache_counters snap; /* the library's counters as of the last job */
+    kjit_tuple_map map;
+};
+
+/* listen.c: the socket file, its directory, the lock, peer credentials. */
+int kjit__listen_open(kjit_server *s);
+void kjit__listen_close(kjit_server *s);
+void kjit__listen_release(kjit_server *s);
+/* 1 when the peer may talk to this server; else 0 and why[]. */
+int kjit__peer_allowed(const kjit_server *s, uid_t uid, gid_t gid, char *why, size_t why_len);
+
+/* conn.c: connections, frames in and out. */
+void kjit__conn_accept(uv_stream_t *listener, int status);
+/* Queues one frame. The JSON header is head (copied) followed by tail
+ * (referenced: it must outlive the server, as a memo's text does); the
+ * payload buffers are referenced (cubins owned by the library context).
+ * final: the request's last frame, which ends its `pending` when written.
+ * A closing connection drops it. */
+void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char *tail, size_t tail_len,
+                     const uv_buf_t *payload, int n_payload, int final);
+/* The final reply of a refused request ({"ok":false,"error":{code,message}}). */
+void kjit__conn_error(kjit_conn *c, int has_id, uint64_t id, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* An error no request owns (a bad frame), then close once it is written. */
+void kjit__conn_fatal(kjit_conn *c, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void kjit__conn_close(kjit_conn *c);
+void kjit__conn_ref(kjit_conn *c);
+void kjit__conn_unref(kjit_conn *c);
+int kjit__conn_park(kjit_conn *c, uint64_t id);   /* -1 when id is already parked */
+void kjit__conn_unpark(kjit_conn *c, uint64_t id);
+/* Idle, stuck and slow connections (the sweep timer). */
+void kjit__conn_sweep(kjit_server *s);
+
+/* dispatch.c: one complete frame of a connection. */
+void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t payload_len);
+
+/* jobs.c: compile and prewarm through the memo and single-flight jobs. */
+void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t);
+void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r);
+size_t kjit__jobs_memo_count(const kjit_server *s);
+void kjit__jobs_free(kjit_server *s);
+
+/* server.c */
+void kjit__server_stop(kjit_server *s, const char *why);
+/* Called when work or writes finish: ends the drain once nothing is left. */
+void kjit__server_drain_check(kjit_server *s);
+
+#endif
