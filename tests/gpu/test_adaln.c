@@ -1,0 +1,633 @@
+/* norm_modulate, gated_residual and gated_residual_norm_modulate on the GPU:
+ * accuracy against the fp64 references for every dtype combination and
+ * gradient, bitwise batch invariance of outputs and row gradients, bitwise
+ * repeatable parameter gradients, strided and chunk(6) layouts, int64
+ * indices, odd hidden sizes, R = 1, bad arguments and index checking. Every
+ * output is poisoned before every call. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx.h"
+#include "gpu_util.h"
+#include "ref.h"
+#include "test_util.h"
+
+static const char *const mode_name[4] = {"", "norm_modulate", "gated_residual", "fused"};
+
+typedef struct cfg {
+    int mode;
+    kjit_dtype A, P, I;
+    int h;
+    int64_t n, r;
+    int pad;      /* extra elements per activation row */
+    int chunked;  /* tables as chunk(6) views of one (R, 6H) tensor */
+    int with_w;
+    int misalign; /* activation bases offset by one element: scalar path */
+} cfg;
+
+/* Inputs on the host (quantized to their dtype, as doubles, dense) and on the device. */
+typedef struct problem {
+    cfg c;
+    int64_t ld, ts; /* activation and table row strides (elements) */
+    size_t toff[3]; /* element offset of shift, scale, gate in the table buffer */
+    double *x, *res, *y, *tab[3], *w, *dout, *dh;
+    int64_t *idx;
+    CUdeviceptr X, RES, Y, T, W, DOUT, DH, IDX;
+} problem;
+
+/* Outputs of one run (device), all with the problem's layouts. */
+typedef struct outs {
+    CUdeviceptr OUT, HOUT, DX, DY, DT, DW;
+    size_t act_bytes, tab_bytes, w_bytes;
+} outs;
+
+static ref_rng rng;
+static double tol(kjit_dtype dt) { return dt == KJIT_F32 ? 1e-6 : dt == KJIT_BF16 ? 4e-3 : 1e-3; }
+static size_t es(kjit_dtype dt) { return kjit_dtype_size(dt); }
+
+/* Random values quantized through dt; uploads an (rows, ld) buffer whose pad holds 1000. */
+static double *make_rows(kjit_dtype dt, int64_t rows, int h, int64_t ld, double mean, double sd, CUdeviceptr *dev,
+                         size_t base_off)
+{
+    double *v = malloc(sizeof(double) * (size_t)(rows * h));
+    double *full = malloc(sizeof(double) * (size_t)(rows * ld + 1));
+    void *q = malloc(es(dt) * (size_t)(rows * ld + 1));
+    for (int64_t i = 0; i < rows * ld + 1; ++i) full[i] = 1000.0;
+    for (int64_t i = 0; i < rows; ++i)
+        for (int j = 0; j < h; ++j) full[base_off + (size_t)(i * ld + j)] = mean + sd * ref_rng_normal(&rng);
+    host_from_double(dt, full, q, (size_t)(rows * ld + 1));
+    host_to_double(dt, q, full, (size_t)(rows * ld + 1));
+    for (int64_t i = 0; i < rows; ++i)
+        for (int j = 0; j < h; ++j) v[i * h + j] = full[base_off + (size_t)(i * ld + j)];
+    *dev = gpu_alloc(es(dt) * (size_t)(rows * ld + 1));
+    gpu_upload(*dev, q, es(dt) * (size_t)(rows * ld + 1));
+    free(full);
+    free(q);
+    return v;
+}
+
+static void problem_init(problem *p, const cfg *c)
+{
+    memset(p, 0, sizeof *p);
+    p->c = *c;
+    const int h = c->h;
+    const int64_t n = c->n, r = c->r;
+    p->ld = h + c->pad;
+    const size_t mis = c->misalign ? 1 : 0;
+    p->x = make_rows(c->A, n, h, p->ld, 0.3, 1.0, &p->X, mis);
+    p->res = make_rows(c->A, n, h, p->ld, 0.0, 1.0, &p->RES, mis);
+    p->y = make_rows(c->A, n, h, p->ld, 0.0, 1.0, &p->Y, mis);
+    p->dout = make_rows(c->A, n, h, p->ld, 0.0, 1.0, &p->DOUT, mis);
+    p->dh = make_rows(c->A, n, h, p->ld, 0.0, 1.0, &p->DH, mis);
+    /* Tables: chunk(6) of (R, 6H) (shift, scale, gate at 0, H, 2H) or three (R, H) blocks. */
+    p->ts = c->chunked ? 6 * h : h;
+    const int64_t trows = c->chunked ? r : 3 * r;
+    for (int k = 0; k < 3; ++k) p->toff[k] = c->chunked ? (size_t)k * h : (size_t)k * (size_t)(r * h);
+    double *tfull = make_rows(c->P, trows, (int)p->ts, p->ts, 0.0, 0.5, &p->T, 0);
+    for (int k = 0; k < 3; ++k) {
+        p->tab[k] = malloc(sizeof(double) * (size_t)(r * h));
+        for (int64_t i = 0; i < r; ++i)
+            for (int j = 0; j < h; ++j) {
+                const size_t at = p->toff[k] + (size_t)(i * p->ts + j);
+                p->tab[k][i * h + j] = tfull[at];
+            }
+    }
+    free(tfull);
+    if (c->with_w) p->w = make_rows(c->P, 1, h, h, 1.0, 0.1, &p->W, 0);
+    p->idx = malloc(sizeof(int64_t) * (size_t)n);
+    void *qi = malloc(8 * (size_t)n);
+    for (int64_t i = 0; i < n; ++i) {
+        p->idx[i] = (int64_t)ref_rng_below(&rng, (uint64_t)r);
+        if (c->I == KJIT_I32) ((int32_t *)qi)[i] = (int32_t)p->idx[i];
+        else ((int64_t *)qi)[i] = p->idx[i];
+    }
+    p->IDX = gpu_alloc(es(c->I) * (size_t)n);
+    gpu_upload(p->IDX, qi, es(c->I) * (size_t)n);
+    free(qi);
+}
+
+static void problem_free(problem *p)
+{
+    free(p->x), free(p->res), free(p->y), free(p->dout), free(p->dh), free(p->w), free(p->idx);
+    for (int k = 0; k < 3; ++k) free(p->tab[k]);
+    gpu_free(p->X), gpu_free(p->RES), gpu_free(p->Y), gpu_free(p->DOUT), gpu_free(p->DH), gpu_free(p->T);
+    gpu_free(p->W), gpu_free(p->IDX);
+}
+
+static void outs_init(outs *o, const problem *p)
+{
+    o->act_bytes = es(p->c.A) * (size_t)(p->c.n * p->ld + 1);
+    o->tab_bytes = es(p->c.P) * (size_t)(p->c.r * (p->c.chunked ? 6 * p->c.h : 3 * p->c.h));
+    o->w_bytes = es(p->c.P) * (size_t)p->c.h;
+    o->OUT = gpu_alloc(o->act_bytes), o->HOUT = gpu_alloc(o->act_bytes);
+    o->DX = gpu_alloc(o->act_bytes), o->DY = gpu_alloc(o->act_bytes);
+    o->DT = gpu_alloc(o->tab_bytes), o->DW = gpu_alloc(o->w_bytes);
+    gpu_poison(o->OUT, o->act_bytes), gpu_poison(o->HOUT, o->act_bytes);
+    gpu_poison(o->DX, o->act_bytes), gpu_poison(o->DY, o->act_bytes);
+    gpu_poison(o->DT, o->tab_bytes), gpu_poison(o->DW, o->w_bytes);
+}
+
+static void outs_free(outs *o)
+{
+    gpu_free(o->OUT), gpu_free(o->HOUT), gpu_free(o->DX), gpu_free(o->DY), gpu_free(o->DT), gpu_free(o->DW);
+}
+
+/* Arguments for rows [row0, row0 + rows) of the inputs, written at out_row0 of o.
+ * hin: the h the backward of the fused op reads (a forward's HOUT). */
+static void make_args(const problem *p, const outs *o, CUdeviceptr hin, int64_t row0, int64_t rows, int64_t out_row0,
+                      kjit_adaln_args *a)
+{
+    const cfg *c = &p->c;
+    const size_t ea = es(c->A), ep = es(c->P), mis = c->misalign ? 1 : 0;
+    const size_t in_off = ((size_t)(row0 * p->ld) + mis) * ea, out_off = ((size_t)(out_row0 * p->ld) + mis) * ea;
+    memset(a, 0, sizeof *a);
+    a->n = rows;
+    a->hidden = c->h;
+    a->eps = 1e-6f;
+    a->act_dtype = c->A;
+    a->param_dtype = c->P;
+    a->index.ptr = (const void *)(uintptr_t)(p->IDX + (size_t)row0 * es(c->I));
+    a->index.dtype = c->I;
+    a->index.rows = c->r;
+#define ACT(field, dev) a->field = (void *)(uintptr_t)((dev) + in_off), a->field##_stride = p->ld
+#define OUTP(field, dev) a->field = (void *)(uintptr_t)((dev) + out_off), a->field##_stride = p->ld
+    ACT(x, c->mode == 3 ? hin : p->X);
+    ACT(res, p->RES);
+    ACT(y, p->Y);
+    ACT(dout, p->DOUT);
+    ACT(dh, p->DH);
+    OUTP(out, o->OUT);
+    OUTP(h, o->HOUT);
+    OUTP(dx, o->DX);
+    OUTP(dy, o->DY);
+#undef ACT
+#undef OUTP
+    a->shift = (const void *)(uintptr_t)(p->T + p->toff[0] * ep), a->shift_stride = p->ts;
+    a->scale = (const void *)(uintptr_t)(p->T + p->toff[1] * ep), a->scale_stride = p->ts;
+    a->gate = (const void *)(uintptr_t)(p->T + p->toff[2] * ep), a->gate_stride = p->ts;
+    a->dshift = (void *)(uintptr_t)(o->DT + p->toff[0] * ep), a->dshift_stride = p->ts;
+    a->dscale = (void *)(uintptr_t)(o->DT + p->toff[1] * ep), a->dscale_stride = p->ts;
+    a->dgate = (void *)(uintptr_t)(o->DT + p->toff[2] * ep), a->dgate_stride = p->ts;
+    if (c->with_w && c->mode != 2) {
+        a->weight = (const void *)(uintptr_t)p->W;
+        a->dweight = (void *)(uintptr_t)o->DW;
+    }
+}
+
+static int fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a)
+{
+    return mode == 1 ? kjit_norm_modulate_fwd(ctx, a, NULL)
+         : mode == 2 ? kjit_gated_residual_fwd(ctx, a, NULL)
+                     : kjit_gated_residual_norm_modulate_fwd(ctx, a, NULL);
+}
+
+static int bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a)
+{
+    return mode == 1 ? kjit_norm_modulate_bwd(ctx, a, NULL, 0, NULL)
+         : mode == 2 ? kjit_gated_residual_bwd(ctx, a, NULL, 0, NULL)
+                     : kjit_gated_residual_norm_modulate_bwd(ctx, a, NULL, 0, NULL);
+}
+
+static int bwd_ws(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, CUdeviceptr ws, size_t bytes)
+{
+    void *w = (void *)(uintptr_t)ws;
+    return mode == 1 ? kjit_norm_modulate_bwd(ctx, a, w, bytes, NULL)
+         : mode == 2 ? kjit_gated_residual_bwd(ctx, a, w, bytes, NULL)
+                     : kjit_gated_residual_norm_modulate_bwd(ctx, a, w, bytes, NULL);
+}
+
+/* Full forward + backward of p into o (bwd with a caller workspace). */
+static void run_full(kjit_ctx *ctx, const problem *p, const outs *o)
+{
+    kjit_adaln_args a;
+    make_args(p, o, o->HOUT, 0, p->c.n, 0, &a);
+    CHECK_STATUS(fwd(ctx, p->c.mode, &a), KJIT_OK);
+    size_t wsb = 0;
+    CHECK_STATUS(kjit_adaln_workspace((kjit_adaln_op)p->c.mode, p->c.n, p->c.h, p->c.r, &wsb), KJIT_OK);
+    CUdeviceptr ws = gpu_alloc(wsb);
+    CHECK_STATUS(bwd_ws(ctx, p->c.mode, &a, ws, wsb), KJIT_OK);
+    gpu_sync();
+    gpu_free(ws);
+}
+
+/* Downloads the payload of a row-strided device buffer as dense doubles. */
+static double *fetch(kjit_dtype dt, CUdeviceptr dev, int64_t rows, int h, int64_t ld, size_t off, size_t total,
+                     int *pad_ok)
+{
+    unsigned char *raw = malloc(es(dt) * total);
+    gpu_download(raw, dev, es(dt) * total);
+    double *all = malloc(sizeof(double) * total), *v = malloc(sizeof(double) * (size_t)(rows * h));
+    host_to_double(dt, raw, all, total);
+    /* Everything outside the payload must still hold the poison (all-ones bytes). */
+    if (pad_ok) {
+        char *in = calloc(total, 1);
+        for (int64_t i = 0; i < rows; ++i)
+            for (int j = 0; j < h; ++j) in[off + (size_t)(i * ld + j)] = 1;
+        for (size_t e = 0; e < total; ++e)
+            if (!in[e])
+                for (size_t b = 0; b < es(dt); ++b) *pad_ok &= raw[e * es(dt) + b] == 0xFF;
+        free(in);
+    }
+    for (int64_t i = 0; i < rows; ++i)
+        for (int j = 0; j < h; ++j) v[i * h + j] = all[off + (size_t)(i * ld + j)];
+    free(raw);
+    free(all);
+    return v;
+}
+
+static void expect(const char *what, const cfg *c, const double *got, const double *ref, size_t n, double t,
+                   double *worst)
+{
+    double e = ref_rel_err(got, ref, n);
+    if (e > *worst) *worst = e;
+    if (!(e <= t)) {
+        fprintf(stderr, "%s %s A=%s P=%s I=%s h=%d n=%lld r=%lld pad=%d chunked=%d w=%d mis=%d: rel err %g > %g\n",
+                mode_name[c->mode], what, kjit_dtype_name(c->A), kjit_dtype_name(c->P), kjit_dtype_name(c->I), c->h,
+                (long long)c->n, (long long)c->r, c->pad, c->chunked, c->with_w, c->misalign, e, t);
+        kjit_test_failures++;
+    }
+}
+
+/* One configuration against the fp64 references. */
+static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
+{
+    problem p;
+    problem_init(&p, c);
+    outs o;
+    outs_init(&o, &p);
+    run_full(ctx, &p, &o);
+    const int h = c->h;
+    const int64_t n = c->n, r = c->r;
+    const size_t nh = (size_t)(n * h), rh = (size_t)(r * h), mis = c->misalign ? 1 : 0;
+    const size_t atot = o.act_bytes / es(c->A), ttot = o.tab_bytes / es(c->P);
+    double *rout = malloc(sizeof(double) * nh), *rh_ = malloc(sizeof(double) * nh);
+    double *rdx = malloc(sizeof(double) * nh), *rdy = malloc(sizeof(double) * nh);
+    double *rdt[3], *rdw = calloc((size_t)h, sizeof(double));
+    for (int k = 0; k < 3; ++k) rdt[k] = calloc(rh, sizeof(double));
+    const double ta = tol(c->A), tp = tol(c->P);
+    const double *w = c->with_w ? p.w : NULL;
+    double *dw_ref = c->with_w ? rdw : NULL;
+    int pad_ok = 1;
+    double *got;
+    if (c->mode == 1) {
+        ref_norm_modulate_fwd(n, h, r, p.x, h, w, p.tab[0], h, p.tab[1], h, p.idx, 1e-6, rout, h);
+        ref_norm_modulate_bwd(n, h, r, p.dout, h, p.x, h, w, p.tab[1], h, p.idx, 1e-6, rdx, h, dw_ref, rdt[0], h,
+                              rdt[1], h);
+    } else if (c->mode == 2) {
+        ref_gated_residual_fwd(n, h, r, p.res, h, p.y, h, p.tab[2], h, p.idx, rout, h);
+        ref_gated_residual_bwd(n, h, r, p.dout, h, p.y, h, p.tab[2], h, p.idx, rdx, h, rdy, h, rdt[2], h);
+    } else {
+        ref_gated_residual_norm_modulate_fwd(n, h, r, p.res, h, p.y, h, p.tab[2], h, w, p.tab[0], h, p.tab[1], h, p.idx,
+                                             1e-6, rh_, h, rout, h);
+        ref_gated_residual_norm_modulate_bwd(n, h, r, p.dh, h, p.dout, h, p.res, h, p.y, h, p.tab[2], h, w, p.tab[1], h,
+                                             p.idx, 1e-6, rdx, h, rdy, h, rdt[2], h, dw_ref, rdt[0], h, rdt[1], h);
+    }
+    got = fetch(c->A, o.OUT, n, h, p.ld, mis, atot, &pad_ok);
+    expect("out", c, got, rout, nh, ta, &worst[0]);
+    free(got);
+    if (c->mode == 3) {
+        got = fetch(c->A, o.HOUT, n, h, p.ld, mis, atot, &pad_ok);
+        expect("h", c, got, rh_, nh, ta, &worst[0]);
+        free(got);
+    }
+    got = fetch(c->A, o.DX, n, h, p.ld, mis, atot, &pad_ok);
+    expect(c->mode == 1 ? "dx" : "dres", c, got, rdx, nh, ta, &worst[1]);
+    free(got);
+    if (c->mode != 1) {
+        got = fetch(c->A, o.DY, n, h, p.ld, mis, atot, &pad_ok);
+        expect("dy", c, got, rdy, nh, ta, &worst[1]);
+        free(got);
+    }
+    static const char *const tn[3] = {"dshift", "dscale", "dgate"};
+    int tab_pad_ok = 1;
+    for (int k = 0; k < 3; ++k) {
+        if ((c->mode == 1 && k == 2) || (c->mode == 2 && k != 2)) continue;
+        got = fetch(c->P, o.DT, r, h, p.ts, p.toff[k], ttot, NULL);
+        expect(tn[k], c, got, rdt[k], rh, tp, &worst[1]);
+        free(got);
+    }
+    (void)tab_pad_ok;
+    if (c->with_w && c->mode != 2) {
+        got = fetch(c->P, o.DW, 1, h, h, 0, (size_t)h, NULL);
+        expect("dweight", c, got, rdw, (size_t)h, tp, &worst[1]);
+        free(got);
+    }
+    if (!pad_ok) {
+        fprintf(stderr, "%s h=%d pad=%d: an element outside the outputs was written\n", mode_name[c->mode], h, c->pad);
+        kjit_test_failures++;
+    }
+    free(rout), free(rh_), free(rdx), free(rdy), free(rdw);
+    for (int k = 0; k < 3; ++k) free(rdt[k]);
+    outs_free(&o);
+    problem_free(&p);
+}
+
+/* Raw bytes of rows [row0, row0 + rows) of a row-strided activation buffer. */
+static unsigned char *rows_raw(const problem *p, CUdeviceptr dev, int64_t row0, int64_t rows)
+{
+    const size_t ea = es(p->c.A), row = (size_t)p->ld * ea;
+    unsigned char *b = malloc(row * (size_t)rows);
+    gpu_download(b, dev + (size_t)row0 * row, row * (size_t)rows);
+    return b;
+}
+
+/* Compares the payload (not the pad) of rows of two row-strided buffers. */
+static int rows_equal(const problem *p, const unsigned char *a, const unsigned char *b, int64_t rows)
+{
+    const size_t ea = es(p->c.A), row = (size_t)p->ld * ea;
+    for (int64_t i = 0; i < rows; ++i)
+        if (memcmp(a + (size_t)i * row, b + (size_t)i * row, (size_t)p->c.h * ea)) return 0;
+    return 1;
+}
+
+/* The row outputs a run produces: out (+ h) and row gradients. */
+static int n_row_outputs(int mode, CUdeviceptr *bufs, const outs *o)
+{
+    int k = 0;
+    bufs[k++] = o->OUT;
+    if (mode == 3) bufs[k++] = o->HOUT;
+    bufs[k++] = o->DX;
+    if (mode != 1) bufs[k++] = o->DY;
+    return k;
+}
+
+/* Runs rows [row0, row0 + rows) into o at out_row0: forward, then backward
+ * reading the full batch's h (fused op) through the context's workspace. */
+static void run_sub(kjit_ctx *ctx, const problem *p, const outs *full, const outs *o, int64_t row0, int64_t rows,
+                    int64_t out_row0)
+{
+    kjit_adaln_args a;
+    make_args(p, o, full->HOUT, row0, rows, out_row0, &a);
+    CHECK_STATUS(fwd(ctx, p->c.mode, &a), KJIT_OK);
+    CHECK_STATUS(bwd(ctx, p->c.mode, &a), KJIT_OK);
+}
+
+static void check_invariance(kjit_ctx *ctx, int mode)
+{
+    cfg c = {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 2048, 9, 0, 1, 1, 0};
+    problem p;
+    problem_init(&p, &c);
+    outs full, one;
+    outs_init(&full, &p);
+    outs_init(&one, &p);
+    run_full(ctx, &p, &full);
+    CUdeviceptr fb[4], ob[4];
+    const int nb = n_row_outputs(mode, fb, &full);
+    n_row_outputs(mode, ob, &one);
+    unsigned char *ref[4];
+    for (int k = 0; k < nb; ++k) ref[k] = rows_raw(&p, fb[k], 0, c.n);
+    const size_t row = (size_t)p.ld * es(c.A);
+    int differ = 0, compared = 0;
+
+    /* Every row alone vs in its batch, for batches of 64, 257, 2048 (the
+     * 2048-row batch is the full one; smaller batches are its prefixes). */
+    static const int64_t batches[] = {64, 257, 2048};
+    for (int bi = 0; bi < 3; ++bi) {
+        const int64_t B = batches[bi];
+        outs bo;
+        if (B != c.n) {
+            outs_init(&bo, &p);
+            run_sub(ctx, &p, &full, &bo, 0, B, 0);
+        } else {
+            bo = full;
+        }
+        CUdeviceptr bb[4];
+        n_row_outputs(mode, bb, &bo);
+        unsigned char *braw[4];
+        for (int k = 0; k < nb; ++k) braw[k] = rows_raw(&p, bb[k], 0, B);
+        for (int64_t i = 0; i < B; ++i) {
+            run_sub(ctx, &p, &full, &one, i, 1, 0);
+            for (int k = 0; k < nb; ++k) {
+                unsigned char *a1 = rows_raw(&p, ob[k], 0, 1);
+                compared++;
+                if (!rows_equal(&p, a1, braw[k] + (size_t)i * row, 1)) {
+                    if (differ++ < 5)
+                        fprintf(stderr, "%s: row %lld alone differs from batch %lld (output %d)\n", mode_name[mode],
+                                (long long)i, (long long)B, k);
+                }
+                free(a1);
+            }
+        }
+        for (int k = 0; k < nb; ++k) free(braw[k]);
+        if (B != c.n) outs_free(&bo);
+    }
+
+    /* Batch-size sweep: fixed probe rows at every batch size. */
+    static const int64_t sizes[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129,
+                                    255, 256, 257, 511, 512, 513, 1023, 1024, 1025, 2047, 2048};
+    static const int64_t probes[] = {0, 259, 515, 771, 1027, 1283, 1539, 2047};
+    outs so;
+    outs_init(&so, &p);
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+        run_sub(ctx, &p, &full, &so, 0, sizes[si], 0);
+        for (size_t pi = 0; pi < sizeof probes / sizeof probes[0]; ++pi) {
+            if (probes[pi] >= sizes[si]) continue;
+            for (int k = 0; k < nb; ++k) {
+                CUdeviceptr sb[4];
+                n_row_outputs(mode, sb, &so);
+                unsigned char *a1 = rows_raw(&p, sb[k], probes[pi], 1);
+                compared++;
+                if (!rows_equal(&p, a1, ref[k] + (size_t)probes[pi] * row, 1) && differ++ < 5)
+                    fprintf(stderr, "%s: probe row %lld differs at batch size %lld\n", mode_name[mode],
+                            (long long)probes[pi], (long long)sizes[si]);
+                free(a1);
+            }
+        }
+    }
+    outs_free(&so);
+    printf("%s: batch invariance: %d row comparisons, %d differ\n", mode_name[mode], compared, differ);
+    if (differ) kjit_test_failures++;
+
+    /* Parameter gradients repeat bitwise over 5 runs. */
+    unsigned char *dt0 = malloc(full.tab_bytes), *dt1 = malloc(full.tab_bytes);
+    unsigned char *dw0 = malloc(full.w_bytes), *dw1 = malloc(full.w_bytes);
+    gpu_download(dt0, full.DT, full.tab_bytes);
+    gpu_download(dw0, full.DW, full.w_bytes);
+    for (int run = 0; run < 5; ++run) {
+        gpu_poison(full.DT, full.tab_bytes);
+        gpu_poison(full.DW, full.w_bytes);
+        run_full(ctx, &p, &full);
+        gpu_download(dt1, full.DT, full.tab_bytes);
+        gpu_download(dw1, full.DW, full.w_bytes);
+        if (memcmp(dt0, dt1, full.tab_bytes) || (mode != 2 && memcmp(dw0, dw1, full.w_bytes))) {
+            fprintf(stderr, "%s: parameter gradients differ on run %d\n", mode_name[mode], run);
+            kjit_test_failures++;
+        }
+    }
+    free(dt0), free(dt1), free(dw0), free(dw1);
+    for (int k = 0; k < nb; ++k) free(ref[k]);
+    outs_free(&one);
+    outs_free(&full);
+    problem_free(&p);
+}
+
+/* A 131072-row batch vs its split into sub-batches of 1, 7, 4097, 32768 and 65536 rows. */
+static void check_split(kjit_ctx *ctx, int mode)
+{
+    cfg c = {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512, 131072, 9, 0, 1, 1, 0};
+    problem p;
+    problem_init(&p, &c);
+    outs full, part;
+    outs_init(&full, &p);
+    outs_init(&part, &p);
+    run_full(ctx, &p, &full);
+    static const int64_t pieces[] = {1, 7, 4097, 32768, 65536};
+    int64_t at = 0, subs = 0;
+    for (int i = 0; at < c.n; i = (i + 1) % 5, ++subs) {
+        int64_t len = pieces[i] < c.n - at ? pieces[i] : c.n - at;
+        run_sub(ctx, &p, &full, &part, at, len, at);
+        at += len;
+    }
+    gpu_sync();
+    CUdeviceptr fb[4], pb[4];
+    const int nb = n_row_outputs(mode, fb, &full);
+    n_row_outputs(mode, pb, &part);
+    int differ = 0;
+    for (int k = 0; k < nb; ++k) {
+        unsigned char *a = rows_raw(&p, fb[k], 0, c.n), *b = rows_raw(&p, pb[k], 0, c.n);
+        differ += !rows_equal(&p, a, b, c.n);
+        free(a), free(b);
+    }
+    printf("%s: 131072 rows vs %lld sub-batches: %d of %d outputs differ\n", mode_name[mode], (long long)subs, differ, nb);
+    if (differ) kjit_test_failures++;
+    outs_free(&full);
+    outs_free(&part);
+    problem_free(&p);
+}
+
+/* Bad arguments: the documented status, a message, outputs untouched. */
+static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ctx, int mode)
+{
+    cfg c = {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 256, 64, 4, 0, 0, 1, 0};
+    problem p;
+    problem_init(&p, &c);
+    outs o;
+    outs_init(&o, &p);
+    kjit_adaln_args good, a;
+    make_args(&p, &o, o.HOUT, 0, c.n, 0, &good);
+#define BAD(stmt, status)                                  \
+    do {                                                   \
+        a = good;                                          \
+        stmt;                                              \
+        CHECK_STATUS(fwd(ctx, mode, &a), status);          \
+        CHECK_STATUS(bwd(ctx, mode, &a), status);          \
+    } while (0)
+    BAD(a.hidden = 0, KJIT_EINVAL);
+    BAD(a.n = -1, KJIT_EINVAL);
+    BAD(a.act_dtype = KJIT_I32, KJIT_EINVAL);
+    BAD(a.param_dtype = KJIT_F16, KJIT_EINVAL);
+    BAD(a.index.dtype = KJIT_F32, KJIT_EINVAL);
+    BAD(a.index.rows = 0, KJIT_EINVAL);
+    BAD(a.index.ptr = NULL, KJIT_EINVAL);
+    BAD(a.out_stride = c.h - 1; a.dx_stride = c.h - 1, KJIT_EINVAL);
+    BAD(a.out = (char *)a.out + 1; a.dx = (char *)a.dx + 1, KJIT_EINVAL);
+    BAD(a.shift = NULL; a.gate = NULL; a.scale = NULL, KJIT_EINVAL);
+    BAD(a.x = NULL; a.res = NULL; a.y = NULL, KJIT_EINVAL);
+    if (mode != 2) {
+        BAD(a.eps = NAN, KJIT_EINVAL);
+        a = good;
+        a.weight = NULL;
+        CHECK_STATUS(bwd(ctx, mode, &a), KJIT_EINVAL); /* dweight without weight */
+    }
+    CHECK_STATUS(bwd_ws(ctx, mode, &good, o.DT, 16), KJIT_EINVAL); /* workspace too small */
+    CHECK(strstr(kjit_last_error(), "workspace") != NULL);
+    CHECK_STATUS(fwd(NULL, mode, &good), KJIT_EINVAL);
+    CHECK_STATUS(fwd(ctx, mode, NULL), KJIT_EINVAL);
+#undef BAD
+    /* An out-of-range index with synchronous checking: KJIT_EINDEX, nothing written. */
+    int32_t bad = (int32_t)c.r + 3;
+    gpu_upload(p.IDX + 4 * 17, &bad, 4);
+    CHECK_STATUS(fwd(sync_ctx, mode, &good), KJIT_EINDEX);
+    CHECK(strstr(kjit_last_error(), "index[17]") != NULL);
+    CHECK_STATUS(bwd(sync_ctx, mode, &good), KJIT_EINDEX);
+    gpu_sync();
+    unsigned char *raw = malloc(o.act_bytes);
+    CUdeviceptr all[6] = {o.OUT, o.HOUT, o.DX, o.DY, o.DT, o.DW};
+    size_t bytes[6] = {o.act_bytes, o.act_bytes, o.act_bytes, o.act_bytes, o.tab_bytes, o.w_bytes};
+    int touched = 0;
+    for (int k = 0; k < 6; ++k) {
+        unsigned char *b = malloc(bytes[k]);
+        gpu_download(b, all[k], bytes[k]);
+        for (size_t i = 0; i < bytes[k]; ++i) touched |= b[i] != 0xFF;
+        free(b);
+    }
+    if (touched) {
+        fprintf(stderr, "%s: a refused call wrote to an output\n", mode_name[mode]);
+        kjit_test_failures++;
+    }
+    /* Asynchronous checking: the bad row is skipped, the flag raised once. */
+    CHECK_STATUS(fwd(async_ctx, mode, &good), KJIT_OK);
+    int flag = 0;
+    CHECK_STATUS(kjit_ctx_index_error(async_ctx, NULL, &flag), KJIT_OK);
+    CHECK_EQ_INT(flag, 1);
+    CHECK_STATUS(kjit_ctx_index_error(async_ctx, NULL, &flag), KJIT_OK);
+    CHECK_EQ_INT(flag, 0);
+    const size_t row = (size_t)p.ld * es(c.A);
+    gpu_download(raw, o.OUT, o.act_bytes);
+    int row17 = 1, row16 = 0;
+    for (size_t i = 0; i < row; ++i) row17 &= raw[17 * row + i] == 0xFF, row16 |= raw[16 * row + i] != 0xFF;
+    CHECK(row17 && row16);
+    free(raw);
+    /* N = 0 is a no-op. */
+    a = good;
+    a.n = 0;
+    CHECK_STATUS(fwd(ctx, mode, &a), KJIT_OK);
+    outs_free(&o);
+    problem_free(&p);
+}
+
+int main(void)
+{
+    kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_adaln", KJIT_INDEX_CHECK_OFF);
+    ref_rng_seed(&rng, kjit_test_seed("test_adaln"));
+    kjit_ctx_options o;
+    kjit_ctx_options_init(&o);
+    o.index_check = KJIT_INDEX_CHECK_SYNC;
+    kjit_ctx *sync_ctx = NULL, *async_ctx = NULL;
+    kjit_ctx_create(&sync_ctx, &o);
+    o.index_check = KJIT_INDEX_CHECK_ASYNC;
+    kjit_ctx_create(&async_ctx, &o);
+    kjit__cu()->CtxSetCurrent(ctx->cuctx);
+
+    double worst[4][3][2] = {{{0}}};
+    static const kjit_dtype acts[] = {KJIT_BF16, KJIT_F16, KJIT_F32}, pars[] = {KJIT_BF16, KJIT_F32};
+    for (int mode = 1; mode <= 3; ++mode) {
+        /* Every dtype combination, both index types, chunk(6) tables. */
+        for (int ai = 0; ai < 3; ++ai)
+            for (int pi = 0; pi < 2; ++pi)
+                for (int ii = 0; ii < 2; ++ii) {
+                    cfg c = {mode, acts[ai], pars[pi], ii ? KJIT_I64 : KJIT_I32, 5376, 1000, 9, 0, 1, 1, 0};
+                    check_accuracy(ctx, &c, worst[mode][ai]);
+                }
+        /* Layouts and shapes: strided activations, separate tables, odd H, R = 1,
+         * no weight, misaligned views, other hidden sizes, more rows. */
+        const cfg more[] = {
+            {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 777, 9, 40, 0, 1, 0},
+            {mode, KJIT_BF16, KJIT_F32, KJIT_I64, 1001, 300, 7, 3, 1, 1, 0},
+            {mode, KJIT_F32, KJIT_F32, KJIT_I32, 13, 50, 3, 0, 0, 1, 0},
+            {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 3072, 500, 1, 0, 1, 1, 0},
+            {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 4096, 500, 9, 0, 1, 0, 0},
+            {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 300, 9, 8, 1, 1, 1},
+            {mode, KJIT_F16, KJIT_F32, KJIT_I32, 8192, 200, 9, 0, 1, 1, 0},
+            {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 16384, 64, 2, 0, 1, 1, 0},
+            {mode, KJIT_BF16, KJIT_BF16, KJIT_I64, 6144, 2, 300, 0, 1, 1, 0},
+            {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5120, 6000, 9, 0, 1, 1, 0},
+        };
+        for (size_t k = 0; k < sizeof more / sizeof more[0]; ++k) {
+            double w2[2] = {0, 0};
+            check_accuracy(ctx, &more[k], w2);
+        }
+        check_invariance(ctx, mode);
+        check_split(ctx, mode);
+        check_bad_args(ctx, sync_ctx, async_ctx, mode);
+    }
+    for (int mode = 1; mode <= 3; ++mode)
+        printf("%-14s worst rel err (fwd / grads): bf16 %.2e / %.2e  fp16 %.2e / %.2e  fp32 %.2e / %.2e\n",
+               mode_name[mode], worst[mode][0][0], worst[mode][0][1], worst[mode][1][0], worst[mode][1][1],
+               worst[mode][2][0], worst[mode][2][1]);
+    kjit_ctx_destroy(async_ctx);
+    kjit_ctx_destroy(sync_ctx);
+    kjit_ctx_destroy(ctx);
+    return kjit_test_result("test_adaln");
+}
