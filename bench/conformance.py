@@ -1,0 +1,559 @@
+#!/usr/bin/env python3
+"""kjit's conformance report: each op, kjit beside the peers that run in the
+same process, through the checks of the prior-art reports (bench/prior_art/,
+the B200 measurements of ../shared/seeds) and in their JSON schema.
+
+    KJIT_LIBRARY=build-gpu/libkjit.so python3 bench/conformance.py [--quick] [--ops a,b]
+
+Checks, all bitwise with torch.equal:
+  all_rows             every row computed alone vs inside full batches of 64,
+                       257 and 2048 rows (forward and row gradients);
+  full_vs_sub_batches  a 131072-row batch (8192 for the sinusoid) vs
+                       sub-batches of 1, 7, 4097, 32768, 65536 rows;
+  batch_size_sweep     8 probe rows at the front, middle and back of batches
+                       of every size 1..9 and 2^k-1, 2^k, 2^k+1, plus the
+                       whole batch reversed;
+  params_repeatable    parameter and table gradients of the same batch,
+                       run after run (5 runs).
+kjit goes through them with the seeds' three input seeds; peers with one
+(their counts are in the report), which keeps the whole run near 6 minutes
+on an H200.
+accuracy_latency: max|err|/max|ref| vs the float64 computation on the same
+inputs (forward, and each gradient under the same upstream gradient); fwd_us
+and fwd_bwd_us the median of CUDA-event samples, the L2 cache flushed before
+each and the inputs rotated over buffer sets larger than L2, at 4097 and
+32768 rows, hidden 5376, bf16, R = 9 table rows (the (R, 6H) projection
+chunked into six views). The copy floor is the op's bytes read + written at
+4.25 TB/s (the H200's measured device-to-device copy).
+
+Writes bench/reports/<op>.json and prints a side-by-side table with the
+seeds' B200 figures where the seeds have the op.
+"""
+
+import argparse
+import datetime
+import importlib.metadata as md
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bindings" / "python"))
+if "KJIT_LIBRARY" not in os.environ:
+    for build in ("build-gpu", "build"):
+        if (ROOT / build / "libkjit.so").exists():
+            os.environ["KJIT_LIBRARY"] = str(ROOT / build / "libkjit.so")
+            break
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import kjit  # noqa: E402
+from kjit import reference as ref  # noqa: E402
+
+DEV = "cuda"
+H, R, EPS, D_SIN = 5376, 9, 1e-5, 256
+COPY_TBPS = 4.25
+SEEDS = (3, 4, 5)
+ADALN_BI = ((64, 257, 2048), 131072, (1, 7, 4097, 32768, 65536))
+SIN_BI = ((64, 257, 2048), 8192, (1, 7, 2048, 4097))
+ADALN_PERF = (4097, 32768)
+SIN_PERF = (1, 3, 4, 64, 256, 2048)
+SIN_KW = dict(flip_sin_to_cos=True, downscale_freq_shift=0.0)   # MiniMax-H3's
+LIBS = ("torch", "triton", "diffusers", "vllm", "flashinfer-python", "sglang", "liger-kernel",
+        "transformer_engine", "megatron-core")
+
+
+# ---- inputs ----------------------------------------------------------------------------
+
+
+def _gen(seed, salt):
+    return torch.Generator(device=DEV).manual_seed(seed * 1000 + salt)
+
+
+def _rn(seed, salt, *shape, dtype=torch.bfloat16, scale=1.0):
+    return (torch.randn(*shape, device=DEV, generator=_gen(seed, salt)) * scale).to(dtype)
+
+
+def _h3_index(n, seed):
+    """adaln_index = timestep_index * 3 + modality_tag over a packed sequence:
+    runs of rows (one sample's text, image or video tokens) sharing a row."""
+    g = torch.Generator().manual_seed(seed)
+    idx, done = [], 0
+    while done < n:
+        run = min(n - done, int(torch.randint(1, max(2, n // 6), (1,), generator=g)))
+        idx.append(torch.full((run,), int(torch.randint(0, R, (1,), generator=g))))
+        done += run
+    return torch.cat(idx).to(DEV) if idx else torch.zeros(0, dtype=torch.int64, device=DEV)
+
+
+def _table(seed=1):
+    return _rn(seed, 14, R, 6 * H, scale=0.1)
+
+
+def _weight():
+    return (0.5 + torch.rand(H, device=DEV, generator=_gen(1, 11))).bfloat16()
+
+
+# ---- ops and candidates ----------------------------------------------------------------
+# A candidate: fn(**inputs) -> output(s); make(seed, n) -> inputs; rows: the
+# inputs indexed by row; grads: the inputs differentiated; views: how the
+# report names gradients (a table's chunk k -> "sh", ...).
+
+
+def _split(table):
+    return table.chunk(6, 1)
+
+
+def _op_specs():
+    def nm_make(s, n):
+        return {"x": _rn(s, 10, n, H, scale=2.0), "w": _weight(), "table": _table(),
+                "idx": _h3_index(n, s)}
+
+    def gr_make(s, n):
+        return {"res": _rn(s, 15, n, H), "y": _rn(s, 16, n, H), "table": _table(),
+                "idx": _h3_index(n, s)}
+
+    def fused_make(s, n):
+        return dict(gr_make(s, n), w=_weight())
+
+    def nm(lib):
+        return lambda x, w, table, idx: lib.norm_modulate(x, w, *_split(table)[:2], idx, EPS)
+
+    def gr(lib):
+        return lambda res, y, table, idx: lib.gated_residual(res, y, _split(table)[2], idx)
+
+    def fused(lib):
+        def fn(res, y, w, table, idx):
+            sh, sc, gate = _split(table)[:3]
+            return lib.gated_residual_norm_modulate(res, y, gate, w, sh, sc, idx, EPS)
+        return fn
+
+    def gather(lib):
+        return lambda table, idx: lib.adaln_row_gather(list(_split(table)), idx)
+
+    def sinusoid(lib):
+        return lambda t: lib.timestep_sinusoid(t, D_SIN, **SIN_KW)
+
+    adaln = dict(bi=ADALN_BI, perf=ADALN_PERF)
+    return {
+        "timestep_sinusoid": dict(
+            make=lambda s, n: {"t": torch.rand(n, device=DEV, generator=_gen(s, 1))},
+            rows=("t",), grads=(), views={}, ops=sinusoid, bi=SIN_BI, perf=SIN_PERF,
+            bytes=lambda n: (n * 4 + n * D_SIN * 4, 0)),
+        "adaln_row_gather": dict(
+            make=lambda s, n: {"table": _table(), "idx": _h3_index(n, s)},
+            rows=("idx",), grads=("table",), views={"table": None}, ops=gather,
+            bytes=lambda n: (6 * n * H * 2, 6 * n * H * 2), **adaln),
+        "norm_modulate": dict(
+            make=nm_make, rows=("x", "idx"), grads=("x", "w", "table"),
+            views={"x": None, "w": None, "sh": 0, "sc": 1}, ops=nm,
+            bytes=lambda n: (2 * n * H * 2, 3 * n * H * 2), **adaln),
+        "gated_residual": dict(
+            make=gr_make, rows=("res", "y", "idx"), grads=("res", "y", "table"),
+            views={"res": None, "y": None, "gate": 2}, ops=gr,
+            bytes=lambda n: (3 * n * H * 2, 3 * n * H * 2), **adaln),
+        "gated_residual_norm_modulate": dict(
+            make=fused_make, rows=("res", "y", "idx"), grads=("res", "y", "w", "table"),
+            views={"res": None, "y": None, "w": None, "sh": 0, "sc": 1, "gate": 2}, ops=fused,
+            bytes=lambda n: (4 * n * H * 2, 6 * n * H * 2), **adaln),
+    }
+
+
+def _compiled(fn, rows):
+    """torch.compile of a peer, dynamic in the row count only (hidden stays
+    static, as a model would compile it); one graph for N=1, one for N>1."""
+    compiled = torch.compile(fn)
+
+    def call(**inputs):
+        for k in rows:
+            if inputs[k].shape[0] > 1:
+                torch._dynamo.mark_dynamic(inputs[k], 0)
+        return compiled(**inputs)
+    return call
+
+
+def candidates(op, spec, use_compile):
+    diffusers = spec["ops"](ref)
+    sources = {
+        "timestep_sinusoid": "diffusers get_timestep_embedding (op-for-op replay)",
+        "adaln_row_gather": "diffusers six index_select calls (one per chunk(6) view)",
+        "norm_modulate": "diffusers composition (F.rms_norm + index_select modulation)",
+        "gated_residual": "diffusers residual + gate.index_select(...) * y",
+        "gated_residual_norm_modulate": "diffusers gated residual, then F.rms_norm + "
+                                        "index_select modulation",
+    }
+    out = [dict(spec, name="kjit", source=f"kjit {kjit.__version__} ({kjit.core.library_path()})",
+                fn=spec["ops"](kjit), seeds=SEEDS),
+           dict(spec, name="diffusers", source=sources[op], fn=diffusers, seeds=SEEDS[:1])]
+    if use_compile:
+        out.append(dict(spec, name="diffusers_compiled",
+                        source=f"torch.compile ({torch.__version__}) of the diffusers composition",
+                        fn=_compiled(diffusers, spec["rows"]), seeds=SEEDS[:1]))
+    if op == "norm_modulate":
+        def norm_make(s, n):
+            d = spec["make"](s, n)
+            return {"x": d["x"], "w": d["w"]}
+        out.append(dict(spec, name="torch_rms_norm", source="torch F.rms_norm (no modulation)",
+                        make=norm_make, rows=("x",), grads=("x", "w"),
+                        views={"x": None, "w": None}, seeds=SEEDS[:1],
+                        fn=lambda x, w: F.rms_norm(x, (H,), w, EPS),
+                        ref=lambda x, w: F.rms_norm(x, (H,), w, EPS)))
+    return out
+
+
+# ---- running a candidate ----------------------------------------------------------------
+
+
+def _flat(out):
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+class Case:
+    """A candidate on one input set: run() on all rows or a sub-batch (rows
+    picked by idx from every row input), with fixed upstream gradients."""
+
+    def __init__(self, cand, seed, n):
+        self.cand, self.seed, self.inputs = cand, seed, cand["make"](seed, n)
+        self.ups = None   # made by the first full run, from its outputs' shapes
+
+    def run(self, idx=None):
+        args = {}
+        for k, v in self.inputs.items():
+            if idx is not None and k in self.cand["rows"]:
+                v = v.index_select(0, idx)
+            if k in self.cand["grads"]:
+                v = v.detach().clone().requires_grad_(True)
+            args[k] = v
+        outs = _flat(self.cand["fn"](**args))
+        if self.ups is None:
+            assert idx is None, "run() on the full batch first"
+            g = _gen(self.seed, 99)
+            self.ups = [torch.randn(o.shape, device=DEV, generator=g).to(o.dtype) for o in outs]
+        ups = self.ups if idx is None else [u.index_select(0, idx) for u in self.ups]
+        if self.cand["grads"]:
+            torch.autograd.backward(outs, ups)
+        grads = {k: args[k].grad for k in self.cand["grads"]}
+        return [o.detach() for o in outs], grads
+
+    def row_grads(self):
+        return [k for k in self.cand["grads"] if k in self.cand["rows"]]
+
+
+def _same_rows(outs, grads, full_outs, full_grads, case, idx):
+    fwd = all(torch.equal(o, f.index_select(0, idx)) for o, f in zip(outs, full_outs))
+    grd = all(torch.equal(grads[k], full_grads[k].index_select(0, idx)) for k in case.row_grads())
+    return fwd, grd
+
+
+def batch_invariance(cand, quick):
+    full_sizes, big, subs = cand["bi"]
+    if quick:
+        full_sizes, big, subs = (17, 64), 256, (1, 7, 64)
+    seeds = cand["seeds"]
+    params = [k for k in cand["grads"] if k not in cand["rows"]]
+    res = {"all_rows": {}, "params_repeatable": None}
+    ok, repeat = True, True
+
+    for n in full_sizes:
+        fwd = grd = 0
+        for seed in seeds:
+            case = Case(cand, seed, n)
+            fo, fg = case.run()
+            for i in range(n):
+                idx = torch.tensor([i], device=DEV)
+                o, g = case.run(idx)
+                f, r = _same_rows(o, g, fo, fg, case, idx)
+                fwd, grd = fwd + (not f), grd + (not r)
+            if params:
+                for _ in range(4):   # with the run above: 5 runs of the same batch
+                    _, again = case.run()
+                    repeat &= all(torch.equal(again[k], fg[k]) for k in params)
+        res["all_rows"][str(n)] = {"rows": len(seeds) * n, "fwd_differ": fwd, "rowgrad_differ": grd}
+        ok &= fwd == 0 and grd == 0
+    if params:
+        res["params_repeatable"] = bool(repeat)
+        ok &= repeat
+
+    fwd = grd = checked = 0
+    for seed in seeds[:2]:
+        case = Case(cand, seed, big)
+        fo, fg = case.run()
+        for sb in subs:
+            # Small sub-batches at every 1/512 of the batch; large ones tile it.
+            step = sb if sb >= 1024 else max(sb, big // 512)
+            for start in range(0, big, step):
+                idx = torch.arange(start, min(start + sb, big), device=DEV)
+                o, g = case.run(idx)
+                f, r = _same_rows(o, g, fo, fg, case, idx)
+                fwd, grd, checked = fwd + (not f), grd + (not r), checked + 1
+        del case, fo, fg
+        torch.cuda.empty_cache()
+    res["full_vs_sub_batches"] = {"full_batch": big, "sub_batch_sizes": list(subs),
+                                  "sub_batches": checked, "fwd_differ": fwd, "rowgrad_differ": grd}
+    ok &= fwd == 0 and grd == 0
+
+    n = full_sizes[-1]
+    sizes = sorted(set(range(1, min(n, 9) + 1)) | {v for k in range(4, 20) for v in
+                                                   (2 ** k - 1, 2 ** k, 2 ** k + 1) if v <= n} | {n})
+    probes = sorted({0, n - 1, *list(range(n // 8 + 3, n - 1, n // 8))[:6]})
+    compared = failed = 0
+    first = []
+    for seed in seeds:
+        case = Case(cand, seed, n)
+        case.run()
+        alone = {r: case.run(torch.tensor([r], device=DEV)) for r in probes}
+        g = torch.Generator().manual_seed(seed)
+
+        def compare(rows, pos, r):
+            nonlocal compared, failed
+            o, gr = case.run(rows.to(DEV))
+            ao, ag = alone[r]
+            good = all(torch.equal(a[pos], b[0]) for a, b in zip(o, ao))
+            good &= all(torch.equal(gr[k][pos], ag[k][0]) for k in case.row_grads())
+            compared += 1
+            if not good:
+                failed += 1
+                if len(first) < 8:
+                    first.append({"seed": seed, "batch": int(rows.numel()), "position": pos,
+                                  "row": r})
+
+        for m in sizes:
+            for r in probes:
+                others = torch.randperm(n, generator=g)
+                others = others[others != r][: m - 1]
+                for pos in sorted({0, (m - 1) // 2, m - 1}):
+                    compare(torch.cat([others[:pos], torch.tensor([r]), others[pos:]]), pos, r)
+        for r in probes:
+            compare(torch.arange(n - 1, -1, -1), n - 1 - r, r)
+    res["batch_size_sweep"] = {"batch_sizes": sizes, "probe_rows": probes, "comparisons": compared,
+                               "differ": failed, "first_failures": first}
+    res["batch_invariant"] = bool(ok and failed == 0)
+    return res
+
+
+# ---- accuracy and latency ----------------------------------------------------------------
+
+_flush = None
+
+
+def _time_us(fn, arg_sets, iters):
+    """Median of CUDA-event samples; before each, the L2 cache is flushed (a
+    256 MiB memset, which also keeps the GPU busy while the host launches)."""
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEV)
+    for k in range(3):
+        fn(arg_sets[k % len(arg_sets)])
+    torch.cuda.synchronize()
+    events = []
+    for i in range(iters):
+        _flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(arg_sets[i % len(arg_sets)])
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in events)
+
+
+def _named_grads(cand, grads):
+    out = {}
+    for name, chunk in cand["views"].items():
+        g = grads["table" if chunk is not None else name]
+        out[name] = g if chunk is None else _split(g)[chunk]
+    return out
+
+
+def accuracy_latency(cand, quick):
+    result = {}
+    sizes = cand["perf"][:1] if quick else cand["perf"]
+    for n in sizes:
+        inputs = cand["make"](11, n)
+        leaves = {k: v.detach().clone().requires_grad_(k in cand["grads"]) if v.is_floating_point()
+                  else v for k, v in inputs.items()}
+        outs = _flat(cand["fn"](**leaves))
+        reference = cand.get("ref") or cand["ops"](ref)
+        dbl = {k: v.detach().double().requires_grad_(k in cand["grads"]) if v.is_floating_point()
+               else v for k, v in inputs.items()}
+        routs = _flat(reference(**dbl))
+        row = {"fwd_rel_err": ref.rel_err(torch.cat([o.reshape(-1) for o in outs]),
+                                          torch.cat([o.reshape(-1) for o in routs]))}
+        if cand["grads"]:
+            g = _gen(9, 0)
+            ups = [torch.randn(o.shape, device=DEV, generator=g).to(o.dtype) for o in outs]
+            torch.autograd.backward(outs, ups)
+            torch.autograd.backward(routs, [u.double() for u in ups])
+            got = _named_grads(cand, {k: leaves[k].grad for k in cand["grads"]})
+            want = _named_grads(cand, {k: dbl[k].grad for k in cand["grads"]})
+            row["grad_rel_err"] = {k: ref.rel_err(got[k], want[k]) for k in got}
+        del leaves, outs, dbl, routs
+        # Enough input sets that one pass over them does not fit in the 50 MB L2.
+        one = sum(v.numel() * v.element_size() for v in inputs.values())
+        sets = [inputs] + [cand["make"](12 + k, n) for k in range(max(1, min(7, (150 << 20) // one)))]
+        iters = 30 if quick else 100
+        row["fwd_us"] = _time_us(lambda a: cand["fn"](**a), sets, iters)
+        if cand["grads"]:
+            ones = [torch.ones_like(o) for o in _flat(cand["fn"](**sets[0]))]
+
+            def step(a):
+                lv = {k: a[k].detach().requires_grad_() if k in cand["grads"] else a[k] for k in a}
+                torch.autograd.backward(_flat(cand["fn"](**lv)), ones)
+            row["fwd_bwd_us"] = _time_us(step, sets, iters)
+        result[str(n)] = row
+        del sets, inputs
+        torch.cuda.empty_cache()
+    return result
+
+
+# ---- environment, report, table ----------------------------------------------------------
+
+
+def _version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _git(*args):
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def environment():
+    rt = kjit.core.runtime_info()
+    ctx = kjit.context(0)
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "capability": list(torch.cuda.get_device_capability()),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "tf32": torch.backends.cuda.matmul.allow_tf32,
+        "libraries": {name: _version(name) for name in LIBS},
+        "kjit": {"version": kjit.__version__, "library": kjit.core.library_path(),
+                 "arch": ctx.arch, "nvrtc": rt["nvrtc"], "driver_version": rt["driver_version"],
+                 "index_check": ctx.index_check},
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "timing": "median of 100 CUDA-event samples (30 with --quick) after 3 warm-ups, L2 "
+                  "flushed before each sample, inputs rotated over buffer sets > 150 MB",
+        "rel_err": "max|out - ref| / max|ref|, ref in float64 on the same inputs",
+        "mode_environment": {"plain": {}},
+    }
+
+
+def _floor(spec, quick):
+    sizes = spec["perf"][:1] if quick else spec["perf"]
+    out = {"bandwidth_TBps": COPY_TBPS}
+    for n in sizes:
+        fwd, bwd = spec["bytes"](n)
+        out[str(n)] = {"fwd_us": fwd / COPY_TBPS / 1e6}
+        if bwd:
+            out[str(n)]["fwd_bwd_us"] = (fwd + bwd) / COPY_TBPS / 1e6
+    return out
+
+
+def _fmt(v, kind):
+    if v is None:
+        return "-"
+    if kind == "err":
+        return f"{v:.1e}"
+    if kind == "us":
+        return f"{v:.1f}"
+    return str(v)
+
+
+def print_table(op, report, seeds_report):
+    rows = [(name, e) for name, e in report["results"]["plain"].items()]
+    if seeds_report:
+        rows += [(f"B200 seed: {name}", e) for name, e in seeds_report["results"]["plain"].items()
+                 if "accuracy_latency" in e]
+    floor = report["copy_floor"]
+    sizes = [s for s in floor if s != "bandwidth_TBps"]
+    sizes = sizes if len(sizes) <= 2 else [sizes[3], sizes[-1]]
+    head = f"{'candidate':<34}{'inv':>5}{'rep':>5}{'fwd_err':>9}{'grad_err':>9}"
+    for s in sizes:
+        head += f"{'fwd@' + s:>11}{'fwdbwd@' + s:>13}{'floor%':>8}"
+    print(f"\n== {op}  ({report['environment']['gpu']}, {report['environment']['date_utc']})")
+    print(head)
+    for name, e in rows:
+        bi = e["batch_invariance"]
+        al = e["accuracy_latency"]
+        first = al.get(sizes[0], {})
+        gerr = max(first["grad_rel_err"].values()) if first.get("grad_rel_err") else None
+        line = (f"{name:<34}{'yes' if bi['batch_invariant'] else 'NO':>5}"
+                f"{ {True: 'yes', False: 'NO', None: '-'}[bi['params_repeatable']]:>5}"
+                f"{_fmt(first.get('fwd_rel_err'), 'err'):>9}{_fmt(gerr, 'err'):>9}")
+        for s in sizes:
+            a = al.get(s, {})
+            fl = floor.get(s, {})
+            t = a.get("fwd_bwd_us") or a.get("fwd_us")
+            t_floor = fl.get("fwd_bwd_us") or fl.get("fwd_us")
+            frac = f"{100 * t_floor / t:.0f}" if t and t_floor and not name.startswith("B200") \
+                else "-"
+            line += (f"{_fmt(a.get('fwd_us'), 'us'):>11}{_fmt(a.get('fwd_bwd_us'), 'us'):>13}"
+                     f"{frac:>8}")
+        print(line)
+    print("inv: batch_invariant; rep: params_repeatable; errors at the first size; times in us; "
+          "floor%: the copy floor's share of fwd_bwd (fwd where there is no backward)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    specs = _op_specs()
+    ap.add_argument("--ops", default=",".join(specs), help="comma-separated ops (default: all)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "reports")
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test, not a report")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("conformance.py needs a CUDA device")
+    ops = args.ops.split(",")
+    unknown = set(ops) - set(specs)
+    if unknown:
+        raise SystemExit(f"unknown op(s) {sorted(unknown)}; choose from {sorted(specs)}")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch._dynamo.config.cache_size_limit = 64
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    commit = _git("rev-parse", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    t_all = time.time()
+    for op in ops:
+        spec = specs[op]
+        results = {}
+        for cand in candidates(op, spec, not args.no_compile):
+            t0 = time.time()
+            entry = {"source": cand["source"], "has_backward": bool(cand["grads"])}
+            entry["batch_invariance"] = batch_invariance(cand, args.quick)
+            entry["accuracy_latency"] = accuracy_latency(cand, args.quick)
+            results[cand["name"]] = entry
+            print(f"  {op} {cand['name']}: batch_invariant="
+                  f"{entry['batch_invariance']['batch_invariant']} ({time.time() - t0:.0f} s)",
+                  flush=True)
+            torch.cuda.empty_cache()
+        report = {"kind": "kjit_conformance", "op": op, "kjit_commit": commit,
+                  "tracked_tree_dirty": None if dirty is None else bool(dirty),
+                  "environment": env, "quick": args.quick, "results": {"plain": results},
+                  "copy_floor": _floor(spec, args.quick)}
+        (args.out / f"{op}.json").write_text(json.dumps(report, indent=2) + "\n")
+        seeds_path = ROOT / "bench" / "prior_art" / f"{op}.json"
+        seeds_report = json.loads(seeds_path.read_text()) if seeds_path.exists() else None
+        print_table(op, report, seeds_report)
+    print(f"\nreports in {args.out} ({time.time() - t_all:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
