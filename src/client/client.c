@@ -138,19 +138,27 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     struct iovec iov[3] = {{hdr, sizeof hdr}, {text, len}, {(void *)payload, payload_len}};
     int rc = send_all(c, iov, payload_len ? 3 : 2);
     cJSON_free(text);
-    while (rc == KJIT_OK) {
+    /* A server that refuses a connection says why and closes; our send may
+     * lose that race, but the reason is still there to read. */
+    char sent_error[512];
+    snprintf(sent_error, sizeof sent_error, "%s", kjit_last_error());
+    int send_rc = rc;
+    while (rc == KJIT_OK || send_rc) {
         char *rj = NULL;
         void *rp = NULL;
         size_t rpl = 0;
-        if ((rc = read_frame(c, &rj, &rp, &rpl))) break;
+        if ((rc = read_frame(c, &rj, &rp, &rpl))) {
+            if (send_rc) rc = kjit__fail(send_rc, "%s", sent_error);
+            break;
+        }
         cJSON *r = cJSON_Parse(rj);
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(r, "id");
         int mine = cJSON_IsNumber(rid) && rid->valuedouble == (double)id;
         /* id null: an error about the connection itself (refused, bad frame). */
         int conn_error = cJSON_IsNull(rid);
-        if (mine && cJSON_GetObjectItemCaseSensitive(r, "event")) {
+        if (mine && !send_rc && cJSON_GetObjectItemCaseSensitive(r, "event")) {
             if (on_event) on_event(arg, rj);
-        } else if (mine || conn_error) {
+        } else if ((mine && !send_rc) || conn_error) {
             reply->json = rj;
             reply->payload = rp;
             reply->payload_len = rpl;

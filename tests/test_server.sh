@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# kjit serve and kjit call from the shell: --help, the default socket and its
+# modes, a live server not displaced, a stale socket replaced, shutdown and
+# signals, exit codes, and the Python client (bindings/python/kjit/client.py).
+set -u
+KJIT=$1
+CLIENT_PY=$(cd "$(dirname "$0")/.." && pwd)/bindings/python/kjit/client.py
+T=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())$1)"; }
+wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && "$KJIT" call --socket "$1" '{"type":"ping"}' >/dev/null 2>&1 && return 0; sleep 0.05; done; return 1; }
+
+for c in serve call; do "$KJIT" $c --help | grep -q usage || fail "kjit $c --help"; done
+"$KJIT" --help | grep -q serve || fail "kjit --help lists serve"
+"$KJIT" serve --max-clients 0 2>/dev/null; [ $? = 2 ] || fail "--max-clients 0 must exit 2"
+"$KJIT" serve --idle-timeout x 2>/dev/null; [ $? = 2 ] || fail "--idle-timeout x must exit 2"
+"$KJIT" serve --allow-uid 1,x 2>/dev/null; [ $? = 2 ] || fail "--allow-uid 1,x must exit 2"
+"$KJIT" serve --bogus 1 2>/dev/null; [ $? = 2 ] || fail "unknown option must exit 2"
+"$KJIT" call 2>/dev/null; [ $? = 2 ] || fail "call without JSON must exit 2"
+
+# No server: a message and exit 1.
+out=$("$KJIT" call --socket "$T/none.sock" '{"type":"ping"}' 2>&1); rc=$?
+[ $rc = 1 ] || fail "call with no server exited $rc"
+echo "$out" | grep -q "no kjit server" || fail "call with no server: $out"
+
+# The default socket: $XDG_RUNTIME_DIR/kjit/kjit.sock, 0600 in a 0700 directory.
+export XDG_RUNTIME_DIR=$T/run
+mkdir -m 700 "$XDG_RUNTIME_DIR"
+S=$XDG_RUNTIME_DIR/kjit/kjit.sock
+"$KJIT" serve --cache-dir "$T/cache" 2>"$T/s1.log" & P1=$!; pids+=($P1)
+wait_sock "$S" || fail "serve did not come up on the default socket: $(cat "$T/s1.log")"
+[ "$(stat -c %a "$XDG_RUNTIME_DIR/kjit")" = 700 ] || fail "socket directory mode $(stat -c %a "$XDG_RUNTIME_DIR/kjit")"
+[ "$(stat -c %a "$S")" = 600 ] || fail "socket mode $(stat -c %a "$S")"
+[ "$("$KJIT" call '{"type":"ping"}' | field '["ok"]')" = True ] || fail "call on the default socket"
+KJIT_SERVER=$S "$KJIT" call '{"type":"stats"}' >/dev/null || fail "call through KJIT_SERVER"
+
+# A second server on the same socket is refused; the first keeps serving.
+out=$("$KJIT" serve --cache-dir "$T/cache" 2>&1); rc=$?
+[ $rc = 1 ] || fail "a second serve on a live socket exited $rc"
+echo "$out" | grep -q "already" || fail "second serve's message: $out"
+"$KJIT" call '{"type":"ping"}' >/dev/null || fail "the first server after a second one tried"
+
+# Exit codes of call: an error reply is 1 (and printed), bad JSON is 2.
+out=$("$KJIT" call '{"type":"compile","op":"nope","hidden":8,"dtype":"bf16"}'); rc=$?
+[ $rc = 1 ] || fail "call with an error reply exited $rc"
+[ "$(echo "$out" | field '["error"]["code"]')" = unknown_op ] || fail "error reply: $out"
+"$KJIT" call 'not json' 2>/dev/null; [ $? = 2 ] || fail "call with bad JSON must exit 2"
+"$KJIT" call --payload-out "$T/cubin" '{"type":"compile","op":"timestep_sinusoid","hidden":256,"dtype":"fp32"}' >"$T/c.json" \
+  || fail "call compile: $(cat "$T/c.json")"
+[ "$(head -c 4 "$T/cubin" | od -An -c | tr -d ' ')" = "177ELF" ] || fail "the payload is not a cubin"
+[ "$(stat -c %s "$T/cubin")" = "$(field '["payload_bytes"]' <"$T/c.json")" ] || fail "payload size"
+n=$("$KJIT" call --events '{"type":"prewarm","ops":"timestep_sinusoid","hidden":[8,16],"dtype":"bf16"}' | grep -c '"event"')
+[ "$n" = 2 ] || fail "prewarm printed $n events, want 2"
+
+# The Python client.
+python3 - "$CLIENT_PY" "$S" <<'PY' || fail "python client"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+with m.Client(sys.argv[2], timeout=120) as c:
+    assert c.hello["version"] == 1, c.hello
+    assert c.ping()["ok"]
+    r = c.compile("timestep_sinusoid", 256, "fp32")
+    k = r["kernels"][0]
+    assert k["cubin"][:4] == b"\x7fELF" and len(k["cubin"]) == k["size"], k["size"]
+    events = []
+    r = c.prewarm("timestep_sinusoid", [32, 48], ["bf16", "fp16"], on_event=events.append)
+    assert r["combinations"] == 4 and len(events) == 4, (r, events)
+    try:
+        c.compile("timestep_sinusoid", 0, "bf16")
+        raise AssertionError("hidden 0 accepted")
+    except m.ServerError as e:
+        assert e.code == "bad_request" and "hidden" in e.message, e
+    s = c.stats()
+    assert s["compiles"] >= 1 and s["hits"] >= 0, s
+print("python client: ok")
+PY
+
+# shutdown from the server's own user: reply ok, exit 0, socket removed.
+"$KJIT" call '{"type":"shutdown"}' >/dev/null || fail "shutdown"
+wait $P1; rc=$?
+[ $rc = 0 ] || fail "serve after shutdown exited $rc: $(cat "$T/s1.log")"
+[ ! -e "$S" ] || fail "socket left after shutdown"
+
+# A server killed with SIGKILL leaves its socket; the next one replaces it.
+"$KJIT" serve --cache-dir "$T/cache" 2>"$T/s2.log" & P2=$!; pids+=($P2)
+wait_sock "$S" || fail "serve 2 did not come up"
+kill -9 $P2; wait $P2 2>/dev/null
+[ -S "$S" ] || fail "SIGKILL should leave the socket file"
+"$KJIT" serve --cache-dir "$T/cache" 2>"$T/s3.log" & P3=$!; pids+=($P3)
+wait_sock "$S" || fail "serve did not replace a stale socket: $(cat "$T/s3.log")"
+grep -q "stale" "$T/s3.log" || fail "no word about the stale socket: $(cat "$T/s3.log")"
+kill -INT $P3; wait $P3; rc=$?
+[ $rc = 0 ] || fail "serve after SIGINT exited $rc"
+[ ! -e "$S" ] || fail "socket left after SIGINT"
+
+# Something that is not a socket at the path is never replaced.
+mkdir -m 700 "$T/x"; touch "$T/x/kjit.sock"
+out=$("$KJIT" serve --socket "$T/x/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "not a socket" || fail "serve over a regular file: $rc $out"
+[ -f "$T/x/kjit.sock" ] || fail "the regular file was removed"
+# A socket directory that belongs to someone else is refused (root can make one).
+if [ "$(id -u)" = 0 ]; then
+  mkdir -m 700 "$T/theirs"; chown 65534 "$T/theirs"
+  out=$("$KJIT" serve --socket "$T/theirs/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "belongs to uid" || fail "serve in another user's directory: $rc $out"
+fi
+
+[ $fails = 0 ] && echo "test_server.sh: all checks passed"
+exit $((fails > 0))
