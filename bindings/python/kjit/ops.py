@@ -162,8 +162,9 @@ def _row_major(g):
     return g if ok else g.contiguous()
 
 
-def _new_rows(like_rows, n, h, dtype):
-    return torch.empty((n, h), dtype=dtype, device=like_rows.device)
+def _param_grad(like, shape, n):
+    """A parameter gradient the kernels write whole; with no rows, zeros."""
+    return like.new_empty(shape) if n else like.new_zeros(shape)
 
 
 def _placeholder(like):
@@ -220,7 +221,7 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
 @torch.library.custom_op("kjit::adaln_row_gather", mutates_args=(), device_types="cuda")
 def _gather(tables: List[Tensor], index: Tensor) -> List[Tensor]:
     n, (rows, h) = index.shape[0], tables[0].shape
-    outs = [_new_rows(index, n, h, t.dtype) for t in tables]
+    outs = [torch.empty((n, h), dtype=t.dtype, device=index.device) for t in tables]
     if n:
         context(index.device).adaln_row_gather_fwd(
             n, h, _PARAM[tables[0].dtype], _idx(index, rows), [_rows(t) for t in tables],
@@ -318,8 +319,8 @@ def _norm_modulate_bwd(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale:
     n, h = x.shape
     rows = scale.shape[0]
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
-    dweight = weight.new_zeros((h,)) if need_dweight else _placeholder(scale)
-    dshift, dscale = scale.new_zeros((rows, h)), scale.new_zeros((rows, h))
+    dweight = _param_grad(weight, (h,), n) if need_dweight else _placeholder(scale)
+    dshift, dscale = _param_grad(scale, (rows, h), n), _param_grad(scale, (rows, h), n)
     if n:
         ws, ws_arg = _workspace(core.adaln_workspace("norm_modulate", n, h, rows), x.device)
         context(x.device).norm_modulate_bwd(
@@ -395,7 +396,7 @@ def _gated_residual_bwd(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor
                         ) -> tuple[Tensor, Tensor]:
     n, h = y.shape
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dgate = gate.new_zeros((gate.shape[0], h))
+    dgate = _param_grad(gate, (gate.shape[0], h), n)
     if n:
         ws, ws_arg = _workspace(core.adaln_workspace("gated_residual", n, h, gate.shape[0]),
                                 y.device)
@@ -466,8 +467,8 @@ def _fused_bwd(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate: T
     rows = scale.shape[0]
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dgate, dshift, dscale = (scale.new_zeros((rows, hidden)) for _ in range(3))
-    dweight = weight.new_zeros((hidden,)) if need_dweight else _placeholder(scale)
+    dgate, dshift, dscale = (_param_grad(scale, (rows, hidden), n) for _ in range(3))
+    dweight = _param_grad(weight, (hidden,), n) if need_dweight else _placeholder(scale)
     if n:
         ws, ws_arg = _workspace(
             core.adaln_workspace("gated_residual_norm_modulate", n, hidden, rows), h.device)
