@@ -176,6 +176,7 @@ static void bench_gpu(void)
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     bench_host();
     bench_gpu();
     return 0;

@@ -22,9 +22,11 @@ int main(void)
     /* Device buffers through the driver API (a PyTorch tensor's data_ptr() works the same). */
     CUdeviceptr t, out;
     float ts[4] = {0.f, 1.f, 250.f, 999.f}, host[4 * 256];
-    cuMemAlloc(&t, sizeof ts);
-    cuMemAlloc(&out, sizeof host);
-    cuMemcpyHtoD(t, ts, sizeof ts);
+    if (cuMemAlloc(&t, sizeof ts) != CUDA_SUCCESS || cuMemAlloc(&out, sizeof host) != CUDA_SUCCESS ||
+        cuMemcpyHtoD(t, ts, sizeof ts) != CUDA_SUCCESS) {
+        fprintf(stderr, "embed: device allocation failed\n");
+        return 1;
+    }
 
     kjit_sinusoid_opts o;
     kjit_sinusoid_opts_init(&o);
@@ -35,7 +37,7 @@ int main(void)
         fprintf(stderr, "kjit_timestep_sinusoid: %s: %s\n", kjit_status_name(rc), kjit_last_error());
         return 1;
     }
-    cuMemcpyDtoH(host, out, sizeof host);
+    if (cuMemcpyDtoH(host, out, sizeof host) != CUDA_SUCCESS) return 1;
     /* Row 2, column 128 + 0 is sin(250 * 1) with flip. */
     printf("embed: sin(250) = %.7f (kjit %.7f)\n", sin(250.0), host[2 * 256 + 128]);
     cuMemFree(t);

@@ -99,9 +99,10 @@ typedef struct kjit_ctx_options {
 
 KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
 
-/* Creates a context on a device's primary CUDA context. Without a CUDA
- * driver the context is created compile-only (prewarm works) and every op
- * call returns KJIT_ENODRIVER. opts may be NULL (defaults, device 0). */
+/* Creates a context on a device's primary CUDA context (made current on the
+ * calling thread if that thread has none, as the CUDA runtime does). Without
+ * a CUDA driver the context is created compile-only (prewarm works) and every
+ * op call returns KJIT_ENODRIVER. opts may be NULL (defaults, device 0). */
 KJIT_API int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts);
 /* Unloads modules and releases the primary context. NULL is a no-op. */
 KJIT_API void kjit_ctx_destroy(kjit_ctx *ctx);

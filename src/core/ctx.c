@@ -37,6 +37,10 @@ static int open_device(kjit_ctx *ctx)
     if (!ctx->sm) ctx->sm = major * 10 + minor;
     KJIT_CU_TRY(cu, DevicePrimaryCtxRetain(&ctx->cuctx, ctx->dev), "cuDevicePrimaryCtxRetain");
     ctx->has_gpu = 1;
+    /* Like the CUDA runtime: a thread with no current context gets the
+     * device's primary one, so a plain driver-API caller can allocate. */
+    CUcontext cur = NULL;
+    if (cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && !cur) cu->CtxSetCurrent(ctx->cuctx);
     int pushed = 0;
     int rc = kjit__ctx_enter(ctx, &pushed);
     if (rc) return rc;

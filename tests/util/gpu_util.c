@@ -8,7 +8,16 @@
 
 #include "ref.h"
 
+/* The driver table; kjit_gpu_ctx_or_skip or the first helper call loads it. */
 static const kjit_cu_api *cu;
+
+static void need_cu(void)
+{
+    if (!cu && !(cu = kjit__cu())) {
+        fprintf(stderr, "no CUDA driver: %s\n", kjit_last_error());
+        exit(1);
+    }
+}
 
 #define DIE_ON(r, what)                                                         \
     do {                                                                        \
@@ -43,15 +52,36 @@ kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check)
 
 CUdeviceptr gpu_alloc(size_t bytes)
 {
+    need_cu();
     CUdeviceptr p = 0;
     DIE_ON(cu->MemAlloc(&p, bytes ? bytes : 16), "cuMemAlloc");
     return p;
 }
-void gpu_free(CUdeviceptr p) { if (p) cu->MemFree(p); }
-void gpu_upload(CUdeviceptr dst, const void *src, size_t bytes) { DIE_ON(cu->MemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD"); }
-void gpu_download(void *dst, CUdeviceptr src, size_t bytes) { DIE_ON(cu->MemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH"); }
-void gpu_poison(CUdeviceptr p, size_t bytes) { DIE_ON(cu->MemsetD8(p, 0xFF, bytes), "cuMemsetD8"); }
-void gpu_sync(void) { DIE_ON(cu->CtxSynchronize(), "cuCtxSynchronize"); }
+void gpu_free(CUdeviceptr p)
+{
+    need_cu();
+    if (p) cu->MemFree(p);
+}
+void gpu_upload(CUdeviceptr dst, const void *src, size_t bytes)
+{
+    need_cu();
+    DIE_ON(cu->MemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+void gpu_download(void *dst, CUdeviceptr src, size_t bytes)
+{
+    need_cu();
+    DIE_ON(cu->MemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+}
+void gpu_poison(CUdeviceptr p, size_t bytes)
+{
+    need_cu();
+    DIE_ON(cu->MemsetD8(p, 0xFF, bytes), "cuMemsetD8");
+}
+void gpu_sync(void)
+{
+    need_cu();
+    DIE_ON(cu->CtxSynchronize(), "cuCtxSynchronize");
+}
 
 void host_from_double(kjit_dtype dt, const double *in, void *out, size_t n)
 {
