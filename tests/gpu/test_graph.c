@@ -1,0 +1,387 @@
+/* CUDA graph capture of every AdaLN op (bf16, H = 5376, N = 4097, R = 9,
+ * caller-provided workspace): a direct forward + backward call (which loads
+ * the kernels), then the same calls captured on a non-default stream, the
+ * graph replayed 3 times with every output (and the workspace) poisoned
+ * before each replay, each replay bitwise equal to the direct call. Also:
+ * asynchronous index checking inside a graph raises the flag on each replay. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_util.h"
+#include "ref.h"
+#include "test_util.h"
+
+#define N 4097
+#define H 5376
+#define R 9
+#define K 6
+#define W ((int64_t)K * H)
+
+static const kjit_cu_api *cu;
+
+#define CU_CHECK(call)                                                                \
+    do {                                                                              \
+        CUresult r_ = (call);                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                     \
+            const char *n_ = "?";                                                     \
+            cu->GetErrorName(r_, &n_);                                                \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
+            exit(1);                                                                  \
+        }                                                                             \
+    } while (0)
+
+/* An output: `rows` rows of row stride `stride` elements (bf16), of which
+ * columns [col0, col0 + cols) are written by the op; the rest must keep its
+ * poison (it is compared bitwise like the rest of the buffer). */
+typedef struct outbuf {
+    const char *name;
+    CUdeviceptr p;
+    int64_t rows, stride, col0, cols;
+} outbuf;
+
+static size_t ob_bytes(const outbuf *o) { return (size_t)(o->rows * o->stride) * 2; }
+
+#define MAX_OUTS 8
+typedef struct opcase {
+    const char *name;
+    int op; /* 0 gather, 1 norm_modulate, 2 gated_residual, 3 fused */
+    outbuf outs[MAX_OUTS];
+    int nout;
+} opcase;
+
+static kjit_row_gather_args gather_args;
+static kjit_adaln_args adaln_args[4];
+static CUdeviceptr ws;
+static size_t wsb;
+
+/* The op's forward then its backward, on `stream`. */
+static int call_op(kjit_ctx *ctx, int op, CUstream stream)
+{
+    void *w = (void *)(uintptr_t)ws;
+    int rc;
+    switch (op) {
+    case 0:
+        if ((rc = kjit_adaln_row_gather_fwd(ctx, &gather_args, stream))) return rc;
+        return kjit_adaln_row_gather_bwd(ctx, &gather_args, w, wsb, stream);
+    case 1:
+        if ((rc = kjit_norm_modulate_fwd(ctx, &adaln_args[1], stream))) return rc;
+        return kjit_norm_modulate_bwd(ctx, &adaln_args[1], w, wsb, stream);
+    case 2:
+        if ((rc = kjit_gated_residual_fwd(ctx, &adaln_args[2], stream))) return rc;
+        return kjit_gated_residual_bwd(ctx, &adaln_args[2], w, wsb, stream);
+    default:
+        if ((rc = kjit_gated_residual_norm_modulate_fwd(ctx, &adaln_args[3], stream))) return rc;
+        return kjit_gated_residual_norm_modulate_bwd(ctx, &adaln_args[3], w, wsb, stream);
+    }
+}
+
+static void poison_outputs(const opcase *c)
+{
+    for (int i = 0; i < c->nout; ++i) gpu_poison(c->outs[i].p, ob_bytes(&c->outs[i]));
+    gpu_poison(ws, wsb);
+    gpu_sync();
+}
+
+static void download_outputs(const opcase *c, unsigned char **host)
+{
+    for (int i = 0; i < c->nout; ++i) gpu_download(host[i], c->outs[i].p, ob_bytes(&c->outs[i]));
+}
+
+static int bf16_nan(uint16_t b) { return (b & 0x7FFF) > 0x7F80; }
+
+/* Elements of the written region still NaN (unwritten), and bytes outside it
+ * that lost their poison. */
+static void coverage(const outbuf *o, const unsigned char *host, int64_t *unwritten, int64_t *outside)
+{
+    const uint16_t *v = (const uint16_t *)host;
+    *unwritten = *outside = 0;
+    for (int64_t i = 0; i < o->rows; ++i)
+        for (int64_t j = 0; j < o->stride; ++j) {
+            const uint16_t b = v[i * o->stride + j];
+            if (j >= o->col0 && j < o->col0 + o->cols) *unwritten += bf16_nan(b);
+            else *outside += b != 0xFFFF;
+        }
+}
+
+/* Uniform bf16 values in [-amp, amp) + bias. */
+static void fill_bf16(ref_rng *g, uint16_t *dst, size_t n, float amp, float bias)
+{
+    for (size_t i = 0; i < n; ++i) {
+        float f = (float)((double)(ref_rng_u64(g) >> 40) * 0x1p-23 - 1.0) * amp + bias;
+        dst[i] = ref_float_to_bf16(f);
+    }
+}
+
+static CUdeviceptr alloc_random(ref_rng *g, size_t elems, float amp, float bias)
+{
+    uint16_t *h = malloc(elems * 2);
+    fill_bf16(g, h, elems, amp, bias);
+    CUdeviceptr d = gpu_alloc(elems * 2);
+    gpu_upload(d, h, elems * 2);
+    free(h);
+    return d;
+}
+
+static void test_op(kjit_ctx *ctx, CUstream stream, const opcase *c)
+{
+    unsigned char *direct[MAX_OUTS], *got[MAX_OUTS];
+    for (int i = 0; i < c->nout; ++i) {
+        direct[i] = malloc(ob_bytes(&c->outs[i]));
+        got[i] = malloc(ob_bytes(&c->outs[i]));
+    }
+
+    /* Direct call: loads the kernels; every written element set, nothing else. */
+    poison_outputs(c);
+    int rc = call_op(ctx, c->op, stream);
+    if (rc) {
+        fprintf(stderr, "%s: direct call: %s (%s)\n", c->name, kjit_status_name(rc), kjit_last_error());
+        kjit_test_failures++;
+        goto done;
+    }
+    CU_CHECK(cu->StreamSynchronize(stream));
+    download_outputs(c, direct);
+    for (int i = 0; i < c->nout; ++i) {
+        int64_t unwritten, outside;
+        coverage(&c->outs[i], direct[i], &unwritten, &outside);
+        if (unwritten || outside) {
+            fprintf(stderr, "%s: direct call: %s has %lld unwritten elements, %lld changed outside its region\n",
+                    c->name, c->outs[i].name, (long long)unwritten, (long long)outside);
+            kjit_test_failures++;
+        }
+    }
+
+    /* Capture on the non-default stream. */
+    poison_outputs(c);
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    rc = call_op(ctx, c->op, stream);
+    CUresult er = cu->StreamEndCapture(stream, &graph);
+    if (rc || er != CUDA_SUCCESS || !graph) {
+        const char *en = "?";
+        cu->GetErrorName(er, &en);
+        fprintf(stderr, "%s: capture: calls returned %s (%s), cuStreamEndCapture %s\n", c->name, kjit_status_name(rc),
+                kjit_last_error(), en);
+        kjit_test_failures++;
+        if (graph) cu->GraphDestroy(graph);
+        goto done;
+    }
+    /* Capturing ran nothing. */
+    gpu_sync();
+    download_outputs(c, got);
+    for (int i = 0; i < c->nout; ++i)
+        for (size_t b = 0; b < ob_bytes(&c->outs[i]); ++b)
+            if (got[i][b] != 0xFF) {
+                fprintf(stderr, "%s: %s was written while capturing\n", c->name, c->outs[i].name);
+                kjit_test_failures++;
+                break;
+            }
+    CU_CHECK(cu->GraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+        poison_outputs(c);
+        CU_CHECK(cu->GraphLaunch(exec, stream));
+        CU_CHECK(cu->StreamSynchronize(stream));
+        download_outputs(c, got);
+        for (int i = 0; i < c->nout; ++i)
+            if (memcmp(got[i], direct[i], ob_bytes(&c->outs[i]))) {
+                size_t first = 0;
+                while (got[i][first] == direct[i][first]) ++first;
+                fprintf(stderr, "%s: replay %d: %s differs from the direct call (first at byte %zu)\n", c->name, rep,
+                        c->outs[i].name, first);
+                kjit_test_failures++;
+            }
+    }
+    printf("%s: captured, replayed 3 times, bitwise equal to the direct call\n", c->name);
+    CU_CHECK(cu->GraphExecDestroy(exec));
+    CU_CHECK(cu->GraphDestroy(graph));
+done:
+    for (int i = 0; i < c->nout; ++i) free(direct[i]), free(got[i]);
+}
+
+/* ASYNC index checking inside a graph: each replay with a bad index raises
+ * the flag; a graph with good indices leaves it down. */
+static void async_in_graph(CUstream stream, CUdeviceptr good_idx, CUdeviceptr bad_idx)
+{
+    kjit_ctx *actx = kjit_gpu_ctx_or_skip("test_graph", KJIT_INDEX_CHECK_ASYNC);
+    int flag = -1;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(actx, &gather_args, stream), KJIT_OK); /* loads the kernel */
+    CHECK_STATUS(kjit_norm_modulate_fwd(actx, &adaln_args[1], stream), KJIT_OK);
+    CHECK_STATUS(kjit_ctx_index_error(actx, stream, &flag), KJIT_OK);
+    CHECK_EQ_INT(flag, 0);
+    for (int bad = 0; bad < 2; ++bad) {
+        kjit_row_gather_args ga = gather_args;
+        kjit_adaln_args na = adaln_args[1];
+        ga.index.ptr = na.index.ptr = (const void *)(uintptr_t)(bad ? bad_idx : good_idx);
+        CUgraph graph = NULL;
+        CUgraphExec exec = NULL;
+        CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        int rc1 = kjit_adaln_row_gather_fwd(actx, &ga, stream);
+        int rc2 = kjit_norm_modulate_fwd(actx, &na, stream);
+        CUresult er = cu->StreamEndCapture(stream, &graph);
+        if (rc1 || rc2 || er != CUDA_SUCCESS || !graph) {
+            fprintf(stderr, "async capture (bad=%d): %s / %s (%s), end capture %d\n", bad, kjit_status_name(rc1),
+                    kjit_status_name(rc2), kjit_last_error(), (int)er);
+            kjit_test_failures++;
+            if (graph) cu->GraphDestroy(graph);
+            continue;
+        }
+        CU_CHECK(cu->GraphInstantiate(&exec, graph, 0));
+        for (int rep = 0; rep < 2; ++rep) {
+            CU_CHECK(cu->GraphLaunch(exec, stream));
+            CHECK_STATUS(kjit_ctx_index_error(actx, stream, &flag), KJIT_OK);
+            CHECK_EQ_INT(flag, bad);
+            CHECK_STATUS(kjit_ctx_index_error(actx, stream, &flag), KJIT_OK);
+            CHECK_EQ_INT(flag, 0);
+        }
+        CU_CHECK(cu->GraphExecDestroy(exec));
+        CU_CHECK(cu->GraphDestroy(graph));
+    }
+    printf("async index checking inside a graph: flag raised on each replay with a bad index\n");
+    kjit_ctx_destroy(actx);
+}
+
+int main(void)
+{
+    kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_graph", KJIT_INDEX_CHECK_OFF);
+    cu = kjit__cu();
+    ref_rng g;
+    ref_rng_seed(&g, kjit_test_seed("test_graph"));
+    CUstream stream;
+    CU_CHECK(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+    /* Inputs: one (R, 6H) table (its chunk(6) views), a weight, an int32
+     * index, (N, H) activations, (N, 6H) gather gradients. */
+    const CUdeviceptr table = alloc_random(&g, (size_t)(R * W), 0.5f, 0.0f);
+    const CUdeviceptr weight = alloc_random(&g, H, 0.1f, 1.0f);
+    const CUdeviceptr x = alloc_random(&g, (size_t)N * H, 1.0f, 0.0f), res = alloc_random(&g, (size_t)N * H, 1.0f, 0.0f),
+                      y = alloc_random(&g, (size_t)N * H, 1.0f, 0.0f), dout = alloc_random(&g, (size_t)N * H, 1.0f, 0.0f),
+                      dh = alloc_random(&g, (size_t)N * H, 1.0f, 0.0f), gdout = alloc_random(&g, (size_t)(N * W), 1.0f, 0.0f);
+    int32_t *idx = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; ++i) idx[i] = (int32_t)ref_rng_below(&g, R);
+    idx[0] = R - 1, idx[N - 1] = 0;
+    const CUdeviceptr didx = gpu_alloc(sizeof(int32_t) * N), dbad = gpu_alloc(sizeof(int32_t) * N);
+    gpu_upload(didx, idx, sizeof(int32_t) * N);
+    idx[2000] = R; /* one bad row */
+    gpu_upload(dbad, idx, sizeof(int32_t) * N);
+    const kjit_index index = {(const void *)(uintptr_t)didx, KJIT_I32, R};
+#define TV(base, k) ((const void *)(uintptr_t)((base) + (CUdeviceptr)(k) * H * 2)) /* chunk k of a (rows, 6H) buffer */
+#define MV(base, k) ((void *)(uintptr_t)((base) + (CUdeviceptr)(k) * H * 2))
+
+    /* Workspace: the largest backward's. */
+    size_t b;
+    CHECK_STATUS(kjit_adaln_row_gather_workspace(N, H, K, R, &wsb), KJIT_OK);
+    for (int op = KJIT_NORM_MODULATE; op <= KJIT_GATED_RESIDUAL_NORM_MODULATE; ++op) {
+        CHECK_STATUS(kjit_adaln_workspace((kjit_adaln_op)op, N, H, R, &b), KJIT_OK);
+        if (b > wsb) wsb = b;
+    }
+    ws = gpu_alloc(wsb);
+
+    opcase cases[4];
+    memset(cases, 0, sizeof cases);
+
+    /* adaln_row_gather, K = 6 chunk views in, (N, 6H) out, (R, 6H) dtable. */
+    {
+        opcase *c = &cases[0];
+        c->name = "adaln_row_gather", c->op = 0;
+        c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)(N * W) * 2), N, W, 0, W};
+        c->outs[c->nout++] = (outbuf){"dtable", gpu_alloc((size_t)(R * W) * 2), R, W, 0, W};
+        kjit_row_gather_args *a = &gather_args;
+        memset(a, 0, sizeof *a);
+        a->n = N, a->hidden = H, a->num_tables = K, a->dtype = KJIT_BF16, a->index = index;
+        for (int k = 0; k < K; ++k) {
+            a->table[k] = TV(table, k), a->table_stride[k] = W;
+            a->out[k] = MV(c->outs[0].p, k), a->out_stride[k] = W;
+            a->dout[k] = TV(gdout, k), a->dout_stride[k] = W;
+            a->dtable[k] = MV(c->outs[1].p, k), a->dtable_stride[k] = W;
+        }
+    }
+    /* norm_modulate with weight: shift, scale = chunks 0, 1; dshift, dscale
+     * the same chunks of an (R, 6H) gradient buffer. */
+    {
+        opcase *c = &cases[1];
+        c->name = "norm_modulate", c->op = 1;
+        c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dx", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dweight", gpu_alloc(H * 2), 1, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dtable (dshift, dscale)", gpu_alloc((size_t)(R * W) * 2), R, W, 0, 2 * H};
+        kjit_adaln_args *a = &adaln_args[1];
+        memset(a, 0, sizeof *a);
+        a->n = N, a->hidden = H, a->eps = 1e-6f, a->act_dtype = KJIT_BF16, a->param_dtype = KJIT_BF16, a->index = index;
+        a->x = (const void *)(uintptr_t)x, a->x_stride = H;
+        a->weight = (const void *)(uintptr_t)weight;
+        a->shift = TV(table, 0), a->shift_stride = W;
+        a->scale = TV(table, 1), a->scale_stride = W;
+        a->out = MV(c->outs[0].p, 0), a->out_stride = H;
+        a->dout = (const void *)(uintptr_t)dout, a->dout_stride = H;
+        a->dx = MV(c->outs[1].p, 0), a->dx_stride = H;
+        a->dweight = MV(c->outs[2].p, 0);
+        a->dshift = MV(c->outs[3].p, 0), a->dshift_stride = W;
+        a->dscale = MV(c->outs[3].p, 1), a->dscale_stride = W;
+    }
+    /* gated_residual: gate = chunk 2; dres written (dx given), dgate chunk 2. */
+    {
+        opcase *c = &cases[2];
+        c->name = "gated_residual", c->op = 2;
+        c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dx (dres)", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dy", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dtable (dgate)", gpu_alloc((size_t)(R * W) * 2), R, W, 2 * H, H};
+        kjit_adaln_args *a = &adaln_args[2];
+        memset(a, 0, sizeof *a);
+        a->n = N, a->hidden = H, a->act_dtype = KJIT_BF16, a->param_dtype = KJIT_BF16, a->index = index;
+        a->res = (const void *)(uintptr_t)res, a->res_stride = H;
+        a->y = (const void *)(uintptr_t)y, a->y_stride = H;
+        a->gate = TV(table, 2), a->gate_stride = W;
+        a->out = MV(c->outs[0].p, 0), a->out_stride = H;
+        a->dout = (const void *)(uintptr_t)dout, a->dout_stride = H;
+        a->dx = MV(c->outs[1].p, 0), a->dx_stride = H;
+        a->dy = MV(c->outs[2].p, 0), a->dy_stride = H;
+        a->dgate = MV(c->outs[3].p, 2), a->dgate_stride = W;
+    }
+    /* gated_residual_norm_modulate: shift, scale, gate = chunks 3, 4, 5 (the
+     * MLP half); the backward's x is the h its forward wrote (inside the
+     * same graph); dh given. */
+    {
+        opcase *c = &cases[3];
+        c->name = "gated_residual_norm_modulate", c->op = 3;
+        c->outs[c->nout++] = (outbuf){"h", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dx (dres)", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dy", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dweight", gpu_alloc(H * 2), 1, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dtable (dshift, dscale, dgate)", gpu_alloc((size_t)(R * W) * 2), R, W, 3 * H, 3 * H};
+        kjit_adaln_args *a = &adaln_args[3];
+        memset(a, 0, sizeof *a);
+        a->n = N, a->hidden = H, a->eps = 1e-6f, a->act_dtype = KJIT_BF16, a->param_dtype = KJIT_BF16, a->index = index;
+        a->res = (const void *)(uintptr_t)res, a->res_stride = H;
+        a->y = (const void *)(uintptr_t)y, a->y_stride = H;
+        a->weight = (const void *)(uintptr_t)weight;
+        a->shift = TV(table, 3), a->shift_stride = W;
+        a->scale = TV(table, 4), a->scale_stride = W;
+        a->gate = TV(table, 5), a->gate_stride = W;
+        a->h = MV(c->outs[0].p, 0), a->h_stride = H;
+        a->x = a->h, a->x_stride = H; /* backward: x = the forward's h */
+        a->out = MV(c->outs[1].p, 0), a->out_stride = H;
+        a->dh = (const void *)(uintptr_t)dh, a->dh_stride = H;
+        a->dout = (const void *)(uintptr_t)dout, a->dout_stride = H;
+        a->dx = MV(c->outs[2].p, 0), a->dx_stride = H;
+        a->dy = MV(c->outs[3].p, 0), a->dy_stride = H;
+        a->dweight = MV(c->outs[4].p, 0);
+        a->dshift = MV(c->outs[5].p, 3), a->dshift_stride = W;
+        a->dscale = MV(c->outs[5].p, 4), a->dscale_stride = W;
+        a->dgate = MV(c->outs[5].p, 5), a->dgate_stride = W;
+    }
+
+    for (int i = 0; i < 4; ++i) test_op(ctx, stream, &cases[i]);
+    async_in_graph(stream, didx, dbad);
+
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < cases[i].nout; ++j) gpu_free(cases[i].outs[j].p);
+    gpu_free(ws), gpu_free(didx), gpu_free(dbad), gpu_free(table), gpu_free(weight);
+    gpu_free(x), gpu_free(res), gpu_free(y), gpu_free(dout), gpu_free(dh), gpu_free(gdout);
+    free(idx);
+    CU_CHECK(cu->StreamDestroy(stream));
+    kjit_ctx_destroy(ctx);
+    return kjit_test_result("test_graph");
+}
