@@ -1,0 +1,50 @@
+/* libFuzzer target: the server's input path on arbitrary bytes — frame
+ * headers as conn.c walks them, then each header's JSON through the
+ * request parser — plus the whole input as one JSON header, so the fuzzer
+ * reaches the parser without having to build frames first. A request the
+ * parser accepts must satisfy what the server then relies on. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/frame.h"
+#include "server/request.h"
+
+static void check(const char *json, size_t len, uint32_t payload_len)
+{
+    kjit_req r;
+    kjit_req_error e;
+    if (kjit__req_parse(json, len, payload_len, 90, &r, &e)) {
+        if (!e.code || !e.message[0]) abort();
+        return;
+    }
+    if (r.id > (uint64_t)KJIT_REQ_MAX_ID) abort();
+    int n = 0;
+    if ((r.type == KJIT_REQ_COMPILE || r.type == KJIT_REQ_RUN) &&
+        kjit_op_kernels(r.t.op, r.t.hidden, r.t.dtype, NULL, 0, &n))
+        abort();
+    if (r.type == KJIT_REQ_PREWARM &&
+        (long)r.n_ops * r.n_hidden * r.n_dtypes * r.n_sms > KJIT_REQ_MAX_TUPLES)
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    size_t off = 0;
+    while (size - off >= KJIT_FRAME_HEADER) {
+        kjit_frame_header h;
+        char why[256];
+        if (kjit__frame_decode(data + off, KJIT_MAX_REQUEST_JSON, KJIT_MAX_REQUEST_PAYLOAD, &h, why, sizeof why))
+            break;
+        size_t total = KJIT_FRAME_HEADER + (size_t)h.json_len + h.payload_len;
+        if (size - off < total) break;
+        check((const char *)data + off + KJIT_FRAME_HEADER, h.json_len, h.payload_len);
+        off += total;
+    }
+    /* A copy of exactly `size` bytes, so ASan sees any read past the end. */
+    char *json = malloc(size ? size : 1);
+    if (size) memcpy(json, data, size);
+    check(json, size, 0);
+    free(json);
+    return 0;
+}
