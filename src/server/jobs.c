@@ -35,16 +35,27 @@ typedef struct waiter {
     prewarm *pw;
 } waiter;
 
-typedef struct job {
+/* One kernel of a job, fetched on its own pool thread so the kernels of a
+ * tuple compile in parallel. */
+typedef struct part {
     uv_work_t work;
+    struct job *job;
+    int i;
+    int status;
+    char *message;
+} part;
+
+typedef struct job {
     kjit_server *srv;
     kjit_tuple_entry *e;
     kjit_req_tuple t;
     int n;
     kjit_kernel_spec *specs;
     kjit_kernel_image *imgs;
-    int status;
-    char *message;
+    part *parts;
+    int left;       /* parts not yet back on the loop */
+    int status;     /* the first failed kernel's, in kernel order */
+    const char *message;
     waiter *w;
     int n_w, cap_w;
 } job;
@@ -270,18 +281,18 @@ static void prewarm_step(prewarm *pw, const kjit_req_tuple *t, int n, const kjit
 
 /* ---- jobs --------------------------------------------------------------- */
 
-/* On a pool thread: touches only the job and the (thread-safe) context. */
+/* On a pool thread: touches only its part of the job and the (thread-safe) context. */
 static void work_cb(uv_work_t *req)
 {
-    job *j = req->data;
+    part *p = req->data;
+    job *j = p->job;
     kjit_server *s = j->srv;
     char arch[16];
     snprintf(arch, sizeof arch, "sm_%d", j->t.sm);
-    for (int i = 0; i < j->n && !j->status; ++i)
-        if ((j->status = kjit_kernel_fetch(s->ctx, &j->specs[i], arch, &j->imgs[i])))
-            j->message = strdup(kjit_last_error());
+    if ((p->status = kjit_kernel_fetch(s->ctx, &j->specs[p->i], arch, &j->imgs[p->i])))
+        p->message = strdup(kjit_last_error());
     /* The library's counters move only inside jobs, so a snapshot taken by
-     * each job (monotonic: keep the larger) is current once they are done;
+     * each (monotonic: keep the larger) is current once they are done;
      * `stats` then reads it without touching the cache or the disk. */
     kjit_cache_counters cc;
     if (kjit_ctx_cache_counters(s->ctx, &cc) == KJIT_OK) {
@@ -297,9 +308,10 @@ static void work_cb(uv_work_t *req)
 
 static void job_free(job *j)
 {
+    for (int i = 0; j->parts && i < j->n; ++i) free(j->parts[i].message);
+    free(j->parts);
     free(j->specs);
     free(j->imgs);
-    free(j->message);
     free(j->w);
     free(j);
 }
@@ -308,11 +320,16 @@ static void job_free(job *j)
 static void done_cb(uv_work_t *req, int status)
 {
     (void)status; /* never cancelled */
-    job *j = req->data;
+    job *j = ((part *)req->data)->job;
+    if (--j->left) return;
     kjit_server *s = j->srv;
     kjit_tuple_entry *e = j->e;
     s->jobs--;
     e->job = NULL;
+    for (int i = 0; i < j->n && !j->status; ++i) {
+        j->status = j->parts[i].status;
+        j->message = j->parts[i].message;
+    }
     size_t fresh_len = 0;
     char *fresh = NULL;
     if (!j->status) {
@@ -322,7 +339,7 @@ static void done_cb(uv_work_t *req, int status)
         fresh = reply_text(j, 0, &fresh_len);
         if (!e->cubins || !e->text || !fresh) {
             j->status = KJIT_ENOMEM;
-            j->message = strdup("out of memory for the reply");
+            j->message = "out of memory for the reply";
         } else {
             for (int i = 0; i < j->n; ++i)
                 e->cubins[i] = uv_buf_init((char *)j->imgs[i].cubin, (unsigned)j->imgs[i].cubin_len);
@@ -366,7 +383,7 @@ static kjit_tuple_entry *entry_for(kjit_server *s, const kjit_req_tuple *t)
     e = calloc(1, sizeof *e);
     job *j = calloc(1, sizeof *j);
     if (!e || !j || !(j->specs = calloc((size_t)n, sizeof *j->specs)) || !(j->imgs = calloc((size_t)n, sizeof *j->imgs)) ||
-        kjit_op_kernels(t->op, t->hidden, t->dtype, j->specs, n, &n)) {
+        !(j->parts = calloc((size_t)n, sizeof *j->parts)) || kjit_op_kernels(t->op, t->hidden, t->dtype, j->specs, n, &n)) {
         free(e);
         if (j) job_free(j);
         return NULL;
@@ -378,19 +395,19 @@ static kjit_tuple_entry *entry_for(kjit_server *s, const kjit_req_tuple *t)
     j->e = e;
     j->t = *t;
     j->n = n;
-    j->work.data = j;
     if (map_add(s, e)) {
         job_free(j);
         free(e);
         return NULL;
     }
-    if (uv_queue_work(&s->loop, &j->work, work_cb, done_cb)) {
-        e->job = NULL;
-        map_remove(s, e);
-        job_free(j);
-        return NULL;
-    }
     s->jobs++;
+    /* uv_queue_work fails only on a NULL callback: every part is queued. */
+    for (int i = 0; i < n; ++i) {
+        j->parts[i] = (part){.job = j, .i = i};
+        j->parts[i].work.data = &j->parts[i];
+        uv_queue_work(&s->loop, &j->parts[i].work, work_cb, done_cb);
+        j->left++;
+    }
     return e;
 }
 
