@@ -1,0 +1,360 @@
+/* The AdaLN ops at hidden 5376, bf16 activations and tables, int32 index,
+ * R = 9 table rows (the six table chunks are the chunk(6) views of one
+ * (R, 6H) bf16 tensor), rows 4097 and 32768 (issue 3's benchmark).
+ *
+ * For each op: forward and forward+backward time (CUDA events around each
+ * iteration, median of ITERS after WARM warm-up iterations), with rotating
+ * sets of input/output buffers whose total exceeds 3x the 50 MB L2 (so each
+ * iteration reads cold data), random data. Bytes moved are those of an ideal
+ * single pass: every activation input read once, every output written once,
+ * the (small) tables, weight and index counted too; floor = bytes / 4.25 TB/s.
+ * bench/peers_ops.py measures the same computations in PyTorch and prints the
+ * same table. Exits 77 without a GPU (after printing the workspace sizes,
+ * which need none). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu_util.h"
+#include "kjit.h"
+#include "ref.h"
+
+#define HID 5376
+#define TROWS 9
+#define NCHUNK 6
+#define WARM 10
+#define ITERS 100
+#define PEAK_BW 4.25e12
+#define L2_BYTES (50.0 * 1024 * 1024)
+#define POOL_ELEMS ((size_t)64 << 20) /* random bf16 values on the device, copied into the inputs */
+
+enum { OP_GATHER, OP_NM, OP_GR, OP_FUSED, NOPS };
+static const char *op_names[NOPS] = {"adaln_row_gather", "norm_modulate", "gated_residual",
+                                     "gated_residual_norm_modulate"};
+
+static const kjit_cu_api *cu;
+static kjit_ctx *ctx;
+static CUstream stream;
+static CUdeviceptr pool, table, weight, didx, ws;
+static size_t ws_bytes;
+static CUevent ev_start[ITERS], ev_end[ITERS];
+
+#define CU_CHECK(call)                                                                \
+    do {                                                                              \
+        CUresult r_ = (call);                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                     \
+            const char *n_ = "?";                                                     \
+            cu->GetErrorName(r_, &n_);                                                \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
+            exit(1);                                                                  \
+        }                                                                             \
+    } while (0)
+
+#define KJ_CHECK(call)                                                                                  \
+    do {                                                                                                \
+        int rc_ = (call);                                                                               \
+        if (rc_ != KJIT_OK) {                                                                           \
+            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, kjit_status_name(rc_), \
+                    kjit_last_error());                                                                 \
+            exit(1);                                                                                    \
+        }                                                                                               \
+    } while (0)
+
+/* One rotating set of activation buffers (0 where the op has none). gather
+ * uses out and dout as (n, 6H); dtab is an (R, 6H) gradient buffer whose
+ * chunk views receive dtable / dshift, dscale, dgate. */
+typedef struct bset {
+    CUdeviceptr x, res, y, out, h, dout, dh, dx, dy, dw, dtab;
+} bset;
+
+static size_t act_bytes(int64_t n) { return (size_t)n * HID * 2; }
+
+/* Fills a device buffer with random bf16 values from the pool. */
+static void fill_random(CUdeviceptr dst, size_t bytes, uint64_t seed)
+{
+    const size_t pool_bytes = POOL_ELEMS * 2;
+    size_t off = (size_t)(seed * 2654435761u % (POOL_ELEMS / 2)) * 2;
+    for (size_t done = 0; done < bytes;) {
+        size_t len = bytes - done;
+        if (len > pool_bytes - off) len = pool_bytes - off;
+        CU_CHECK(cu->MemcpyDtoDAsync(dst + done, pool + off, len, stream));
+        done += len;
+        off = 0;
+    }
+}
+
+static CUdeviceptr alloc_rand(size_t bytes, uint64_t *seed)
+{
+    CUdeviceptr p = gpu_alloc(bytes);
+    fill_random(p, bytes, ++*seed);
+    return p;
+}
+
+/* Allocates one set for op at n rows; returns its bytes. */
+static size_t set_alloc(int op, int64_t n, bset *s, uint64_t *seed)
+{
+    const size_t A = act_bytes(n), G = (size_t)n * NCHUNK * HID * 2, T = (size_t)TROWS * NCHUNK * HID * 2;
+    memset(s, 0, sizeof *s);
+    size_t total = T;
+    s->dtab = gpu_alloc(T);
+    switch (op) {
+    case OP_GATHER:
+        s->out = gpu_alloc(G), s->dout = alloc_rand(G, seed);
+        total += 2 * G;
+        break;
+    case OP_NM:
+        s->x = alloc_rand(A, seed), s->out = gpu_alloc(A), s->dout = alloc_rand(A, seed), s->dx = gpu_alloc(A);
+        s->dw = gpu_alloc(HID * 2);
+        total += 4 * A;
+        break;
+    case OP_GR:
+        s->res = alloc_rand(A, seed), s->y = alloc_rand(A, seed), s->out = gpu_alloc(A), s->dout = alloc_rand(A, seed);
+        s->dy = gpu_alloc(A);
+        total += 5 * A;
+        break;
+    default:
+        s->res = alloc_rand(A, seed), s->y = alloc_rand(A, seed), s->h = gpu_alloc(A), s->out = gpu_alloc(A);
+        s->dh = alloc_rand(A, seed), s->dout = alloc_rand(A, seed), s->dx = gpu_alloc(A), s->dy = gpu_alloc(A);
+        s->dw = gpu_alloc(HID * 2);
+        total += 8 * A;
+        break;
+    }
+    return total;
+}
+
+static void set_free(bset *s)
+{
+    const CUdeviceptr all[] = {s->x, s->res, s->y, s->out, s->h, s->dout, s->dh, s->dx, s->dy, s->dw, s->dtab};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) gpu_free(all[i]);
+    memset(s, 0, sizeof *s);
+}
+
+#define PTR(d) ((void *)(uintptr_t)(d))
+#define CHUNK(base, k) ((void *)(uintptr_t)((base) + (CUdeviceptr)(k) * HID * 2))
+
+static void run(int op, int bwd, int64_t n, const bset *s)
+{
+    const kjit_index index = {PTR(didx), KJIT_I32, TROWS};
+    const int64_t W6 = (int64_t)NCHUNK * HID;
+    if (op == OP_GATHER) {
+        kjit_row_gather_args a;
+        memset(&a, 0, sizeof a);
+        a.n = n, a.hidden = HID, a.num_tables = NCHUNK, a.dtype = KJIT_BF16, a.index = index;
+        for (int k = 0; k < NCHUNK; ++k) {
+            a.table[k] = CHUNK(table, k), a.table_stride[k] = W6;
+            a.out[k] = CHUNK(s->out, k), a.out_stride[k] = W6;
+            a.dout[k] = CHUNK(s->dout, k), a.dout_stride[k] = W6;
+            a.dtable[k] = CHUNK(s->dtab, k), a.dtable_stride[k] = W6;
+        }
+        KJ_CHECK(kjit_adaln_row_gather_fwd(ctx, &a, stream));
+        if (bwd) KJ_CHECK(kjit_adaln_row_gather_bwd(ctx, &a, PTR(ws), ws_bytes, stream));
+        return;
+    }
+    kjit_adaln_args a;
+    memset(&a, 0, sizeof a);
+    a.n = n, a.hidden = HID, a.eps = 1e-6f, a.act_dtype = KJIT_BF16, a.param_dtype = KJIT_BF16, a.index = index;
+    /* chunk(6) of the table as a DiT block uses it: shift_msa, scale_msa,
+     * gate_msa, shift_mlp, scale_mlp, gate_mlp. */
+    a.shift = CHUNK(table, op == OP_FUSED ? 3 : 0), a.shift_stride = W6;
+    a.scale = CHUNK(table, op == OP_FUSED ? 4 : 1), a.scale_stride = W6;
+    a.gate = CHUNK(table, op == OP_FUSED ? 5 : 2), a.gate_stride = W6;
+    a.dshift = CHUNK(s->dtab, op == OP_FUSED ? 3 : 0), a.dshift_stride = W6;
+    a.dscale = CHUNK(s->dtab, op == OP_FUSED ? 4 : 1), a.dscale_stride = W6;
+    a.dgate = CHUNK(s->dtab, op == OP_FUSED ? 5 : 2), a.dgate_stride = W6;
+    a.x = PTR(op == OP_FUSED ? s->h : s->x), a.x_stride = HID; /* fused backward: x = the forward's h */
+    a.res = PTR(s->res), a.res_stride = HID;
+    a.y = PTR(s->y), a.y_stride = HID;
+    a.out = PTR(s->out), a.out_stride = HID;
+    a.h = PTR(s->h), a.h_stride = HID;
+    a.dout = PTR(s->dout), a.dout_stride = HID;
+    a.dh = PTR(s->dh), a.dh_stride = HID;
+    a.dx = PTR(s->dx), a.dx_stride = HID; /* gated_residual: NULL (dres = dout) */
+    a.dy = PTR(s->dy), a.dy_stride = HID;
+    if (op != OP_GR) a.weight = PTR(weight), a.dweight = PTR(s->dw);
+    switch (op) {
+    case OP_NM:
+        KJ_CHECK(kjit_norm_modulate_fwd(ctx, &a, stream));
+        if (bwd) KJ_CHECK(kjit_norm_modulate_bwd(ctx, &a, PTR(ws), ws_bytes, stream));
+        break;
+    case OP_GR:
+        KJ_CHECK(kjit_gated_residual_fwd(ctx, &a, stream));
+        if (bwd) KJ_CHECK(kjit_gated_residual_bwd(ctx, &a, PTR(ws), ws_bytes, stream));
+        break;
+    default:
+        KJ_CHECK(kjit_gated_residual_norm_modulate_fwd(ctx, &a, stream));
+        if (bwd) KJ_CHECK(kjit_gated_residual_norm_modulate_bwd(ctx, &a, PTR(ws), ws_bytes, stream));
+        break;
+    }
+}
+
+static int cmp_d(const void *p, const void *q)
+{
+    double u = *(const double *)p, v = *(const double *)q;
+    return (u > v) - (u < v);
+}
+
+/* Median us of one iteration (forward, or forward then backward), rotating sets. */
+static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
+{
+    for (int i = 0; i < WARM; ++i) run(op, bwd, n, &sets[i % nsets]);
+    CU_CHECK(cu->StreamSynchronize(stream));
+    for (int i = 0; i < ITERS; ++i) {
+        CU_CHECK(cu->EventRecord(ev_start[i], stream));
+        run(op, bwd, n, &sets[(i + WARM) % nsets]);
+        CU_CHECK(cu->EventRecord(ev_end[i], stream));
+    }
+    CU_CHECK(cu->EventSynchronize(ev_end[ITERS - 1]));
+    double t[ITERS];
+    for (int i = 0; i < ITERS; ++i) {
+        float ms = 0;
+        CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
+        t[i] = ms * 1e3;
+    }
+    qsort(t, ITERS, sizeof t[0], cmp_d);
+    return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
+}
+
+/* Ideal single-pass bytes of the forward and of the backward. */
+static void op_bytes(int op, int64_t n, double *fwd, double *bwd)
+{
+    const double A = (double)act_bytes(n), T = (double)TROWS * HID * 2, I = (double)n * 4, Wt = HID * 2.0;
+    switch (op) {
+    case OP_GATHER: /* fwd: 6 table chunks + index -> 6 outputs; bwd: 6 douts + index -> 6 dtables */
+        *fwd = 6 * T + I + 6 * A;
+        *bwd = 6 * A + I + 6 * T;
+        break;
+    case OP_NM: /* fwd: x, w, shift, scale, index -> out; bwd: x, dout, w, scale, index -> dx, dw, dshift, dscale */
+        *fwd = A + Wt + 2 * T + I + A;
+        *bwd = 2 * A + Wt + T + I + A + Wt + 2 * T;
+        break;
+    case OP_GR: /* fwd: res, y, gate, index -> out; bwd: y, dout, gate, index -> dy, dgate (dres = dout, not copied) */
+        *fwd = 2 * A + T + I + A;
+        *bwd = 2 * A + T + I + A + T;
+        break;
+    default: /* fwd: res, y, gate, shift, scale, w, index -> h, out;
+              * bwd: h, y, dh, dout, gate, scale, w, index -> dres, dy, dgate, dshift, dscale, dw */
+        *fwd = 2 * A + 3 * T + Wt + I + 2 * A;
+        *bwd = 4 * A + 2 * T + Wt + I + 2 * A + 3 * T + Wt;
+        break;
+    }
+}
+
+static size_t op_workspace(int op, int64_t n, int64_t r)
+{
+    size_t b = 0;
+    if (op == OP_GATHER) KJ_CHECK(kjit_adaln_row_gather_workspace(n, HID, NCHUNK, r, &b));
+    else KJ_CHECK(kjit_adaln_workspace((kjit_adaln_op)op, n, HID, r, &b)); /* OP_NM = 1, OP_GR = 2, OP_FUSED = 3 */
+    return b;
+}
+
+static void print_workspaces(void)
+{
+    printf("# backward workspace at N=32768, H=%d (bytes)\n", HID);
+    printf("%-30s %14s %14s\n", "op", "R=9", "R=4096");
+    for (int op = 0; op < NOPS; ++op) {
+        size_t a = op_workspace(op, 32768, 9), b = op_workspace(op, 32768, 4096);
+        printf("%-30s %14zu %14zu   (%.2f MB, %.2f MB)\n", op_names[op], a, b, a / 1e6, b / 1e6);
+    }
+    printf("\n");
+}
+
+int main(void)
+{
+    _Static_assert((int)OP_NM == (int)KJIT_NORM_MODULATE && (int)OP_GR == (int)KJIT_GATED_RESIDUAL &&
+                   (int)OP_FUSED == (int)KJIT_GATED_RESIDUAL_NORM_MODULATE, "op numbering");
+    print_workspaces();
+    ctx = kjit_gpu_ctx_or_skip("bench_ops", KJIT_INDEX_CHECK_OFF);
+    cu = kjit__cu();
+    kjit_device_info di;
+    memset(&di, 0, sizeof di);
+    kjit_device_info_get(0, &di);
+    char date[64];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    printf("# kjit %s, %s, %s (sm_%d, %d SMs); H=%d bf16, int32 index, R=%d, table = chunk(6) views of (R, 6H)\n",
+           KJIT_VERSION_STRING, date, di.name, di.sm, di.sm_count, HID, TROWS);
+    printf("# CUDA events per iteration, median of %d after %d warm-up; rotating buffer sets > 3x the %.0f MB L2;"
+           " floor = bytes / %.2f TB/s\n", ITERS, WARM, L2_BYTES / 1048576.0, PEAK_BW / 1e12);
+
+    CU_CHECK(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < ITERS; ++i) {
+        CU_CHECK(cu->EventCreate(&ev_start[i], CU_EVENT_DEFAULT));
+        CU_CHECK(cu->EventCreate(&ev_end[i], CU_EVENT_DEFAULT));
+    }
+
+    /* Random data: a device pool of uniform bf16 values in [-1, 1), copied into every input. */
+    ref_rng g;
+    ref_rng_seed(&g, 20261130);
+    {
+        uint16_t *h = malloc(POOL_ELEMS * 2);
+        for (size_t i = 0; i < POOL_ELEMS; ++i)
+            h[i] = ref_float_to_bf16((float)((double)(ref_rng_u64(&g) >> 40) * 0x1p-23 - 1.0));
+        pool = gpu_alloc(POOL_ELEMS * 2);
+        gpu_upload(pool, h, POOL_ELEMS * 2);
+        /* table: 0.5 * uniform; weight: 1 + 0.1 * uniform */
+        const size_t tn = (size_t)TROWS * NCHUNK * HID;
+        for (size_t i = 0; i < tn; ++i) h[i] = ref_float_to_bf16(0.5f * ref_bf16_to_float(h[i]));
+        table = gpu_alloc(tn * 2);
+        gpu_upload(table, h, tn * 2);
+        for (size_t i = 0; i < HID; ++i) h[i] = ref_float_to_bf16(1.0f + 0.1f * ref_bf16_to_float(h[tn + i]));
+        weight = gpu_alloc(HID * 2);
+        gpu_upload(weight, h, HID * 2);
+        free(h);
+    }
+    const int64_t rows[2] = {4097, 32768};
+    {
+        int32_t *ix = malloc(sizeof(int32_t) * (size_t)rows[1]);
+        for (int64_t i = 0; i < rows[1]; ++i) ix[i] = (int32_t)ref_rng_below(&g, TROWS);
+        didx = gpu_alloc(sizeof(int32_t) * (size_t)rows[1]);
+        gpu_upload(didx, ix, sizeof(int32_t) * (size_t)rows[1]);
+        free(ix);
+    }
+    for (int op = 0; op < NOPS; ++op) {
+        size_t b = op_workspace(op, rows[1], TROWS);
+        if (b > ws_bytes) ws_bytes = b;
+    }
+    ws = gpu_alloc(ws_bytes);
+
+    double t_fwd[NOPS][2], t_fb[NOPS][2];
+    printf("%-30s %6s %10s %10s %10s %10s %9s %9s %7s %7s %12s %8s\n", "op", "rows", "fwd_us", "fwd_bwd_us", "fwd_MB",
+           "bwd_MB", "fwd_floor", "fb_floor", "fwd_frac", "fb_frac", "bwd_ws_bytes", "rot_MB");
+    uint64_t seed = 1;
+    for (int ni = 0; ni < 2; ++ni)
+        for (int op = 0; op < NOPS; ++op) {
+            const int64_t n = rows[ni];
+            bset sets[16];
+            size_t set_bytes = set_alloc(op, n, &sets[0], &seed);
+            int nsets = (int)ceil(4.0 * L2_BYTES / (double)set_bytes);
+            if (nsets < 3) nsets = 3;
+            if (nsets > 16) nsets = 16;
+            for (int s = 1; s < nsets; ++s) set_alloc(op, n, &sets[s], &seed);
+            CU_CHECK(cu->StreamSynchronize(stream));
+            t_fwd[op][ni] = time_op(op, 0, n, sets, nsets);
+            t_fb[op][ni] = time_op(op, 1, n, sets, nsets);
+            double bf, bb;
+            op_bytes(op, n, &bf, &bb);
+            const double ff = bf / PEAK_BW * 1e6, fb = (bf + bb) / PEAK_BW * 1e6;
+            printf("%-30s %6lld %10.1f %10.1f %10.1f %10.1f %9.1f %9.1f %7.3f %7.3f %12zu %8.0f\n", op_names[op],
+                   (long long)n, t_fwd[op][ni], t_fb[op][ni], bf / 1e6, bb / 1e6, ff, fb, ff / t_fwd[op][ni],
+                   fb / t_fb[op][ni], op_workspace(op, n, TROWS), (double)set_bytes * nsets / 1e6);
+            fflush(stdout);
+            for (int s = 0; s < nsets; ++s) set_free(&sets[s]);
+        }
+    printf("\n");
+    for (int ni = 0; ni < 2; ++ni) {
+        const double uf = t_fwd[OP_GR][ni] + t_fwd[OP_NM][ni], ub = t_fb[OP_GR][ni] + t_fb[OP_NM][ni];
+        printf("fused vs gated_residual+norm_modulate, rows %lld: fwd %.2fx (%.1f + %.1f = %.1f us vs %.1f us), "
+               "fwd+bwd %.2fx (%.1f + %.1f = %.1f us vs %.1f us; the unfused backward also needs dh + dx, not "
+               "counted)\n",
+               (long long)rows[ni], uf / t_fwd[OP_FUSED][ni], t_fwd[OP_GR][ni], t_fwd[OP_NM][ni], uf,
+               t_fwd[OP_FUSED][ni], ub / t_fb[OP_FUSED][ni], t_fb[OP_GR][ni], t_fb[OP_NM][ni], ub, t_fb[OP_FUSED][ni]);
+    }
+
+    for (int i = 0; i < ITERS; ++i) cu->EventDestroy(ev_start[i]), cu->EventDestroy(ev_end[i]);
+    gpu_free(ws), gpu_free(didx), gpu_free(weight), gpu_free(table), gpu_free(pool);
+    CU_CHECK(cu->StreamDestroy(stream));
+    kjit_ctx_destroy(ctx);
+    return 0;
+}
