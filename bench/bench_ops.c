@@ -318,7 +318,7 @@ int main(void)
     ws = gpu_alloc(ws_bytes);
 
     double t_fwd[NOPS][2], t_fb[NOPS][2];
-    printf("%-30s %6s %10s %10s %10s %10s %9s %9s %7s %7s %12s %8s\n", "op", "rows", "fwd_us", "fwd_bwd_us", "fwd_MB",
+    printf("%-54s %6s %10s %10s %10s %10s %9s %9s %7s %7s %12s %8s\n", "op", "rows", "fwd_us", "fwd_bwd_us", "fwd_MB",
            "bwd_MB", "fwd_floor", "fb_floor", "fwd_frac", "fb_frac", "bwd_ws_bytes", "rot_MB");
     uint64_t seed = 1;
     for (int ni = 0; ni < 2; ++ni)
@@ -336,7 +336,7 @@ int main(void)
             double bf, bb;
             op_bytes(op, n, &bf, &bb);
             const double ff = bf / PEAK_BW * 1e6, fb = (bf + bb) / PEAK_BW * 1e6;
-            printf("%-30s %6lld %10.1f %10.1f %10.1f %10.1f %9.1f %9.1f %7.3f %7.3f %12zu %8.0f\n", op_names[op],
+            printf("%-54s %6lld %10.1f %10.1f %10.1f %10.1f %9.1f %9.1f %7.3f %7.3f %12zu %8.0f\n", op_names[op],
                    (long long)n, t_fwd[op][ni], t_fb[op][ni], bf / 1e6, bb / 1e6, ff, fb, ff / t_fwd[op][ni],
                    fb / t_fb[op][ni], op_workspace(op, n, TROWS), (double)set_bytes * nsets / 1e6);
             fflush(stdout);

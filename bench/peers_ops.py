@@ -1,0 +1,257 @@
+"""The AdaLN ops of bench_ops.c in PyTorch, measured the same way, printing the
+same table: hidden 5376, bf16 activations and table, int32 index, R = 9 table
+rows (the six chunks are table.chunk(6, dim=1) of one (R, 6H) tensor), rows
+4097 and 32768; CUDA events around each iteration, median of ITERS after WARM
+warm-up iterations, rotating input sets whose total exceeds 3x the 50 MB L2,
+random data. Bytes and floors are kjit's ideal single pass (bench_ops.c), so
+the fractions compare directly.
+
+Peers (as diffusers writes the computation, modulation rows picked with
+index_select on the table chunks):
+  eager            RMSNorm as diffusers' RMSNorm (x * rsqrt(mean(x^2) + eps)),
+                   * (1 + scale) + shift; res + gate * y
+  eager F.rms_norm the same with torch.nn.functional.rms_norm (norm ops only)
+  torch.compile    torch.compile(eager, dynamic=False)
+Forward: torch.no_grad(). Forward+backward: autograd, requires_grad on
+x / res / y / weight / table, torch.autograd.backward with random gradients.
+
+Usage: python3 bench/peers_ops.py [--rows 4097 32768] [--no-compile]
+Exits 77 without CUDA.
+"""
+import argparse
+import datetime
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+H = 5376
+R = 9
+NCHUNK = 6
+WARM = 10
+ITERS = 100
+PEAK_BW = 4.25e12
+L2_BYTES = 50 * 1024 * 1024
+EPS = 1e-6
+ROWS = (4097, 32768)
+DEV = torch.device("cuda")
+OPS = ("adaln_row_gather", "norm_modulate", "gated_residual", "gated_residual_norm_modulate")
+
+
+# ---- the computations --------------------------------------------------------
+
+def rms_norm_diffusers(x, w, eps):
+    """diffusers.models.normalization.RMSNorm.forward (bf16 weight)."""
+    input_dtype = x.dtype
+    variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    if w is not None:
+        if w.dtype in (torch.float16, torch.bfloat16):
+            x = x.to(w.dtype)
+        x = x * w
+    else:
+        x = x.to(input_dtype)
+    return x
+
+
+def rms_norm_functional(x, w, eps):
+    return F.rms_norm(x, x.shape[-1:], w, eps)
+
+
+def gather(table, idx):
+    return tuple(c.index_select(0, idx) for c in table.chunk(NCHUNK, dim=1))
+
+
+def make_norm_modulate(norm):
+    def norm_modulate(x, w, table, idx):
+        shift_t, scale_t = table.chunk(NCHUNK, dim=1)[0:2]
+        shift, scale = shift_t.index_select(0, idx), scale_t.index_select(0, idx)
+        return norm(x, w, EPS) * (1 + scale) + shift
+    return norm_modulate
+
+
+def gated_residual(res, y, table, idx):
+    gate = table.chunk(NCHUNK, dim=1)[2].index_select(0, idx)
+    return res + gate * y
+
+
+def make_fused(norm):
+    def gated_residual_norm_modulate(res, y, w, table, idx):
+        shift_t, scale_t, gate_t = table.chunk(NCHUNK, dim=1)[3:6]
+        gate = gate_t.index_select(0, idx)
+        h = res + gate * y
+        shift, scale = shift_t.index_select(0, idx), scale_t.index_select(0, idx)
+        return h, norm(h, w, EPS) * (1 + scale) + shift
+    return gated_residual_norm_modulate
+
+
+def peers(compile_too):
+    """op -> list of (variant name, fn)."""
+    nm_e, fu_e = make_norm_modulate(rms_norm_diffusers), make_fused(rms_norm_diffusers)
+    out = {
+        "adaln_row_gather": [("torch eager", gather)],
+        "norm_modulate": [("torch eager", nm_e),
+                          ("torch eager F.rms_norm", make_norm_modulate(rms_norm_functional))],
+        "gated_residual": [("torch eager", gated_residual)],
+        "gated_residual_norm_modulate": [("torch eager", fu_e),
+                                         ("torch eager F.rms_norm", make_fused(rms_norm_functional))],
+    }
+    if compile_too:
+        for op, fn in (("adaln_row_gather", gather), ("norm_modulate", nm_e), ("gated_residual", gated_residual),
+                       ("gated_residual_norm_modulate", fu_e)):
+            out[op].append(("torch.compile", torch.compile(fn, dynamic=False)))
+    return out
+
+
+# ---- data ---------------------------------------------------------------------
+
+def rnd(gen, *shape, amp=1.0, bias=0.0):
+    return ((torch.rand(*shape, device=DEV, generator=gen) * 2 - 1) * amp + bias).to(torch.bfloat16)
+
+
+def make_sets(op, n, gen):
+    """Rotating sets: (leaves needing grads, call args, backward gradients, bytes)."""
+    A = n * H * 2
+
+    def one():
+        if op == "adaln_row_gather":
+            dout = rnd(gen, n, NCHUNK * H)
+            return [], lambda sh: (sh["table"], sh["idx"]), list(dout.chunk(NCHUNK, dim=1)), 2 * NCHUNK * A
+        if op == "norm_modulate":
+            x = rnd(gen, n, H).requires_grad_(True)
+            return [x], lambda sh: (x, sh["w"], sh["table"], sh["idx"]), [rnd(gen, n, H)], 4 * A
+        if op == "gated_residual":
+            res, y = rnd(gen, n, H).requires_grad_(True), rnd(gen, n, H).requires_grad_(True)
+            return [res, y], lambda sh: (res, y, sh["table"], sh["idx"]), [rnd(gen, n, H)], 5 * A
+        res, y = rnd(gen, n, H).requires_grad_(True), rnd(gen, n, H).requires_grad_(True)
+        return ([res, y], lambda sh: (res, y, sh["w"], sh["table"], sh["idx"]), [rnd(gen, n, H), rnd(gen, n, H)],
+                8 * A)
+
+    sets = [one()]
+    nsets = max(3, math.ceil(4 * L2_BYTES / sets[0][3]))
+    sets += [one() for _ in range(nsets - 1)]
+    return sets
+
+
+def op_bytes(op, n):
+    """Ideal single-pass bytes (fwd, bwd), as bench_ops.c counts them."""
+    A, T, I, Wt = n * H * 2.0, R * H * 2.0, n * 4.0, H * 2.0
+    if op == "adaln_row_gather":
+        return 6 * T + I + 6 * A, 6 * A + I + 6 * T
+    if op == "norm_modulate":
+        return A + Wt + 2 * T + I + A, 2 * A + Wt + T + I + A + Wt + 2 * T
+    if op == "gated_residual":
+        return 2 * A + T + I + A, 2 * A + T + I + A + T
+    return 2 * A + 3 * T + Wt + I + 2 * A, 4 * A + 2 * T + Wt + I + 2 * A + 3 * T + Wt
+
+
+# ---- timing -------------------------------------------------------------------
+
+def median_us(step, prep, nsets):
+    for i in range(WARM):
+        prep(i % nsets)
+        step(i % nsets)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(ITERS)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(ITERS)]
+    for i in range(ITERS):
+        k = (i + WARM) % nsets
+        prep(k)
+        starts[i].record()
+        step(k)
+        ends[i].record()
+    torch.cuda.synchronize()
+    t = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+    return 0.5 * (t[ITERS // 2 - 1] + t[ITERS // 2])
+
+
+def bench(fn, sets, shared, params):
+    nsets = len(sets)
+
+    def no_prep(k):
+        pass
+
+    def fwd(k):
+        with torch.no_grad():
+            fn(*sets[k][1](shared))
+
+    def zero_grads(k):
+        for p in sets[k][0] + params:
+            p.grad = None
+
+    def fwd_bwd(k):
+        out = fn(*sets[k][1](shared))
+        outs = list(out) if isinstance(out, tuple) else [out]
+        torch.autograd.backward(outs, sets[k][2])
+
+    return median_us(fwd, no_prep, nsets), median_us(fwd_bwd, zero_grads, nsets)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
+    ap.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("peers_ops: no CUDA: skipped")
+        return 77
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 64)
+    t_start = time.time()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"# torch {torch.__version__}, {date}, {torch.cuda.get_device_name()}; H={H} bf16, int32 index, R={R}, "
+          f"table = chunk(6) views of (R, 6H)")
+    print(f"# CUDA events per iteration, median of {ITERS} after {WARM} warm-up; rotating buffer sets > 3x the "
+          f"{L2_BYTES / 1048576:.0f} MB L2; floor = bytes / {PEAK_BW / 1e12:.2f} TB/s")
+    print(f"{'op':<54s} {'rows':>6s} {'fwd_us':>10s} {'fwd_bwd_us':>10s} {'fwd_MB':>10s} {'bwd_MB':>10s} "
+          f"{'fwd_floor':>9s} {'fb_floor':>9s} {'fwd_frac':>7s} {'fb_frac':>7s} {'bwd_ws_bytes':>12s} {'rot_MB':>8s}",
+          flush=True)
+    gen = torch.Generator(device=DEV)
+    gen.manual_seed(20261130)
+    table = rnd(gen, R, NCHUNK * H, amp=0.5).requires_grad_(True)
+    w = rnd(gen, H, amp=0.1, bias=1.0).requires_grad_(True)
+    variants = peers(not args.no_compile)
+    times = {}
+    for n in args.rows:
+        idx = torch.randint(0, R, (n,), device=DEV, dtype=torch.int32, generator=gen)
+        shared = {"table": table, "w": w, "idx": idx}
+        for op in OPS:
+            sets = make_sets(op, n, gen)
+            params = [table] if op in ("adaln_row_gather", "gated_residual") else [table, w]
+            bf, bb = op_bytes(op, n)
+            ff, fb = bf / PEAK_BW * 1e6, (bf + bb) / PEAK_BW * 1e6
+            rot = sum(s[3] for s in sets)
+            for vname, fn in variants[op]:
+                tc = time.time()
+                tf, tfb = bench(fn, sets, shared, params)
+                times[(op, vname, n)] = (tf, tfb)
+                name = f"{op} [{vname}]"
+                print(f"{name:<54s} {n:6d} {tf:10.1f} {tfb:10.1f} {bf / 1e6:10.1f} {bb / 1e6:10.1f} {ff:9.1f} "
+                      f"{fb:9.1f} {ff / tf:7.3f} {fb / tfb:7.3f} {'-':>12s} {rot / 1e6:8.0f}"
+                      + (f"   ({time.time() - tc:.0f} s incl. compile)" if vname == "torch.compile" else ""),
+                      flush=True)
+            for p in [table, w]:
+                p.grad = None
+            del sets
+            torch.cuda.empty_cache()
+    print()
+    for n in args.rows:
+        for vname in ("torch eager", "torch.compile"):
+            try:
+                gr, nm = times[("gated_residual", vname, n)], times[("norm_modulate", vname, n)]
+                fu = times[("gated_residual_norm_modulate", vname, n)]
+            except KeyError:
+                continue
+            uf, ub = gr[0] + nm[0], gr[1] + nm[1]
+            print(f"[{vname}] fused vs gated_residual+norm_modulate, rows {n}: fwd {uf / fu[0]:.2f}x "
+                  f"({gr[0]:.1f} + {nm[0]:.1f} = {uf:.1f} us vs {fu[0]:.1f} us), fwd+bwd {ub / fu[1]:.2f}x "
+                  f"({gr[1]:.1f} + {nm[1]:.1f} = {ub:.1f} us vs {fu[1]:.1f} us)")
+    print(f"# total {time.time() - t_start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
