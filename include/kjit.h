@@ -95,6 +95,10 @@ typedef struct kjit_ctx_options {
     const char *cache_dir; /* NULL: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit; "" memory only */
     const char *arch;      /* NULL: the device's own (sm_90 without a device) */
     kjit_index_check index_check;
+    int tune;              /* 1: the first use of an AdaLN op at a new (hidden, dtype)
+                              runs the tuner (kjit_tune) before launching; also
+                              $KJIT_TUNE=1. 0 (default): the stored result for this
+                              device if any, else the built-in default. */
 } kjit_ctx_options;
 
 KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
@@ -297,6 +301,69 @@ KJIT_API int kjit_gated_residual_norm_modulate_bwd(kjit_ctx *ctx, const kjit_ada
                                                    CUstream stream);
 /* Backward workspace bytes of an op for n rows, hidden, R table rows. */
 KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes);
+
+/* ---- Launch configurations and the tuner -------------------------------- *
+ * norm_modulate, gated_residual and gated_residual_norm_modulate launch with
+ * a config per (op, hidden, activation dtype) that changes speed only: every
+ * config gives bitwise the same outputs and gradients (SPEC.md contract 3).
+ * What fixes the arithmetic (threads per row, the backward's partition)
+ * depends on hidden and dtype alone and is not tunable. The config in use is,
+ * in order: a tuned one (kjit_tune, or the context's tune option on first
+ * use), one stored for this device and kjit version in the tuning file
+ * <cache dir>/tune.json (read at kjit_ctx_create), the built-in default.
+ * Only the vector fast path (hidden a multiple of 8 up to 16384) is tuned. */
+typedef enum kjit_config_source {
+    KJIT_CONFIG_DEFAULT = 0, /* built in */
+    KJIT_CONFIG_STORED = 1,  /* from the tuning file */
+    KJIT_CONFIG_TUNED = 2,   /* tuned by this context */
+    KJIT_CONFIG_FORCED = 3   /* set by a test hook */
+} kjit_config_source;
+
+typedef struct kjit_op_config {
+    int rpc;         /* forward: rows per CTA (1, 2, 4) */
+    int pf;          /* forward: the next row's loads issued ahead (0, 1) */
+    int grid_per_sm; /* forward: CTAs per SM of a persistent grid; 0 = one CTA per row group */
+    int bwd_pf;      /* backward: rows loaded ahead (0..2) */
+    int accs;        /* backward: per-column state 0 in registers, 1 tables in shared
+                        memory, 2 tables and accumulators in shared memory */
+    kjit_config_source source;
+} kjit_op_config;
+
+/* The config ops on ctx launch with for (op, hidden, activation dtype); op
+ * is an AdaLN op name. For hidden sizes off the fast path: the generic
+ * path's (pf = bwd_pf = accs = 0). Starts no tuner. */
+KJIT_API int kjit_op_config_get(kjit_ctx *ctx, const char *op, int hidden, kjit_dtype dtype, kjit_op_config *out);
+
+#define KJIT_TUNE_MAX_ROW_COUNTS 4
+
+typedef struct kjit_tune_result {
+    kjit_op_config config;         /* chosen (source KJIT_CONFIG_TUNED) */
+    kjit_op_config default_config; /* the built-in default */
+    /* Sums over the row counts of the median time per call (us), forward and
+     * backward op calls (the backward's partition and finishing kernels
+     * included), of the chosen and of the default config. */
+    double fwd_us, bwd_us, default_fwd_us, default_bwd_us;
+    int n_rows;
+    int64_t rows[KJIT_TUNE_MAX_ROW_COUNTS];
+    double fwd_us_rows[KJIT_TUNE_MAX_ROW_COUNTS], bwd_us_rows[KJIT_TUNE_MAX_ROW_COUNTS];
+    double default_fwd_us_rows[KJIT_TUNE_MAX_ROW_COUNTS], default_bwd_us_rows[KJIT_TUNE_MAX_ROW_COUNTS];
+    int fwd_candidates, bwd_candidates; /* configs in the space */
+    double seconds;                     /* the whole call */
+    double compile_seconds;             /* of it, building the candidates' kernels */
+    int saved;                          /* 1: written to the tuning file */
+} kjit_tune_result;
+
+/* Times every config of (op, hidden, dtype)'s space on this context's device
+ * (CUDA events; scratch buffers of its own, never the caller's; several row
+ * counts; buffers rotated beyond the L2), picks the fastest forward and the
+ * fastest backward (kept only when faster than the default at no row count
+ * slower), uses it on ctx from now on and merges it into the tuning file
+ * (unless the cache is memory-only). Waits for the device to be idle first;
+ * allocates several GB for a while; takes a few seconds. KJIT_EUNSUPPORTED
+ * for hidden sizes off the fast path; KJIT_ENODRIVER without a GPU;
+ * KJIT_EIO when tuned (out filled, ctx uses it) but the file could not be
+ * written. out may be NULL. */
+KJIT_API int kjit_tune(kjit_ctx *ctx, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@ int kjit_cli_prewarm(int argc, char **argv);
 int kjit_cli_cache(int argc, char **argv);
 int kjit_cli_serve(int argc, char **argv);
 int kjit_cli_call(int argc, char **argv);
+int kjit_cli_tune(int argc, char **argv);
 
 /* Splits a comma list in place into items[]; returns the count or -1 when
  * there are more than max items or an empty item. */

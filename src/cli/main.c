@@ -15,6 +15,7 @@ static const char usage[] =
     "  cache     stats | ls | verify | clear the on-disk cubin cache\n"
     "  serve     the node-local JIT service on a Unix socket\n"
     "  call      send one request to a running server, print the reply\n"
+    "  tune      time the AdaLN ops' launch configs on this GPU, store the fastest\n"
     "\n"
     "kjit <command> --help shows each command's options.\n";
 
@@ -31,6 +32,7 @@ int main(int argc, char **argv)
     static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
         {"info", kjit_cli_info}, {"prewarm", kjit_cli_prewarm}, {"cache", kjit_cli_cache},
         {"serve", kjit_cli_serve}, {"call", kjit_cli_call},
+        {"tune", kjit_cli_tune},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; ++i)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);

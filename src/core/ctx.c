@@ -9,6 +9,7 @@
 #include "jit/compile.h"
 #include "jit/nvrtc_api.h"
 #include "jit/templates.h"
+#include "tune/tune.h"
 
 void kjit_ctx_options_init(kjit_ctx_options *o)
 {
@@ -91,6 +92,7 @@ int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts)
     }
     if (!ctx->sm) ctx->sm = 90;
     snprintf(ctx->arch, sizeof ctx->arch, "sm_%d", ctx->sm);
+    if ((rc = kjit__tune_attach(ctx, opts))) goto fail;
     *out = ctx;
     return KJIT_OK;
 fail:
@@ -114,6 +116,7 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
     free(ctx->slots);
     if (cu && ctx->cuctx) cu->DevicePrimaryCtxRelease(ctx->dev);
     kjit__cache_close(ctx->cache);
+    kjit__tune_detach(ctx);
     pthread_rwlock_destroy(&ctx->lock);
     pthread_mutex_destroy(&ctx->ws_lock);
     free(ctx);

@@ -37,6 +37,8 @@ struct kjit_ctx {
     pthread_rwlock_t lock;
     kjit_kernel_slot *slots;
     size_t n_slots, used;
+
+    struct kjit_tune_table *tune; /* launch configs in use (src/tune/tune.h) */
 };
 
 /* Makes ctx's CUDA context current on this thread; *pushed says whether to

@@ -10,6 +10,7 @@
 #include "ops/partition.h"
 #include "ops/rows.h"
 #include "tune/config.h"
+#include "tune/tune.h"
 
 #define ADALN_TEMPLATE "adaln.cuh"
 #define FAST_MAX_HIDDEN 16384
@@ -160,7 +161,7 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, CUstream
     kjit_adaln_fwd_params p = {0};
     if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
     kjit_adaln_config c;
-    kjit__adaln_config_default(mode, a->hidden, a->act_dtype, &c);
+    kjit__tune_config(ctx, mode, a->hidden, a->act_dtype, vec, stream, &c);
     p.x = a->x, p.x_stride = a->x_stride;
     p.res = a->res, p.res_stride = a->res_stride;
     p.y = a->y, p.y_stride = a->y_stride;
@@ -215,7 +216,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     if (a->n == 0) pl.n = p.part.n = 0;
     if ((rc = kjit__part_build(ctx, op, &p.part, &p.index, a->index.dtype, stream))) goto out;
     kjit_adaln_config c;
-    kjit__adaln_config_default(mode, a->hidden, a->act_dtype, &c);
+    kjit__tune_config(ctx, mode, a->hidden, a->act_dtype, vec, stream, &c);
     p.x = a->x, p.x_stride = a->x_stride;
     p.y = a->y, p.y_stride = a->y_stride;
     p.w = mode != 2 ? a->weight : NULL;
@@ -286,4 +287,10 @@ int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, 
     kjit__part_plan(&pl, n, rows, modes[op].ng, hidden, op != KJIT_GATED_RESIDUAL);
     *bytes = pl.bytes;
     return KJIT_OK;
+}
+
+void kjit__adaln_exprs(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, char *fwd, char *bwd, size_t len)
+{
+    fwd_expr(fwd, len, mode, act, param_for(act), KJIT_I32, h, 1, c);
+    bwd_expr(bwd, len, mode, act, param_for(act), KJIT_I32, h, 1, c);
 }

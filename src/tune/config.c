@@ -1,5 +1,8 @@
 #include "tune/config.h"
 
+#include <stdio.h>
+#include <string.h>
+
 int kjit__adaln_tpr(int h, kjit_dtype act)
 {
     const int v = 16 / (int)kjit_dtype_size(act);
@@ -21,4 +24,95 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
     c->grid_per_sm = mode == 1 ? 2 : 0;
     c->bwd_pf = mode == 3 ? 0 : 1;
     c->accs = 0;
+}
+
+int kjit__adaln_fast_hidden(int h) { return h >= 8 && h % 8 == 0 && h <= KJIT_TUNE_FAST_MAX_HIDDEN; }
+
+static const char *const mode_names[4] = {NULL, "norm_modulate", "gated_residual", "gated_residual_norm_modulate"};
+
+int kjit__adaln_mode(const char *op)
+{
+    if (!op) return 0;
+    for (int m = 1; m <= 3; ++m)
+        if (!strcmp(op, mode_names[m])) return m;
+    return !strcmp(op, "fused") ? 3 : 0;
+}
+
+const char *kjit__adaln_mode_name(int mode) { return mode >= 1 && mode <= 3 ? mode_names[mode] : "?"; }
+
+size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_config *c)
+{
+    /* NTAB = 1, 1, 2 and NACC = 2, 1, 3 for MODE 1, 2, 3 (adaln.cuh). */
+    static const int ntab[4] = {0, 1, 1, 2}, nacc[4] = {0, 2, 1, 3};
+    if (mode < 1 || mode > 3) return 0;
+    const int tpr = kjit__adaln_tpr(h, act);
+    const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v;
+    const int k = (c->accs >= 1 ? ntab[mode] : 0) + (c->accs == 2 ? nacc[mode] : 0);
+    return (size_t)k * (size_t)((g + tpr - 1) / tpr) * (size_t)v * (size_t)tpr * 4;
+}
+
+int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max,
+                             char *why, size_t why_len)
+{
+    char dummy[8];
+    if (!why || !why_len) why = dummy, why_len = sizeof dummy;
+#define BAD(...) return snprintf(why, why_len, __VA_ARGS__), KJIT_EINVAL
+    if (mode < 1 || mode > 3) BAD("mode %d is not an adaln op", mode);
+    if (act != KJIT_F32 && act != KJIT_BF16 && act != KJIT_F16) BAD("dtype %d is not fp32, bf16 or fp16", (int)act);
+    if (!kjit__adaln_fast_hidden(h)) BAD("hidden %d is not tuned (a multiple of 8 in 8..%d)", h, KJIT_TUNE_FAST_MAX_HIDDEN);
+    if (!c) BAD("no config");
+    const int tpr = kjit__adaln_tpr(h, act);
+    if (c->rpc < 1 || c->rpc > 15) BAD("rpc %d outside 1..15", c->rpc);
+    if (tpr * c->rpc > 1024) BAD("rpc %d: %d threads per row x rpc > 1024", c->rpc, tpr);
+    if (c->pf < 0 || c->pf > 1) BAD("pf %d outside 0..1", c->pf);
+    if (c->grid_per_sm < 0 || c->grid_per_sm > KJIT_TUNE_MAX_GRID_PER_SM)
+        BAD("grid_per_sm %d outside 0..%d", c->grid_per_sm, KJIT_TUNE_MAX_GRID_PER_SM);
+    if (c->bwd_pf < 0 || c->bwd_pf > 3) BAD("bwd_pf %d outside 0..3", c->bwd_pf);
+    if (c->accs < 0 || c->accs > 2) BAD("accs %d outside 0..2", c->accs);
+    const size_t smem = kjit__adaln_bwd_smem(mode, h, act, c);
+    if (smem_max && smem > smem_max)
+        BAD("accs %d needs %zu bytes of shared memory, the device allows %zu", c->accs, smem, smem_max);
+#undef BAD
+    return KJIT_OK;
+}
+
+int kjit__adaln_space_fwd(int mode, int h, kjit_dtype act, kjit_adaln_config *out)
+{
+    static const int rpcs[] = {1, 2, 4}, grids[] = {0, 1, 2, 4};
+    kjit_adaln_config d;
+    kjit__adaln_config_default(mode, h, act, &d);
+    int n = 0;
+    for (int r = 0; r < 3; ++r)
+        for (int pf = 0; pf <= 1; ++pf)
+            for (int g = 0; g < 4; ++g) {
+                kjit_adaln_config c = d;
+                c.rpc = rpcs[r], c.pf = pf, c.grid_per_sm = grids[g];
+                if (kjit__adaln_config_check(mode, h, act, &c, 0, NULL, 0) == KJIT_OK && n < KJIT_TUNE_MAX_FWD)
+                    out[n++] = c;
+            }
+    return n;
+}
+
+int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit_adaln_config *out)
+{
+    kjit_adaln_config d;
+    kjit__adaln_config_default(mode, h, act, &d);
+    int n = 0;
+    for (int pf = 0; pf <= 2; ++pf)
+        for (int a = 0; a <= 2; ++a) {
+            kjit_adaln_config c = d;
+            c.bwd_pf = pf, c.accs = a;
+            /* The default stays a candidate whatever its shared memory. */
+            const int is_default = kjit__adaln_config_equal(&c, &d);
+            if ((is_default || kjit__adaln_config_check(mode, h, act, &c, smem_max, NULL, 0) == KJIT_OK) &&
+                n < KJIT_TUNE_MAX_BWD)
+                out[n++] = c;
+        }
+    return n;
+}
+
+int kjit__adaln_config_equal(const kjit_adaln_config *a, const kjit_adaln_config *b)
+{
+    return a->rpc == b->rpc && a->pf == b->pf && a->grid_per_sm == b->grid_per_sm && a->bwd_pf == b->bwd_pf &&
+           a->accs == b->accs;
 }

@@ -4,6 +4,8 @@
 #ifndef KJIT_CONFIG_H
 #define KJIT_CONFIG_H
 
+#include <stddef.h>
+
 #include "kjit.h"
 
 /* Threads per row of the adaln family (kernel_templates/adaln.cuh). */
@@ -19,5 +21,43 @@ typedef struct kjit_adaln_config {
 
 /* The built-in default of (mode, h, act dtype); valid for the fast path. */
 void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_config *c);
+
+/* ---- The tuning space (src/tune) --------------------------------------- *
+ * Only the fast path (h % 8 == 0, 8 <= h <= 16384) is tuned; the generic
+ * path always runs the default config (pf = accs = 0 there). TPR and the
+ * partition are not tunable: they fix the arithmetic. */
+#define KJIT_TUNE_FAST_MAX_HIDDEN 16384
+#define KJIT_TUNE_MAX_GRID_PER_SM 64
+#define KJIT_TUNE_MAX_FWD 24 /* rpc {1,2,4} x pf {0,1} x grid_per_sm {0,1,2,4} */
+#define KJIT_TUNE_MAX_BWD 9  /* bwd_pf {0,1,2} x accs {0,1,2} */
+
+/* 1 when h takes the vector fast path (the tuned one). */
+int kjit__adaln_fast_hidden(int h);
+/* Mode of an adaln op name (1 norm_modulate, 2 gated_residual, 3
+ * gated_residual_norm_modulate, also "fused"), 0 when unknown; and back. */
+int kjit__adaln_mode(const char *op);
+const char *kjit__adaln_mode_name(int mode);
+/* Dynamic shared memory of the backward kernel for a config (fast path),
+ * as kernel_templates/adaln.cuh defines it. */
+size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_config *c);
+/* 0 when c is a valid fast-path launch for (mode, h, act): every field in
+ * the range the template accepts, TPR * rpc <= 1024, and (smem_max > 0) the
+ * backward's dynamic shared memory at most smem_max. Otherwise KJIT_EINVAL
+ * with the reason in why (no thread error is set). */
+int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max,
+                             char *why, size_t why_len);
+/* The forward candidates (backward fields = the default's) and the backward
+ * candidates (forward fields = the default's) of (mode, h, act) that pass
+ * kjit__adaln_config_check; the default is always among them. Return the
+ * count (<= KJIT_TUNE_MAX_FWD / _BWD). */
+int kjit__adaln_space_fwd(int mode, int h, kjit_dtype act, kjit_adaln_config *out);
+int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit_adaln_config *out);
+int kjit__adaln_config_equal(const kjit_adaln_config *a, const kjit_adaln_config *b);
+
+/* The forward and backward kernel name expressions of a config (fast path,
+ * int32 index, the op's parameter dtype), as the ops build them
+ * (src/ops/adaln.c), so the tuner can compile candidates ahead. */
+void kjit__adaln_exprs(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, char *fwd, char *bwd,
+                       size_t len);
 
 #endif

@@ -1,0 +1,348 @@
+/* kjit tune: time every launch config of the AdaLN ops on this GPU and store
+ * the fastest in the tuning file; --show lists what is stored. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "kjit.h"
+#include "tune/config.h"
+#include "tune/tune_file.h"
+
+static const char help[] =
+    "usage: kjit tune [--ops LIST] [--hidden LIST] [--dtype LIST] [--device N]\n"
+    "                 [--cache-dir DIR] [--json]\n"
+    "       kjit tune --show [--cache-dir DIR] [--json]\n"
+    "\n"
+    "Times every launch config of the AdaLN ops (rows per CTA, look-ahead,\n"
+    "persistent grid; backward look-ahead and shared-memory state) on the GPU\n"
+    "for each (op, hidden, dtype) and stores the fastest forward and backward\n"
+    "in <cache dir>/tune.json, keyed by device name and kjit version; contexts\n"
+    "on that device use them from then on. Every config gives bitwise the same\n"
+    "results: tuning changes speed only. Needs a GPU (a few seconds per\n"
+    "combination, several GB of scratch memory). --show needs none.\n"
+    "\n"
+    "  --ops LIST       norm_modulate, gated_residual, gated_residual_norm_modulate\n"
+    "                   (or fused), or 'all' (default: all)\n"
+    "  --hidden LIST    hidden sizes, multiples of 8 up to 16384 (default: 5376)\n"
+    "  --dtype LIST     activation dtypes: fp32, bf16, fp16 (default: bf16)\n"
+    "  --device N       CUDA device ordinal (default: 0)\n"
+    "  --cache-dir DIR  cache directory (default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit)\n"
+    "  --show           list the stored results instead of tuning\n"
+    "  --json           print one JSON object\n"
+    "\n"
+    "Exit status: 0 when every combination was tuned and stored (or --show\n"
+    "worked), 1 when any failed or there is no GPU, 2 on bad usage.\n";
+
+#define MAX_LIST 64
+
+static const char *state_name(kjit_tune_file_state s)
+{
+    return s == KJIT_TUNE_FILE_OK ? "ok" : s == KJIT_TUNE_FILE_MISSING ? "missing"
+         : s == KJIT_TUNE_FILE_DAMAGED ? "damaged" : "foreign";
+}
+
+static cJSON *cfg_json(int rpc, int pf, int grid, int bwd_pf, int accs, int which)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (which == 0) {
+        cJSON_AddNumberToObject(o, "rpc", rpc);
+        cJSON_AddNumberToObject(o, "pf", pf);
+        cJSON_AddNumberToObject(o, "grid_per_sm", grid);
+    } else {
+        cJSON_AddNumberToObject(o, "bwd_pf", bwd_pf);
+        cJSON_AddNumberToObject(o, "accs", accs);
+    }
+    return o;
+}
+
+static double ratio(double a, double b) { return a > 0 && b > 0 ? b / a : 0; }
+
+static int show(const char *cache_dir, int json)
+{
+    kjit_ctx_options o;
+    kjit_ctx_options_init(&o);
+    o.device = KJIT_NO_DEVICE;
+    o.cache_dir = cache_dir;
+    kjit_ctx *ctx = NULL;
+    if (kjit_ctx_create(&ctx, &o)) {
+        fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
+        return KJIT_EXIT_FAIL;
+    }
+    const char *dir = kjit_ctx_cache_dir(ctx);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
+    kjit_tune_list l = {0};
+    int n_bad = 0;
+    kjit_tune_file_state st = dir[0] ? kjit__tune_file_read(dir, &l, &n_bad) : KJIT_TUNE_FILE_MISSING;
+    if (json) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "file", dir[0] ? path : "");
+        cJSON_AddStringToObject(root, "state", state_name(st));
+        cJSON_AddStringToObject(root, "kjit", KJIT_VERSION_STRING);
+        cJSON_AddNumberToObject(root, "skipped_entries", n_bad);
+        char *text = kjit__tune_print(&l);
+        cJSON *parsed = text ? cJSON_Parse(text) : NULL;
+        cJSON *ents = parsed ? cJSON_DetachItemFromObject(parsed, "entries") : NULL;
+        cJSON_AddItemToObject(root, "entries", ents ? ents : cJSON_CreateArray());
+        cJSON_Delete(parsed);
+        free(text);
+        char *s = cJSON_PrintUnformatted(root);
+        puts(s);
+        cJSON_free(s);
+        cJSON_Delete(root);
+    } else {
+        if (st == KJIT_TUNE_FILE_MISSING) {
+            printf("no tuning file at %s (run kjit tune on a GPU)\n", dir[0] ? path : "(memory-only cache)");
+        } else if (st != KJIT_TUNE_FILE_OK) {
+            printf("tuning file %s is %s: ignored, rebuilt by the next kjit tune (KJIT_LOG=1 says why)\n", path,
+                   st == KJIT_TUNE_FILE_DAMAGED ? "damaged" : "of another kjit version");
+        } else {
+            printf("tuning file %s (kjit %s): %zu entr%s", path, KJIT_VERSION_STRING, l.n, l.n == 1 ? "y" : "ies");
+            if (n_bad) printf(", %d invalid skipped", n_bad);
+            printf("\n");
+            if (l.n)
+                printf("%-22s %-29s %6s %-5s  %-16s %-10s %-20s %-20s %6s\n", "device", "op", "hidden", "dtype",
+                       "fwd rpc/pf/grid", "bwd pf/accs", "fwd us (default)", "bwd us (default)", "tune s");
+            for (size_t i = 0; i < l.n; ++i) {
+                const kjit_tune_entry *e = &l.v[i];
+                char f[32], b[32], fu[48], bu[48];
+                snprintf(f, sizeof f, "%d / %d / %d", e->cfg.rpc, e->cfg.pf, e->cfg.grid_per_sm);
+                snprintf(b, sizeof b, "%d / %d", e->cfg.bwd_pf, e->cfg.accs);
+                snprintf(fu, sizeof fu, "%.1f (%.1f)", e->fwd_us, e->default_fwd_us);
+                snprintf(bu, sizeof bu, "%.1f (%.1f)", e->bwd_us, e->default_bwd_us);
+                printf("%-22.22s %-29s %6d %-5s  %-16s %-10s %-20s %-20s %6.2f\n", e->device,
+                       kjit__adaln_mode_name(e->mode), e->hidden, kjit_dtype_name(e->dtype), f, b, fu, bu,
+                       e->tune_seconds);
+            }
+        }
+    }
+    kjit__tune_list_free(&l);
+    kjit_ctx_destroy(ctx);
+    return 0;
+}
+
+typedef struct job {
+    const char *op;
+    int hidden;
+    kjit_dtype dtype;
+    int rc;
+    char *error;
+    kjit_tune_result r;
+} job;
+
+int kjit_cli_tune(int argc, char **argv)
+{
+    char *ops_arg = NULL, *hidden_arg = NULL, *dtype_arg = NULL, *cache_dir = NULL;
+    long device = 0;
+    int json = 0, do_show = 0;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        char **target = !strcmp(a, "--ops") ? &ops_arg : !strcmp(a, "--hidden") ? &hidden_arg
+                      : !strcmp(a, "--dtype") ? &dtype_arg : !strcmp(a, "--cache-dir") ? &cache_dir : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(help, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--show")) {
+            do_show = 1;
+        } else if (!strcmp(a, "--device")) {
+            if (i + 1 >= argc) return kjit_cli_usage_error("tune", "--device needs a value");
+            if (kjit_cli_int(argv[++i], 0, 1024, &device))
+                return kjit_cli_usage_error("tune", "--device '%s': expected an ordinal in 0..1024", argv[i]);
+        } else if (target) {
+            if (i + 1 >= argc) return kjit_cli_usage_error("tune", "%s needs a value", a);
+            *target = argv[++i];
+        } else {
+            return kjit_cli_usage_error("tune", "unknown option '%s'", a);
+        }
+    }
+    if (do_show) {
+        if (ops_arg || hidden_arg || dtype_arg)
+            return kjit_cli_usage_error("tune", "--show takes no --ops, --hidden or --dtype");
+        return show(cache_dir, json);
+    }
+
+    char ops_default[] = "all", hidden_default[] = "5376", dtype_default[] = "bf16";
+    char *ops[MAX_LIST], *hiddens[MAX_LIST], *dtypes[MAX_LIST];
+    int n_ops = kjit_cli_split(ops_arg ? ops_arg : ops_default, ops, MAX_LIST);
+    int n_hidden = kjit_cli_split(hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
+    int n_dtype = kjit_cli_split(dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
+    if (n_ops < 0) return kjit_cli_usage_error("tune", "--ops: expected a comma list of op names or 'all'");
+    if (n_hidden < 0) return kjit_cli_usage_error("tune", "--hidden: expected a comma list of sizes");
+    if (n_dtype < 0) return kjit_cli_usage_error("tune", "--dtype: expected a comma list of dtypes");
+    const char *op_names[MAX_LIST];
+    int n_op_names = 0;
+    for (int i = 0; i < n_ops; ++i) {
+        if (!strcmp(ops[i], "all")) {
+            for (int m = 1; m <= 3 && n_op_names < MAX_LIST; ++m) op_names[n_op_names++] = kjit__adaln_mode_name(m);
+            continue;
+        }
+        const int m = kjit__adaln_mode(ops[i]);
+        if (!m)
+            return kjit_cli_usage_error("tune",
+                                        "--ops: '%s' has no launch config to tune (tunable: norm_modulate, "
+                                        "gated_residual, gated_residual_norm_modulate, or all)",
+                                        ops[i]);
+        op_names[n_op_names++] = kjit__adaln_mode_name(m);
+    }
+    long hidden[MAX_LIST];
+    for (int i = 0; i < n_hidden; ++i)
+        if (kjit_cli_int(hiddens[i], 1, 65536, &hidden[i]) || !kjit__adaln_fast_hidden((int)hidden[i]))
+            return kjit_cli_usage_error("tune",
+                                        "--hidden: '%s' is not tuned (multiples of 8 up to %d are; other sizes "
+                                        "always use the generic path's config)",
+                                        hiddens[i], KJIT_TUNE_FAST_MAX_HIDDEN);
+    kjit_dtype dts[MAX_LIST];
+    for (int i = 0; i < n_dtype; ++i)
+        if (kjit_dtype_parse(dtypes[i], &dts[i]) || dts[i] == KJIT_I32 || dts[i] == KJIT_I64)
+            return kjit_cli_usage_error("tune", "--dtype: '%s' is not one of fp32, bf16, fp16", dtypes[i]);
+
+    kjit_ctx_options o;
+    kjit_ctx_options_init(&o);
+    o.device = (int)device;
+    o.cache_dir = cache_dir;
+    kjit_ctx *ctx = NULL;
+    if (kjit_ctx_create(&ctx, &o)) {
+        fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
+        return KJIT_EXIT_FAIL;
+    }
+    if (!kjit_ctx_has_device(ctx)) {
+        /* The reason is what an op call would report. */
+        int rc = kjit_tune(ctx, "norm_modulate", 5376, KJIT_BF16, NULL);
+        fprintf(stderr, "kjit tune: needs a GPU: %s\n", rc ? kjit_last_error() : "no device");
+        kjit_ctx_destroy(ctx);
+        return KJIT_EXIT_FAIL;
+    }
+    kjit_device_info di;
+    memset(&di, 0, sizeof di);
+    kjit_device_info_get((int)device, &di);
+
+    const long n_jobs = (long)n_op_names * n_hidden * n_dtype;
+    job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
+    if (!jobs) {
+        fprintf(stderr, "kjit tune: out of memory\n");
+        kjit_ctx_destroy(ctx);
+        return KJIT_EXIT_FAIL;
+    }
+    long k = 0;
+    for (int oi = 0; oi < n_op_names; ++oi)
+        for (int h = 0; h < n_hidden; ++h)
+            for (int d = 0; d < n_dtype; ++d, ++k) {
+                int dup = 0;
+                for (long j = 0; j < k; ++j)
+                    dup |= jobs[j].op == op_names[oi] && jobs[j].hidden == (int)hidden[h] && jobs[j].dtype == dts[d];
+                if (dup) {
+                    --k;
+                    continue;
+                }
+                jobs[k].op = op_names[oi], jobs[k].hidden = (int)hidden[h], jobs[k].dtype = dts[d];
+            }
+    const long n_run = k;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kjit_progress progress;
+    kjit_progress_init(&progress, "tune", n_run);
+    long failed = 0;
+    for (long i = 0; i < n_run; ++i) {
+        job *j = &jobs[i];
+        j->rc = kjit_tune(ctx, j->op, j->hidden, j->dtype, &j->r);
+        if (j->rc) {
+            j->error = strdup(kjit_last_error());
+            ++failed;
+        }
+        kjit_progress_update(&progress, i + 1, failed);
+    }
+    kjit_progress_done(&progress);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    const char *dir = kjit_ctx_cache_dir(ctx);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
+
+    if (json) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "device", di.name);
+        cJSON_AddStringToObject(root, "kjit", KJIT_VERSION_STRING);
+        cJSON_AddStringToObject(root, "cache_dir", dir);
+        cJSON_AddStringToObject(root, "file", dir[0] ? path : "");
+        cJSON *arr = cJSON_AddArrayToObject(root, "results");
+        for (long i = 0; i < n_run; ++i) {
+            const job *j = &jobs[i];
+            const kjit_tune_result *r = &j->r;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "op", j->op);
+            cJSON_AddNumberToObject(e, "hidden", j->hidden);
+            cJSON_AddStringToObject(e, "dtype", kjit_dtype_name(j->dtype));
+            cJSON_AddBoolToObject(e, "ok", j->rc == 0);
+            if (j->rc) cJSON_AddStringToObject(e, "error", j->error ? j->error : kjit_status_name(j->rc));
+            if (!j->rc || j->rc == KJIT_EIO) {
+                const kjit_op_config *c = &r->config, *d = &r->default_config;
+                cJSON_AddItemToObject(e, "fwd", cfg_json(c->rpc, c->pf, c->grid_per_sm, 0, 0, 0));
+                cJSON_AddItemToObject(e, "bwd", cfg_json(0, 0, 0, c->bwd_pf, c->accs, 1));
+                cJSON_AddItemToObject(e, "default_fwd", cfg_json(d->rpc, d->pf, d->grid_per_sm, 0, 0, 0));
+                cJSON_AddItemToObject(e, "default_bwd", cfg_json(0, 0, 0, d->bwd_pf, d->accs, 1));
+                cJSON_AddNumberToObject(e, "fwd_us", r->fwd_us);
+                cJSON_AddNumberToObject(e, "default_fwd_us", r->default_fwd_us);
+                cJSON_AddNumberToObject(e, "bwd_us", r->bwd_us);
+                cJSON_AddNumberToObject(e, "default_bwd_us", r->default_bwd_us);
+                cJSON_AddNumberToObject(e, "fwd_speedup", ratio(r->fwd_us, r->default_fwd_us));
+                cJSON_AddNumberToObject(e, "bwd_speedup", ratio(r->bwd_us, r->default_bwd_us));
+                double rows[KJIT_TUNE_MAX_ROW_COUNTS];
+                for (int q = 0; q < r->n_rows; ++q) rows[q] = (double)r->rows[q];
+                cJSON_AddItemToObject(e, "rows", cJSON_CreateDoubleArray(rows, r->n_rows));
+                cJSON_AddItemToObject(e, "fwd_us_rows", cJSON_CreateDoubleArray(r->fwd_us_rows, r->n_rows));
+                cJSON_AddItemToObject(e, "default_fwd_us_rows",
+                                      cJSON_CreateDoubleArray(r->default_fwd_us_rows, r->n_rows));
+                cJSON_AddItemToObject(e, "bwd_us_rows", cJSON_CreateDoubleArray(r->bwd_us_rows, r->n_rows));
+                cJSON_AddItemToObject(e, "default_bwd_us_rows",
+                                      cJSON_CreateDoubleArray(r->default_bwd_us_rows, r->n_rows));
+                cJSON_AddNumberToObject(e, "fwd_candidates", r->fwd_candidates);
+                cJSON_AddNumberToObject(e, "bwd_candidates", r->bwd_candidates);
+                cJSON_AddNumberToObject(e, "seconds", r->seconds);
+                cJSON_AddNumberToObject(e, "compile_seconds", r->compile_seconds);
+                cJSON_AddBoolToObject(e, "saved", r->saved);
+            }
+            cJSON_AddItemToArray(arr, e);
+        }
+        cJSON_AddNumberToObject(root, "failed", (double)failed);
+        cJSON_AddNumberToObject(root, "seconds", secs);
+        char *s = cJSON_PrintUnformatted(root);
+        puts(s);
+        cJSON_free(s);
+        cJSON_Delete(root);
+    } else {
+        printf("tuning on %s (kjit %s)\n", di.name, KJIT_VERSION_STRING);
+        for (long i = 0; i < n_run; ++i) {
+            const job *j = &jobs[i];
+            const kjit_tune_result *r = &j->r;
+            if (j->rc && j->rc != KJIT_EIO) {
+                printf("  %-29s %5d %-4s  FAILED: %s\n", j->op, j->hidden, kjit_dtype_name(j->dtype),
+                       j->error ? j->error : kjit_status_name(j->rc));
+                continue;
+            }
+            printf("  %-29s %5d %-4s  fwd rpc %d pf %d grid %d/SM %8.1f us (default %8.1f, x%.3f)"
+                   "  bwd pf %d accs %d %8.1f us (default %8.1f, x%.3f)  %.2f s%s\n",
+                   j->op, j->hidden, kjit_dtype_name(j->dtype), r->config.rpc, r->config.pf, r->config.grid_per_sm,
+                   r->fwd_us, r->default_fwd_us, ratio(r->fwd_us, r->default_fwd_us), r->config.bwd_pf,
+                   r->config.accs, r->bwd_us, r->default_bwd_us, ratio(r->bwd_us, r->default_bwd_us), r->seconds,
+                   j->rc ? "  NOT SAVED" : "");
+            if (j->rc) printf("    %s\n", j->error ? j->error : "");
+        }
+        printf("tune: %ld tuned, %ld failed in %.2f s; us are sums over rows", n_run - failed, failed, secs);
+        for (long i = 0; i < n_run; ++i)
+            if (jobs[i].r.n_rows) {
+                for (int q = 0; q < jobs[i].r.n_rows; ++q)
+                    printf("%s%lld", q ? "+" : " ", (long long)jobs[i].r.rows[q]);
+                break;
+            }
+        printf("; %s\n", dir[0] ? path : "memory-only cache: nothing stored");
+    }
+    for (long i = 0; i < n_run; ++i) free(jobs[i].error);
+    free(jobs);
+    kjit_ctx_destroy(ctx);
+    return failed ? KJIT_EXIT_FAIL : 0;
+}

@@ -1,0 +1,370 @@
+/* The tuning file (tune_file.h): parse, validate, print, merge-and-publish. */
+#include "tune/tune_file.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+#define MAX_FILE_BYTES (64u << 20)
+
+static const char *dtype_name(kjit_dtype dt) { return kjit_dtype_name(dt); }
+
+static int dtype_from(const char *s, kjit_dtype *out)
+{
+    static const kjit_dtype dts[] = {KJIT_F32, KJIT_BF16, KJIT_F16};
+    for (int i = 0; i < 3; ++i)
+        if (!strcmp(s, kjit_dtype_name(dts[i]))) return *out = dts[i], 0;
+    return -1;
+}
+
+int kjit__tune_entry_same_key(const kjit_tune_entry *a, const kjit_tune_entry *b)
+{
+    return a->mode == b->mode && a->hidden == b->hidden && a->dtype == b->dtype && !strcmp(a->device, b->device);
+}
+
+int kjit__tune_entry_check(const kjit_tune_entry *e, char *why, size_t why_len)
+{
+    char dummy[8];
+    if (!why || !why_len) why = dummy, why_len = sizeof dummy;
+    if (!e->device[0] || memchr(e->device, '\0', sizeof e->device) == NULL)
+        return snprintf(why, why_len, "empty device name"), KJIT_EINVAL;
+    return kjit__adaln_config_check(e->mode, e->hidden, e->dtype, &e->cfg, 0, why, why_len);
+}
+
+int kjit__tune_list_put(kjit_tune_list *l, const kjit_tune_entry *e)
+{
+    for (size_t i = 0; i < l->n; ++i)
+        if (kjit__tune_entry_same_key(&l->v[i], e)) return l->v[i] = *e, KJIT_OK;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        kjit_tune_entry *v = realloc(l->v, cap * sizeof *v);
+        if (!v) return kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n++] = *e;
+    return KJIT_OK;
+}
+
+void kjit__tune_list_free(kjit_tune_list *l)
+{
+    if (!l) return;
+    free(l->v);
+    l->v = NULL, l->n = l->cap = 0;
+}
+
+/* ---- parse -------------------------------------------------------------- */
+
+static int get_int(const cJSON *o, const char *name, int *out, char *why, size_t why_len)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(it)) return snprintf(why, why_len, "\"%s\" is missing or not a number", name), -1;
+    const double v = it->valuedouble;
+    if (!isfinite(v) || v != floor(v) || v < -1e9 || v > 1e9)
+        return snprintf(why, why_len, "\"%s\" = %g is not an integer", name, v), -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Optional diagnostics: a finite number >= 0, else 0. */
+static double opt_num(const cJSON *o, const char *name)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0 || it->valuedouble > 1e15) return 0;
+    return it->valuedouble;
+}
+
+/* Optional arrays of the row counts and their times: all or nothing. */
+static void opt_rows(const cJSON *o, kjit_tune_entry *e)
+{
+    static const char *const names[5] = {"rows", "fwd_us_rows", "bwd_us_rows", "default_fwd_us_rows",
+                                         "default_bwd_us_rows"};
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(o, "rows");
+    if (!cJSON_IsArray(rows)) return;
+    const int n = cJSON_GetArraySize(rows);
+    if (n < 1 || n > KJIT_TUNE_NROWS) return;
+    double v[5][KJIT_TUNE_NROWS];
+    for (int k = 0; k < 5; ++k) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, names[k]);
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n) return;
+        for (int i = 0; i < n; ++i) {
+            const cJSON *it = cJSON_GetArrayItem(a, i);
+            if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0 || it->valuedouble > 1e15)
+                return;
+            v[k][i] = it->valuedouble;
+        }
+    }
+    e->n_rows = n;
+    for (int i = 0; i < n; ++i) {
+        e->rows[i] = (long long)v[0][i];
+        e->fwd_us_rows[i] = v[1][i], e->bwd_us_rows[i] = v[2][i];
+        e->default_fwd_us_rows[i] = v[3][i], e->default_bwd_us_rows[i] = v[4][i];
+    }
+}
+
+static int parse_entry(const cJSON *o, kjit_tune_entry *e, char *why, size_t why_len)
+{
+    memset(e, 0, sizeof *e);
+    if (!cJSON_IsObject(o)) return snprintf(why, why_len, "not an object"), -1;
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(o, "device"), *op = cJSON_GetObjectItemCaseSensitive(o, "op"),
+                *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype"), *f = cJSON_GetObjectItemCaseSensitive(o, "fwd"),
+                *b = cJSON_GetObjectItemCaseSensitive(o, "bwd");
+    if (!cJSON_IsString(dev) || !dev->valuestring[0] || strlen(dev->valuestring) >= sizeof e->device)
+        return snprintf(why, why_len, "\"device\" is missing, not a string or too long"), -1;
+    snprintf(e->device, sizeof e->device, "%s", dev->valuestring);
+    if (!cJSON_IsString(op) || !(e->mode = kjit__adaln_mode(op->valuestring)))
+        return snprintf(why, why_len, "\"op\" is missing or not a tunable op"), -1;
+    if (!cJSON_IsString(dt) || dtype_from(dt->valuestring, &e->dtype))
+        return snprintf(why, why_len, "\"dtype\" is missing or not fp32, bf16 or fp16"), -1;
+    if (get_int(o, "hidden", &e->hidden, why, why_len)) return -1;
+    if (!cJSON_IsObject(f) || !cJSON_IsObject(b)) return snprintf(why, why_len, "\"fwd\" or \"bwd\" is not an object"), -1;
+    if (get_int(f, "rpc", &e->cfg.rpc, why, why_len) || get_int(f, "pf", &e->cfg.pf, why, why_len) ||
+        get_int(f, "grid_per_sm", &e->cfg.grid_per_sm, why, why_len) ||
+        get_int(b, "bwd_pf", &e->cfg.bwd_pf, why, why_len) || get_int(b, "accs", &e->cfg.accs, why, why_len))
+        return -1;
+    if (kjit__tune_entry_check(e, why, why_len)) return -1;
+    e->fwd_us = opt_num(o, "fwd_us"), e->bwd_us = opt_num(o, "bwd_us");
+    e->default_fwd_us = opt_num(o, "default_fwd_us"), e->default_bwd_us = opt_num(o, "default_bwd_us");
+    e->tune_seconds = opt_num(o, "tune_seconds");
+    e->fwd_candidates = (int)fmin(opt_num(o, "fwd_candidates"), 1e6);
+    e->bwd_candidates = (int)fmin(opt_num(o, "bwd_candidates"), 1e6);
+    e->tuned_at = (long long)opt_num(o, "tuned_at");
+    opt_rows(o, e);
+    return 0;
+}
+
+kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_list *out, int *n_bad, char *why,
+                                      size_t why_len)
+{
+    char dummy[8];
+    if (!why || !why_len) why = dummy, why_len = sizeof dummy;
+    why[0] = '\0';
+    int bad = 0;
+    kjit_tune_file_state st = KJIT_TUNE_FILE_OK;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    const cJSON *fmt = root ? cJSON_GetObjectItemCaseSensitive(root, "format") : NULL;
+    const cJSON *ver = root ? cJSON_GetObjectItemCaseSensitive(root, "kjit") : NULL;
+    const cJSON *ents = root ? cJSON_GetObjectItemCaseSensitive(root, "entries") : NULL;
+    if (!root || !cJSON_IsObject(root)) {
+        snprintf(why, why_len, "not a JSON object");
+        st = KJIT_TUNE_FILE_DAMAGED;
+    } else if (!cJSON_IsNumber(fmt) || !cJSON_IsString(ver)) {
+        snprintf(why, why_len, "\"format\" or \"kjit\" is missing or of the wrong type");
+        st = KJIT_TUNE_FILE_DAMAGED;
+    } else if (fmt->valuedouble != KJIT_TUNE_FORMAT || strcmp(ver->valuestring, KJIT_VERSION_STRING)) {
+        snprintf(why, why_len, "format %g of kjit %.32s, this is format %d of kjit %s", fmt->valuedouble,
+                 ver->valuestring, KJIT_TUNE_FORMAT, KJIT_VERSION_STRING);
+        st = KJIT_TUNE_FILE_FOREIGN;
+    } else if (!cJSON_IsArray(ents)) {
+        snprintf(why, why_len, "\"entries\" is missing or not an array");
+        st = KJIT_TUNE_FILE_DAMAGED;
+    } else {
+        const cJSON *it;
+        int i = 0;
+        cJSON_ArrayForEach(it, ents) {
+            kjit_tune_entry e;
+            char w[256];
+            if (parse_entry(it, &e, w, sizeof w)) {
+                kjit__log("tuning file: entry %d skipped: %s", i, w);
+                if (!bad) snprintf(why, why_len, "entry %d: %s", i, w);
+                bad++;
+            } else if (kjit__tune_list_put(out, &e)) {
+                bad++;
+            }
+            ++i;
+        }
+    }
+    cJSON_Delete(root);
+    if (n_bad) *n_bad = bad;
+    return st;
+}
+
+kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, int *n_bad)
+{
+    if (n_bad) *n_bad = 0;
+    if (!dir || !dir[0]) return KJIT_TUNE_FILE_MISSING;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ENOENT) return KJIT_TUNE_FILE_MISSING;
+        kjit__log("tuning file %s: cannot open (%s): ignored", path, strerror(errno));
+        return KJIT_TUNE_FILE_DAMAGED;
+    }
+    struct stat st;
+    char *buf = NULL;
+    size_t got = 0;
+    const char *problem = NULL;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) problem = "not a regular file";
+    else if ((unsigned long long)st.st_size > MAX_FILE_BYTES) problem = "larger than 64 MiB";
+    else if (!(buf = malloc((size_t)st.st_size + 1))) problem = "out of memory";
+    while (!problem && got < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    kjit_tune_file_state s;
+    if (problem) {
+        kjit__log("tuning file %s: %s: ignored, rebuilt on the next save", path, problem);
+        s = KJIT_TUNE_FILE_DAMAGED;
+    } else {
+        buf[got] = '\0';
+        char why[512];
+        s = kjit__tune_parse(buf, got, out, n_bad, why, sizeof why);
+        if (s == KJIT_TUNE_FILE_DAMAGED)
+            kjit__log("tuning file %s is damaged (%s): ignored, rebuilt on the next save", path, why);
+        else if (s == KJIT_TUNE_FILE_FOREIGN)
+            kjit__log("tuning file %s is of another version (%s): ignored, replaced on the next save", path, why);
+    }
+    free(buf);
+    return s;
+}
+
+/* ---- print -------------------------------------------------------------- */
+
+static cJSON *entry_json(const kjit_tune_entry *e)
+{
+    cJSON *o = cJSON_CreateObject(), *f, *b;
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "device", e->device);
+    cJSON_AddStringToObject(o, "op", kjit__adaln_mode_name(e->mode));
+    cJSON_AddNumberToObject(o, "hidden", e->hidden);
+    cJSON_AddStringToObject(o, "dtype", dtype_name(e->dtype));
+    if ((f = cJSON_AddObjectToObject(o, "fwd"))) {
+        cJSON_AddNumberToObject(f, "rpc", e->cfg.rpc);
+        cJSON_AddNumberToObject(f, "pf", e->cfg.pf);
+        cJSON_AddNumberToObject(f, "grid_per_sm", e->cfg.grid_per_sm);
+    }
+    if ((b = cJSON_AddObjectToObject(o, "bwd"))) {
+        cJSON_AddNumberToObject(b, "bwd_pf", e->cfg.bwd_pf);
+        cJSON_AddNumberToObject(b, "accs", e->cfg.accs);
+    }
+    cJSON_AddNumberToObject(o, "fwd_us", e->fwd_us);
+    cJSON_AddNumberToObject(o, "bwd_us", e->bwd_us);
+    cJSON_AddNumberToObject(o, "default_fwd_us", e->default_fwd_us);
+    cJSON_AddNumberToObject(o, "default_bwd_us", e->default_bwd_us);
+    cJSON_AddNumberToObject(o, "tune_seconds", e->tune_seconds);
+    if (e->n_rows > 0 && e->n_rows <= KJIT_TUNE_NROWS) {
+        double r[KJIT_TUNE_NROWS];
+        for (int i = 0; i < e->n_rows; ++i) r[i] = (double)e->rows[i];
+        cJSON_AddItemToObject(o, "rows", cJSON_CreateDoubleArray(r, e->n_rows));
+        cJSON_AddItemToObject(o, "fwd_us_rows", cJSON_CreateDoubleArray(e->fwd_us_rows, e->n_rows));
+        cJSON_AddItemToObject(o, "bwd_us_rows", cJSON_CreateDoubleArray(e->bwd_us_rows, e->n_rows));
+        cJSON_AddItemToObject(o, "default_fwd_us_rows", cJSON_CreateDoubleArray(e->default_fwd_us_rows, e->n_rows));
+        cJSON_AddItemToObject(o, "default_bwd_us_rows", cJSON_CreateDoubleArray(e->default_bwd_us_rows, e->n_rows));
+    }
+    cJSON_AddNumberToObject(o, "fwd_candidates", e->fwd_candidates);
+    cJSON_AddNumberToObject(o, "bwd_candidates", e->bwd_candidates);
+    cJSON_AddNumberToObject(o, "tuned_at", (double)e->tuned_at);
+    return o;
+}
+
+char *kjit__tune_print(const kjit_tune_list *l)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    cJSON_AddNumberToObject(root, "format", KJIT_TUNE_FORMAT);
+    cJSON_AddStringToObject(root, "kjit", KJIT_VERSION_STRING);
+    cJSON *arr = cJSON_AddArrayToObject(root, "entries");
+    int ok = arr != NULL;
+    for (size_t i = 0; ok && i < l->n; ++i) {
+        cJSON *e = entry_json(&l->v[i]);
+        ok = e && cJSON_AddItemToArray(arr, e);
+    }
+    char *s = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!s) return NULL;
+    /* cJSON_Print's buffer comes from cJSON's allocator: hand back a malloc'd copy. */
+    char *copy = strdup(s);
+    cJSON_free(s);
+    return copy;
+}
+
+/* ---- publish ------------------------------------------------------------ */
+
+static int write_full(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int publish(const char *dir, const char *text)
+{
+    char tmp[4096], path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
+    /* The cache's temp-file prefix: `kjit cache clear` removes a killed writer's leftover. */
+    snprintf(tmp, sizeof tmp, "%s/.tmp.%s.XXXXXX", dir, KJIT_TUNE_FILE);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) return kjit__fail(KJIT_EIO, "tuning file: cannot create a temp file in %s: %s", dir, strerror(errno));
+    const char *step = "write";
+    if (write_full(fd, text, strlen(text)) == 0 && write_full(fd, "\n", 1) == 0) {
+        step = "fsync";
+        if (fsync(fd) == 0) {
+            step = "close";
+            int c = close(fd);
+            fd = -1;
+            if (c == 0) {
+                step = "rename";
+                if (rename(tmp, path) == 0) {
+                    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                    if (dfd >= 0) fsync(dfd), close(dfd);
+                    return KJIT_OK;
+                }
+            }
+        }
+    }
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return kjit__fail(KJIT_EIO, "tuning file %s: %s failed: %s", path, step, strerror(err));
+}
+
+int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n_add)
+{
+    if (!dir || !dir[0]) return kjit__fail(KJIT_EINVAL, "tuning file: no cache directory (memory-only cache)");
+    char lock[4096];
+    snprintf(lock, sizeof lock, "%s/%s", dir, KJIT_TUNE_LOCK);
+    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lfd < 0) return kjit__fail(KJIT_EIO, "tuning file: cannot open the lock %s: %s", lock, strerror(errno));
+    while (flock(lfd, LOCK_EX) < 0) {
+        if (errno != EINTR) {
+            const int err = errno;
+            close(lfd);
+            return kjit__fail(KJIT_EIO, "tuning file: cannot lock %s: %s", lock, strerror(err));
+        }
+    }
+    kjit_tune_list l = {0};
+    int n_bad = 0;
+    kjit__tune_file_read(dir, &l, &n_bad); /* damaged / foreign: start afresh */
+    int rc = KJIT_OK;
+    for (size_t i = 0; !rc && i < n_add; ++i) {
+        char why[256];
+        if (kjit__tune_entry_check(&add[i], why, sizeof why))
+            rc = kjit__fail(KJIT_EINVAL, "tuning file: refusing to save an invalid entry: %s", why);
+        else
+            rc = kjit__tune_list_put(&l, &add[i]);
+    }
+    if (!rc) {
+        char *text = kjit__tune_print(&l);
+        rc = text ? publish(dir, text) : kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+        free(text);
+    }
+    kjit__tune_list_free(&l);
+    close(lfd); /* releases the flock */
+    return rc;
+}

@@ -1,0 +1,480 @@
+/* The tuning file and the launch-config table, no GPU: round trip, damaged
+ * and foreign files ignored (the default used) and rebuilt by the next save,
+ * every kind of bad entry skipped, atomic saves (no temp file left, a failed
+ * save leaves the old file), concurrent saves from 4 processes keeping every
+ * entry; the tuning space; kjit_op_config_get / kjit_tune / the force hook
+ * on a context without a GPU. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/ctx.h"
+#include "test_util.h"
+#include "tune/config.h"
+#include "tune/tune.h"
+#include "tune/tune_file.h"
+
+#define DEV "NVIDIA H200"
+#define SMEM (232448 - 1024)
+
+static kjit_tune_entry entry(const char *dev, int mode, int h, kjit_dtype dt, int rpc, int pf, int grid, int bpf,
+                             int accs)
+{
+    kjit_tune_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.device, sizeof e.device, "%s", dev);
+    e.mode = mode, e.hidden = h, e.dtype = dt;
+    e.cfg = (kjit_adaln_config){rpc, pf, grid, bpf, accs};
+    e.fwd_us = 100.5, e.bwd_us = 200.25, e.default_fwd_us = 110, e.default_bwd_us = 230, e.tune_seconds = 1.5;
+    e.n_rows = 3;
+    const long long rows[3] = {32768, 4097, 1024};
+    for (int i = 0; i < 3; ++i) {
+        e.rows[i] = rows[i];
+        e.fwd_us_rows[i] = 10.0 * (i + 1), e.bwd_us_rows[i] = 20.0 * (i + 1);
+        e.default_fwd_us_rows[i] = 11.0 * (i + 1), e.default_bwd_us_rows[i] = 23.0 * (i + 1);
+    }
+    e.fwd_candidates = 24, e.bwd_candidates = 9, e.tuned_at = 1700000000;
+    return e;
+}
+
+static int same_entry(const kjit_tune_entry *a, const kjit_tune_entry *b)
+{
+    int ok = kjit__tune_entry_same_key(a, b) && kjit__adaln_config_equal(&a->cfg, &b->cfg) && a->fwd_us == b->fwd_us &&
+             a->bwd_us == b->bwd_us && a->default_fwd_us == b->default_fwd_us &&
+             a->default_bwd_us == b->default_bwd_us && a->tune_seconds == b->tune_seconds && a->n_rows == b->n_rows &&
+             a->fwd_candidates == b->fwd_candidates && a->bwd_candidates == b->bwd_candidates &&
+             a->tuned_at == b->tuned_at;
+    for (int i = 0; ok && i < a->n_rows; ++i)
+        ok = a->rows[i] == b->rows[i] && a->fwd_us_rows[i] == b->fwd_us_rows[i] &&
+             a->bwd_us_rows[i] == b->bwd_us_rows[i] && a->default_fwd_us_rows[i] == b->default_fwd_us_rows[i] &&
+             a->default_bwd_us_rows[i] == b->default_bwd_us_rows[i];
+    return ok;
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *read_text(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, KJIT_TUNE_FILE);
+    FILE *f = fopen(p, "r");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc((size_t)n + 1, 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Every name in dir other than tune.json and tune.lock. */
+static int stray_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, KJIT_TUNE_FILE) ||
+            !strcmp(de->d_name, KJIT_TUNE_LOCK))
+            continue;
+        fprintf(stderr, "stray file in the cache dir: %s\n", de->d_name);
+        ++n;
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_space(void)
+{
+    kjit_adaln_config f[KJIT_TUNE_MAX_FWD], b[KJIT_TUNE_MAX_BWD], d;
+    for (int mode = 1; mode <= 3; ++mode) {
+        kjit__adaln_config_default(mode, 5376, KJIT_BF16, &d);
+        CHECK_EQ_INT(kjit__adaln_space_fwd(mode, 5376, KJIT_BF16, f), 24);
+        CHECK_EQ_INT(kjit__adaln_space_bwd(mode, 5376, KJIT_BF16, SMEM, b), 9);
+        int has_f = 0, has_b = 0;
+        for (int i = 0; i < 24; ++i) {
+            has_f |= kjit__adaln_config_equal(&f[i], &d);
+            CHECK_EQ_INT(kjit__adaln_config_check(mode, 5376, KJIT_BF16, &f[i], SMEM, NULL, 0), KJIT_OK);
+            CHECK_EQ_INT(f[i].bwd_pf, d.bwd_pf);
+            CHECK_EQ_INT(f[i].accs, d.accs);
+        }
+        for (int i = 0; i < 9; ++i) {
+            has_b |= kjit__adaln_config_equal(&b[i], &d);
+            CHECK_EQ_INT(b[i].rpc, d.rpc);
+            CHECK_EQ_INT(b[i].grid_per_sm, d.grid_per_sm);
+        }
+        CHECK(has_f && has_b);
+    }
+    /* fp32 at 16384: 512 threads per row, so no rpc 4. */
+    CHECK_EQ_INT(kjit__adaln_tpr(16384, KJIT_F32), 512);
+    CHECK_EQ_INT(kjit__adaln_space_fwd(1, 16384, KJIT_F32, f), 16);
+    for (int i = 0; i < 16; ++i) CHECK(f[i].rpc * 512 <= 1024);
+    /* Fused at 16384 bf16: accs 2 needs 320 KiB of shared memory: left out; accs 1 (128 KiB) kept. */
+    kjit_adaln_config c = {1, 0, 0, 0, 2};
+    CHECK_EQ_INT(kjit__adaln_bwd_smem(3, 16384, KJIT_BF16, &c), 327680);
+    CHECK_EQ_INT(kjit__adaln_space_bwd(3, 16384, KJIT_BF16, SMEM, b), 6);
+    for (int i = 0; i < 6; ++i) CHECK(b[i].accs < 2);
+    CHECK_EQ_INT(kjit__adaln_config_check(3, 16384, KJIT_BF16, &c, SMEM, NULL, 0), KJIT_EINVAL);
+    /* Ranges. */
+    const kjit_adaln_config bad[] = {{0, 0, 0, 0, 0},  {16, 0, 0, 0, 0}, {5, 0, 0, 0, 0}, {1, 2, 0, 0, 0},
+                                     {1, -1, 0, 0, 0}, {1, 0, -1, 0, 0}, {1, 0, 65, 0, 0}, {1, 0, 0, 4, 0},
+                                     {1, 0, 0, -1, 0}, {1, 0, 0, 0, 3}, {1, 0, 0, 0, -1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        char why[128] = "";
+        CHECK_EQ_INT(kjit__adaln_config_check(1, 5376, KJIT_BF16, &bad[i], SMEM, why, sizeof why), KJIT_EINVAL);
+        CHECK(why[0] != '\0');
+    }
+    c = (kjit_adaln_config){1, 0, 0, 0, 0};
+    CHECK_EQ_INT(kjit__adaln_config_check(1, 5377, KJIT_BF16, &c, 0, NULL, 0), KJIT_EINVAL);
+    CHECK_EQ_INT(kjit__adaln_config_check(1, 16392, KJIT_BF16, &c, 0, NULL, 0), KJIT_EINVAL);
+    CHECK_EQ_INT(kjit__adaln_config_check(1, 5376, KJIT_I32, &c, 0, NULL, 0), KJIT_EINVAL);
+    CHECK_EQ_INT(kjit__adaln_config_check(4, 5376, KJIT_BF16, &c, 0, NULL, 0), KJIT_EINVAL);
+    CHECK_EQ_INT(kjit__adaln_mode("fused"), 3);
+    CHECK_EQ_INT(kjit__adaln_mode("timestep_sinusoid"), 0);
+    CHECK_EQ_INT(kjit__adaln_mode(NULL), 0);
+}
+
+static void test_round_trip(const char *dir)
+{
+    kjit_tune_entry in[3] = {
+        entry(DEV, 1, 5376, KJIT_BF16, 2, 1, 4, 2, 1),
+        entry(DEV, 3, 3072, KJIT_F16, 4, 0, 0, 0, 2),
+        entry("Other GPU", 1, 5376, KJIT_BF16, 1, 0, 1, 1, 0),
+    };
+    CHECK_STATUS(kjit__tune_file_update(dir, in, 3), KJIT_OK);
+    CHECK_EQ_INT(stray_files(dir), 0);
+    kjit_tune_list l = {0};
+    int bad = -1;
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(l.n, 3);
+    for (size_t i = 0; i < l.n && i < 3; ++i) CHECK(same_entry(&l.v[i], &in[i]));
+    kjit__tune_list_free(&l);
+    /* Same key: replaced, not added. */
+    kjit_tune_entry up = entry(DEV, 1, 5376, KJIT_BF16, 1, 0, 2, 0, 0);
+    CHECK_STATUS(kjit__tune_file_update(dir, &up, 1), KJIT_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(l.n, 3);
+    CHECK(l.n == 3 && same_entry(&l.v[0], &up));
+    kjit__tune_list_free(&l);
+    /* An invalid entry is refused and the file left as it was. */
+    char *before = read_text(dir);
+    kjit_tune_entry inv = entry(DEV, 2, 5376, KJIT_BF16, 0, 0, 0, 0, 0);
+    CHECK_STATUS(kjit__tune_file_update(dir, &inv, 1), KJIT_EINVAL);
+    char *after = read_text(dir);
+    CHECK(before && after && !strcmp(before, after));
+    free(before), free(after);
+    CHECK_STATUS(kjit__tune_file_update("", &up, 1), KJIT_EINVAL);
+
+    /* The table of a device takes its entries only, as STORED. */
+    kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
+    CHECK_EQ_INT(kjit__tune_table_load(t, dir), 2);
+    kjit_adaln_config c, d;
+    CHECK_EQ_INT(kjit__tune_table_get(t, 1, 5376, KJIT_BF16, &c, NULL), KJIT_CONFIG_STORED);
+    CHECK(kjit__adaln_config_equal(&c, &up.cfg));
+    CHECK_EQ_INT(kjit__tune_table_get(t, 3, 3072, KJIT_F16, &c, NULL), KJIT_CONFIG_STORED);
+    CHECK(kjit__adaln_config_equal(&c, &in[1].cfg));
+    CHECK_EQ_INT(kjit__tune_table_get(t, 2, 5376, KJIT_BF16, &c, NULL), KJIT_CONFIG_DEFAULT);
+    kjit__adaln_config_default(2, 5376, KJIT_BF16, &d);
+    CHECK(kjit__adaln_config_equal(&c, &d));
+    /* Forced wins and clears back; tuned replaces stored. */
+    kjit_adaln_config f = {4, 1, 1, 2, 2};
+    CHECK_STATUS(kjit__tune_table_set(t, 1, 5376, KJIT_BF16, &f, KJIT_CONFIG_FORCED), KJIT_OK);
+    CHECK_EQ_INT(kjit__tune_table_get(t, 1, 5376, KJIT_BF16, &c, NULL), KJIT_CONFIG_FORCED);
+    CHECK(kjit__adaln_config_equal(&c, &f));
+    CHECK_STATUS(kjit__tune_table_set(t, 1, 5376, KJIT_BF16, NULL, KJIT_CONFIG_FORCED), KJIT_OK);
+    CHECK_EQ_INT(kjit__tune_table_get(t, 1, 5376, KJIT_BF16, &c, NULL), KJIT_CONFIG_STORED);
+    CHECK_STATUS(kjit__tune_table_set(t, 1, 5376, KJIT_BF16, &f, KJIT_CONFIG_TUNED), KJIT_OK);
+    CHECK_EQ_INT(kjit__tune_table_get(t, 1, 5376, KJIT_BF16, &c, NULL), KJIT_CONFIG_TUNED);
+    f.rpc = 16;
+    CHECK_STATUS(kjit__tune_table_set(t, 1, 5376, KJIT_BF16, &f, KJIT_CONFIG_FORCED), KJIT_EINVAL);
+    kjit__tune_table_free(t);
+    t = kjit__tune_table_new("Other GPU", SMEM, 0);
+    CHECK_EQ_INT(kjit__tune_table_load(t, dir), 1);
+    kjit__tune_table_free(t);
+    /* No device name: nothing stored applies. */
+    t = kjit__tune_table_new("", SMEM, 0);
+    CHECK_EQ_INT(kjit__tune_table_load(t, dir), 0);
+    kjit__tune_table_free(t);
+    /* A stored config within the template's range but beyond this device's
+     * shared memory is ignored by the table (the default is used). */
+    kjit_tune_entry big = entry(DEV, 3, 16384, KJIT_BF16, 1, 0, 0, 0, 2);
+    CHECK_STATUS(kjit__tune_file_update(dir, &big, 1), KJIT_OK);
+    t = kjit__tune_table_new(DEV, SMEM, 0);
+    CHECK_EQ_INT(kjit__tune_table_load(t, dir), 2);
+    CHECK_EQ_INT(kjit__tune_table_get(t, 3, 16384, KJIT_BF16, &c, NULL), KJIT_CONFIG_DEFAULT);
+    kjit__tune_table_free(t);
+}
+
+/* A file whose text is `text`: read as `state` with `n_ok` entries and
+ * `n_bad` skipped; the table uses the defaults for what is not valid; the
+ * next save rebuilds a valid file keeping the valid entries. */
+static void expect_file(const char *dir, const char *what, const char *text, kjit_tune_file_state state, int n_ok,
+                        int n_bad)
+{
+    write_file(dir, KJIT_TUNE_FILE, text);
+    kjit_tune_list l = {0};
+    int bad = -1;
+    kjit_tune_file_state st = kjit__tune_file_read(dir, &l, &bad);
+    if ((int)st != (int)state || (int)l.n != n_ok || bad != n_bad) {
+        fprintf(stderr, "%s: state %d, %zu entries, %d bad; expected %d, %d, %d\n", what, (int)st, l.n, bad,
+                (int)state, n_ok, n_bad);
+        kjit_test_failures++;
+    }
+    kjit__tune_list_free(&l);
+    kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
+    CHECK_EQ_INT(kjit__tune_table_load(t, dir), n_ok);
+    kjit_adaln_config c, d;
+    kjit__adaln_config_default(2, 1024, KJIT_F32, &d);
+    CHECK_EQ_INT(kjit__tune_table_get(t, 2, 1024, KJIT_F32, &c, NULL), KJIT_CONFIG_DEFAULT);
+    CHECK(kjit__adaln_config_equal(&c, &d));
+    kjit__tune_table_free(t);
+    kjit_tune_entry e = entry(DEV, 2, 1024, KJIT_F32, 2, 1, 2, 1, 1);
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(bad, 0);
+    if ((int)l.n != n_ok + 1) {
+        fprintf(stderr, "%s: rebuilt file has %zu entries, expected %d\n", what, l.n, n_ok + 1);
+        kjit_test_failures++;
+    }
+    kjit__tune_list_free(&l);
+    t = kjit__tune_table_new(DEV, SMEM, 0);
+    kjit__tune_table_load(t, dir);
+    CHECK_EQ_INT(kjit__tune_table_get(t, 2, 1024, KJIT_F32, &c, NULL), KJIT_CONFIG_STORED);
+    CHECK(kjit__adaln_config_equal(&c, &e.cfg));
+    kjit__tune_table_free(t);
+    CHECK_EQ_INT(stray_files(dir), 0);
+}
+
+#define HEAD "{\"format\":1,\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":["
+#define GOOD                                                                                                   \
+    "{\"device\":\"" DEV "\",\"op\":\"norm_modulate\",\"hidden\":5376,\"dtype\":\"bf16\",\"fwd\":{\"rpc\":2,\"pf\":1," \
+    "\"grid_per_sm\":2},\"bwd\":{\"bwd_pf\":1,\"accs\":1}}"
+/* An entry of gated_residual 3072 bf16 with one field replaced. */
+#define E(fwd, bwd, extra)                                                                                    \
+    "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" fwd "},\"bwd\":{" bwd \
+    "}" extra "}"
+#define FWD_OK "\"rpc\":1,\"pf\":0,\"grid_per_sm\":0"
+#define BWD_OK "\"bwd_pf\":1,\"accs\":0"
+
+static void test_damaged(const char *dir)
+{
+    /* A valid file, then cut in half. */
+    kjit_tune_entry e = entry(DEV, 1, 5376, KJIT_BF16, 2, 1, 4, 2, 1);
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
+    char *full = read_text(dir);
+    CHECK(full != NULL);
+    if (full) {
+        full[strlen(full) / 2] = '\0';
+        expect_file(dir, "truncated", full, KJIT_TUNE_FILE_DAMAGED, 0, 0);
+        free(full);
+    }
+    expect_file(dir, "empty", "", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "garbage", "\x01\x02\xff not json", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "array", "[1,2,3]", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "format 2", "{\"format\":2,\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":[" GOOD "]}",
+                KJIT_TUNE_FILE_FOREIGN, 0, 0);
+    expect_file(dir, "other kjit", "{\"format\":1,\"kjit\":\"0.0.9\",\"entries\":[" GOOD "]}", KJIT_TUNE_FILE_FOREIGN,
+                0, 0);
+    expect_file(dir, "format as string", "{\"format\":\"1\",\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":[]}",
+                KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "no kjit", "{\"format\":1,\"entries\":[]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "entries object", "{\"format\":1,\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":{}}",
+                KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "good", HEAD GOOD "]}", KJIT_TUNE_FILE_OK, 1, 0);
+    /* Bad entries, each next to a good one: skipped, the good one kept. */
+    static const char *const bad[] = {
+        "5",
+        "\"x\"",
+        "{}",
+        "{\"device\":7,\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK "},\"bwd\":{" BWD_OK "}}",
+        "{\"device\":\"\",\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK "},\"bwd\":{" BWD_OK "}}",
+        "{\"device\":\"" DEV "\",\"op\":\"timestep_sinusoid\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK
+        "},\"bwd\":{" BWD_OK "}}",
+        "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":\"3072\",\"dtype\":\"bf16\",\"fwd\":{" FWD_OK
+        "},\"bwd\":{" BWD_OK "}}",
+        "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":3073,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK
+        "},\"bwd\":{" BWD_OK "}}",
+        "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":32768,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK
+        "},\"bwd\":{" BWD_OK "}}",
+        "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"int32\",\"fwd\":{" FWD_OK
+        "},\"bwd\":{" BWD_OK "}}",
+        "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":[1],\"bwd\":{" BWD_OK
+        "}}",
+        E("\"rpc\":\"1\",\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
+        E("\"rpc\":1.5,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
+        E("\"rpc\":0,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
+        E("\"rpc\":16,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
+        E("\"rpc\":1e300,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
+        E("\"rpc\":1,\"pf\":2,\"grid_per_sm\":0", BWD_OK, ""),
+        E("\"rpc\":1,\"pf\":0,\"grid_per_sm\":-1", BWD_OK, ""),
+        E("\"rpc\":1,\"pf\":0,\"grid_per_sm\":1000000", BWD_OK, ""),
+        E("\"rpc\":1,\"pf\":0", BWD_OK, ""),
+        E(FWD_OK, "\"bwd_pf\":4,\"accs\":0", ""),
+        E(FWD_OK, "\"bwd_pf\":1,\"accs\":3", ""),
+        E(FWD_OK, "\"bwd_pf\":1,\"accs\":null", ""),
+        E(FWD_OK, "\"bwd_pf\":true,\"accs\":0", ""),
+        /* fp32 at 16384: 512 threads per row, rpc 4 would be 2048 threads. */
+        "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":16384,\"dtype\":\"fp32\",\"fwd\":{"
+        "\"rpc\":4,\"pf\":0,\"grid_per_sm\":0},\"bwd\":{" BWD_OK "}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        char text[2048], what[32];
+        snprintf(text, sizeof text, HEAD GOOD ",%s]}", bad[i]);
+        snprintf(what, sizeof what, "bad entry %zu", i);
+        expect_file(dir, what, text, KJIT_TUNE_FILE_OK, 1, 1);
+    }
+    /* Diagnostics of the wrong type are dropped, the entry kept. */
+    expect_file(dir, "bad diagnostics",
+                HEAD E(FWD_OK, BWD_OK, ",\"fwd_us\":\"fast\",\"rows\":[1,2],\"fwd_us_rows\":[1]") "]}", KJIT_TUNE_FILE_OK, 1,
+                0);
+    /* Not a regular file: ignored; a save then fails (EIO) and says why. */
+    char p[4200];
+    snprintf(p, sizeof p, "%.4000s/%s", dir, KJIT_TUNE_FILE);
+    unlink(p);
+    CHECK(mkdir(p, 0700) == 0);
+    kjit_tune_list l = {0};
+    int nb = 0;
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_DAMAGED);
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "tune.json") != NULL);
+    rmdir(p);
+    CHECK_EQ_INT(stray_files(dir), 0);
+    /* No file at all. */
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_MISSING);
+    CHECK_EQ_INT(kjit__tune_file_read("", &l, &nb), KJIT_TUNE_FILE_MISSING);
+    CHECK_EQ_INT(l.n, 0);
+}
+
+/* 4 processes x 10 saves of distinct entries into one file. */
+static void test_concurrent(const char *dir)
+{
+    enum { PROCS = 4, EACH = 10 };
+    pid_t pids[PROCS];
+    for (int p = 0; p < PROCS; ++p) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            int fails = 0;
+            for (int i = 0; i < EACH; ++i) {
+                kjit_tune_entry e = entry(DEV, 1 + i % 3, 8 * (1 + p * EACH + i), KJIT_BF16, 1, i % 2, 0, 0, 0);
+                fails += kjit__tune_file_update(dir, &e, 1) != KJIT_OK;
+            }
+            _exit(fails ? 1 : 0);
+        }
+        CHECK(pids[p] > 0);
+    }
+    for (int p = 0; p < PROCS; ++p) {
+        int st = 0;
+        waitpid(pids[p], &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    kjit_tune_list l = {0};
+    int bad = 0;
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(l.n, PROCS * EACH);
+    for (int p = 0; p < PROCS; ++p)
+        for (int i = 0; i < EACH; ++i) {
+            int found = 0;
+            for (size_t k = 0; k < l.n; ++k)
+                found |= l.v[k].hidden == 8 * (1 + p * EACH + i) && l.v[k].mode == 1 + i % 3 && l.v[k].cfg.pf == i % 2;
+            if (!found) {
+                fprintf(stderr, "concurrent saves: entry of process %d, save %d lost\n", p, i);
+                kjit_test_failures++;
+            }
+        }
+    kjit__tune_list_free(&l);
+    CHECK_EQ_INT(stray_files(dir), 0);
+}
+
+/* The public calls on a context without a GPU. */
+static void test_ctx(const char *dir)
+{
+    kjit_ctx_options o;
+    kjit_ctx_options_init(&o);
+    CHECK_EQ_INT(o.tune, 0);
+    o.device = KJIT_NO_DEVICE;
+    o.cache_dir = dir;
+    o.tune = 1;
+    kjit_ctx *ctx = NULL;
+    CHECK_STATUS(kjit_ctx_create(&ctx, &o), KJIT_OK);
+    if (!ctx) return;
+    kjit_op_config c;
+    kjit_adaln_config d;
+    /* Stored entries are for a device: a context without one uses the defaults. */
+    static const char *const ops[3] = {"norm_modulate", "gated_residual", "gated_residual_norm_modulate"};
+    for (int m = 1; m <= 3; ++m) {
+        CHECK_STATUS(kjit_op_config_get(ctx, ops[m - 1], 5376, KJIT_BF16, &c), KJIT_OK);
+        kjit__adaln_config_default(m, 5376, KJIT_BF16, &d);
+        CHECK_EQ_INT(c.source, KJIT_CONFIG_DEFAULT);
+        CHECK(c.rpc == d.rpc && c.pf == d.pf && c.grid_per_sm == d.grid_per_sm && c.bwd_pf == d.bwd_pf &&
+              c.accs == d.accs);
+    }
+    /* Off the fast path: the generic path's config. */
+    CHECK_STATUS(kjit_op_config_get(ctx, "norm_modulate", 13, KJIT_F32, &c), KJIT_OK);
+    CHECK(c.pf == 0 && c.bwd_pf == 0 && c.accs == 0 && c.source == KJIT_CONFIG_DEFAULT);
+    CHECK_STATUS(kjit_op_config_get(ctx, "fused", 5376, KJIT_BF16, &c), KJIT_OK);
+    CHECK_STATUS(kjit_op_config_get(NULL, "norm_modulate", 5376, KJIT_BF16, &c), KJIT_EINVAL);
+    CHECK_STATUS(kjit_op_config_get(ctx, "norm_modulate", 5376, KJIT_BF16, NULL), KJIT_EINVAL);
+    CHECK_STATUS(kjit_op_config_get(ctx, NULL, 5376, KJIT_BF16, &c), KJIT_EINVAL);
+    CHECK_STATUS(kjit_op_config_get(ctx, "timestep_sinusoid", 256, KJIT_F32, &c), KJIT_EINVAL);
+    CHECK_STATUS(kjit_op_config_get(ctx, "norm_modulate", 5376, KJIT_I32, &c), KJIT_EINVAL);
+    CHECK_STATUS(kjit_op_config_get(ctx, "norm_modulate", 0, KJIT_BF16, &c), KJIT_EINVAL);
+    /* The force hook. */
+    kjit_adaln_config f = {2, 0, 4, 2, 1};
+    CHECK_STATUS(kjit__tune_force(ctx, "gated_residual", 3072, KJIT_BF16, &f), KJIT_OK);
+    CHECK_STATUS(kjit_op_config_get(ctx, "gated_residual", 3072, KJIT_BF16, &c), KJIT_OK);
+    CHECK(c.source == KJIT_CONFIG_FORCED && c.rpc == 2 && c.pf == 0 && c.grid_per_sm == 4 && c.bwd_pf == 2 &&
+          c.accs == 1);
+    f.accs = 3;
+    CHECK_STATUS(kjit__tune_force(ctx, "gated_residual", 3072, KJIT_BF16, &f), KJIT_EINVAL);
+    CHECK_STATUS(kjit__tune_force(ctx, "gated_residual", 3073, KJIT_BF16, NULL), KJIT_EINVAL);
+    CHECK_STATUS(kjit__tune_force(ctx, "timestep_sinusoid", 3072, KJIT_BF16, NULL), KJIT_EINVAL);
+    CHECK_STATUS(kjit__tune_force(ctx, "gated_residual", 3072, KJIT_BF16, NULL), KJIT_OK);
+    CHECK_STATUS(kjit_op_config_get(ctx, "gated_residual", 3072, KJIT_BF16, &c), KJIT_OK);
+    CHECK_EQ_INT(c.source, KJIT_CONFIG_DEFAULT);
+    /* The tuner needs a device; bad keys are refused first. */
+    CHECK_STATUS(kjit_tune(ctx, "norm_modulate", 5376, KJIT_BF16, NULL), KJIT_ENODRIVER);
+    CHECK_STATUS(kjit_tune(ctx, "norm_modulate", 13, KJIT_BF16, NULL), KJIT_EUNSUPPORTED);
+    CHECK_STATUS(kjit_tune(ctx, "norm_modulate", 16392, KJIT_BF16, NULL), KJIT_EUNSUPPORTED);
+    CHECK_STATUS(kjit_tune(ctx, "adaln_row_gather", 5376, KJIT_BF16, NULL), KJIT_EINVAL);
+    CHECK_STATUS(kjit_tune(NULL, "norm_modulate", 5376, KJIT_BF16, NULL), KJIT_EINVAL);
+    kjit_ctx_destroy(ctx);
+    /* A memory-only cache. */
+    o.cache_dir = "";
+    ctx = NULL;
+    CHECK_STATUS(kjit_ctx_create(&ctx, &o), KJIT_OK);
+    CHECK_STATUS(kjit_op_config_get(ctx, "norm_modulate", 5376, KJIT_BF16, &c), KJIT_OK);
+    kjit_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+    char *dir = kjit_test_tmpdir();
+    char sub[4][4096];
+    for (int i = 0; i < 4; ++i) {
+        snprintf(sub[i], sizeof sub[i], "%s/d%d", dir, i);
+        CHECK(mkdir(sub[i], 0700) == 0);
+    }
+    test_space();
+    test_round_trip(sub[0]);
+    test_damaged(sub[1]);
+    test_concurrent(sub[2]);
+    test_ctx(sub[3]);
+    kjit_test_rmtree(dir);
+    free(dir);
+    return kjit_test_result("test_tune_file");
+}
