@@ -13,7 +13,7 @@
  *   queue ahead of the device, then REPS calls each between two events; the
  *   median (REPS = 11; the memset, ~0.3 ms, covers the host's queueing of
  *   the calls, so no host gap is timed even for short calls). Candidates
- *   are pruned once their partial sum exceeds the best complete one; the
+ *   are pruned once their partial sum exceeds the best eligible one; the
  *   default is timed first and in full;
  * - the forward and the backward are chosen separately: the smallest sum of
  *   medians over the row counts among the candidates no more than 2% slower
@@ -421,19 +421,16 @@ static int choose(bench *b, int bwd, cand *cands, int n, int *rc_out)
             continue;
         }
         if (k == b->n_counts) {
+            /* Eligible: no more than 2% (+0.3 us) slower than the default at any row count. */
             c->complete = 1;
-            if (c->sum < best) best = c->sum;
+            for (k = 0; k < b->n_counts; ++k) c->complete &= c->us[k] <= cands[0].us[k] * 1.02 + 0.3;
+            if (c->complete && c->sum < best) best = c->sum;
         }
     }
     int pick = 0;
     double pick_sum = cands[0].sum * 0.99;
-    for (int i = 1; i < n; ++i) {
-        const cand *c = &cands[i];
-        if (!c->complete || c->sum >= pick_sum) continue;
-        int ok = 1;
-        for (int k = 0; k < b->n_counts; ++k) ok &= c->us[k] <= cands[0].us[k] * 1.02 + 0.3;
-        if (ok) pick = i, pick_sum = c->sum;
-    }
+    for (int i = 1; i < n; ++i)
+        if (cands[i].complete && cands[i].sum < pick_sum) pick = i, pick_sum = cands[i].sum;
     return pick;
 }
 
