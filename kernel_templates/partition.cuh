@@ -9,8 +9,10 @@
 //            if (cap > 16 * N / R) cap = 16 * N / R;  if (cap < 1) cap = 1;
 //   tile   = ((N + cap - 1) / cap + 31) / 32 * 32;  if (tile < 256) tile = 256;
 //   tiles  = (N + tile - 1) / tile                  (tiles * R <= 4194304)
-//   chunk  = (N + 255) / 256;  if (chunk < 32) chunk = 32;
+//   target = 28 MiB / ((2 * NG + (dw ? 1 : 0)) * H * 4), clamped to 16..256
+//   chunk  = (N + target - 1) / target;  if (chunk < 32) chunk = 32;
 //   chunks = (N + chunk - 1) / chunk                (<= 256)
+//   (the host computes these: src/ops/partition.c; kernels read part.chunk)
 //   sblk   = (tiles * R + 4095) / 4096              (scan blocks)
 // Workspace: perm N ints, start R + 1 ints, tile_pos tiles * R ints (r-major,
 // tile_pos[r * tiles + t]), chunk_row chunks ints, scan_state sblk + 1
