@@ -67,17 +67,23 @@ CASES = {"norm_modulate": case_norm, "gated_residual": case_gated,
          "gated_residual_norm_modulate": case_fused, "adaln_row_gather": case_gather}
 
 
-def run(case, m, lib=kjit, up_dtypes=None):
+def run(case, m, lib=kjit, up_dtypes=None, rows=None):
     """Forward and the gradients of x, y, table, weight under fixed upstream
-    grads (rounded to up_dtypes, default the outputs' own, then cast)."""
+    grads (rounded to up_dtypes, default the outputs' own, then cast). rows:
+    m holds these rows of a larger batch; the upstream grads are that batch's
+    rows too, so a row sees the same upstream grad alone and in its batch."""
     ch = m["table"].chunk(6, 1)
     outs = case(m, ch, lib)
     outs = outs if isinstance(outs, list) else [outs]
     leaves = [m["x"], m["y"], m["table"], m["weight"]]
     used = [t if (t is not None and t.requires_grad) else None for t in leaves]
     up_dtypes = up_dtypes or [o.dtype for o in outs]
-    ups = [torch.randn(o.shape, device=DEV, generator=gen(7 + k)).to(d).to(o.dtype)
-           for k, (o, d) in enumerate(zip(outs, up_dtypes))]
+    full = None if rows is None else (m["full_rows"],)
+    ups = []
+    for k, (o, d) in enumerate(zip(outs, up_dtypes)):
+        shape = o.shape if rows is None else (full[0],) + tuple(o.shape[1:])
+        u = torch.randn(shape, device=DEV, generator=gen(7 + k)).to(d).to(o.dtype)
+        ups.append(u if rows is None else u[rows])
     live = [t for t in used if t is not None]
     got = iter(torch.autograd.grad(outs, live, ups, allow_unused=True))
     grads = [None if t is None else next(got) for t in used]
@@ -155,8 +161,9 @@ class Determinism(unittest.TestCase):
             for rows in ([0], [256], [3, 100, 7], list(range(256, -1, -1))):
                 idx = torch.tensor(rows, device=DEV)
                 sub = dict(m, x=m["x"].detach()[idx].requires_grad_(),
-                           y=m["y"].detach()[idx].requires_grad_(), index=m["index"][idx])
-                sub_o, sub_g = run(case, sub)
+                           y=m["y"].detach()[idx].requires_grad_(), index=m["index"][idx],
+                           full_rows=m["x"].shape[0])
+                sub_o, sub_g = run(case, sub, rows=idx)
                 for a, b in zip(sub_o, full_o):
                     self.assertTrue(torch.equal(a, b[idx]), f"{name}: rows {rows[:3]} forward")
                 for a, b in zip(sub_g[:2], full_g[:2]):   # the row gradients dx, dy

@@ -381,15 +381,16 @@ class Context:
         self._adaln("kjit_norm_modulate_bwd", n, hidden, act_dtype, param_dtype, index, eps,
                     tensors, stream, True, workspace)
 
-    def gated_residual_fwd(self, n, hidden, *, act_dtype, param_dtype, index, stream=0,
+    def gated_residual_fwd(self, n, hidden, *, act_dtype, param_dtype, index, eps=None, stream=0,
                            **tensors):
-        """Reads res, y, gate; writes out."""
+        """Reads res, y, gate; writes out. eps is accepted for a uniform call
+        signature and unused (the op has no norm)."""
         self._adaln("kjit_gated_residual_fwd", n, hidden, act_dtype, param_dtype, index, 0.0,
                     tensors, stream)
 
-    def gated_residual_bwd(self, n, hidden, *, act_dtype, param_dtype, index, workspace=None,
-                           stream=0, **tensors):
-        """Reads y, gate, dout; writes dx (= dres, optional), dy, dgate."""
+    def gated_residual_bwd(self, n, hidden, *, act_dtype, param_dtype, index, eps=None,
+                           workspace=None, stream=0, **tensors):
+        """Reads y, gate, dout; writes dx (= dres, optional), dy, dgate. eps: unused."""
         self._adaln("kjit_gated_residual_bwd", n, hidden, act_dtype, param_dtype, index, 0.0,
                     tensors, stream, True, workspace)
 
