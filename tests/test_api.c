@@ -110,6 +110,124 @@ static void op_args(kjit_ctx *ctx)
     }
 }
 
+
+/* The AdaLN ops refuse bad arguments before touching the device, so these
+ * run on CI: each bad field gives KJIT_EINVAL naming it; valid arguments on a
+ * compile-only context give KJIT_ENODRIVER. */
+static void adaln_args(kjit_ctx *ctx)
+{
+    static char mem[4096] __attribute__((aligned(256)));
+    kjit_adaln_args g;
+    memset(&g, 0, sizeof g);
+    g.n = 4, g.hidden = 64, g.eps = 1e-6f, g.act_dtype = KJIT_BF16, g.param_dtype = KJIT_BF16;
+    g.index.ptr = mem, g.index.dtype = KJIT_I32, g.index.rows = 3;
+    g.x = g.res = g.y = g.dout = g.dh = mem;
+    g.x_stride = g.res_stride = g.y_stride = g.dout_stride = g.dh_stride = 64;
+    g.shift = g.scale = g.gate = mem;
+    g.shift_stride = g.scale_stride = g.gate_stride = 6 * 64;
+    g.out = g.h = g.dx = g.dy = g.dshift = g.dscale = g.dgate = mem;
+    g.out_stride = g.h_stride = g.dx_stride = g.dy_stride = 64;
+    g.dshift_stride = g.dscale_stride = g.dgate_stride = 6 * 64;
+    typedef int (*fwd_fn)(kjit_ctx *, const kjit_adaln_args *, CUstream);
+    typedef int (*bwd_fn)(kjit_ctx *, const kjit_adaln_args *, void *, size_t, CUstream);
+    const fwd_fn fwds[3] = {kjit_norm_modulate_fwd, kjit_gated_residual_fwd, kjit_gated_residual_norm_modulate_fwd};
+    const bwd_fn bwds[3] = {kjit_norm_modulate_bwd, kjit_gated_residual_bwd, kjit_gated_residual_norm_modulate_bwd};
+    for (int m = 0; m < 3; ++m) {
+        kjit_adaln_args a;
+#define BAD(stmt, word)                                                              \
+        do {                                                                         \
+            a = g;                                                                   \
+            stmt;                                                                    \
+            CHECK_STATUS(fwds[m](ctx, &a, NULL), KJIT_EINVAL);                       \
+            CHECK(strstr(kjit_last_error(), word) != NULL);                          \
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);              \
+            CHECK(strstr(kjit_last_error(), word) != NULL);                          \
+        } while (0)
+        BAD(a.hidden = 0, "hidden");
+        BAD(a.hidden = 1 << 20, "hidden");
+        BAD(a.n = -5, "n =");
+        BAD(a.n = 1LL << 40, "n =");
+        BAD(a.act_dtype = KJIT_I64, "act_dtype");
+        BAD(a.param_dtype = KJIT_F16, "param_dtype");
+        BAD(a.index.dtype = KJIT_BF16, "index dtype");
+        BAD(a.index.rows = 0, "index.rows");
+        BAD(a.index.rows = 70000, "index.rows");
+        BAD(a.index.ptr = NULL, "index is NULL");
+        BAD(a.index.ptr = mem + 2, "index is not aligned");
+        BAD(a.shift_stride = a.scale_stride = a.gate_stride = 63; a.dshift_stride = a.dscale_stride = a.dgate_stride = 63,
+            "stride");
+        BAD(a.x_stride = a.res_stride = a.y_stride = a.dout_stride = 10, "stride");
+        BAD(a.x = a.res = a.y = a.dout = NULL, "NULL");
+        BAD(a.x = a.res = a.y = a.dout = mem + 1, "aligned");
+#undef BAD
+        if (m != 1) {
+            a = g;
+            a.eps = -1.0f;
+            CHECK_STATUS(fwds[m](ctx, &a, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "eps") != NULL);
+            a = g;
+            a.dweight = mem; /* without a weight */
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "dweight") != NULL);
+        }
+        CHECK_STATUS(bwds[m](ctx, &g, mem, 16, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "workspace") != NULL);
+        CHECK_STATUS(fwds[m](NULL, &g, NULL), KJIT_EINVAL);
+        CHECK_STATUS(fwds[m](ctx, NULL, NULL), KJIT_EINVAL);
+        a = g;
+        a.n = 0;
+        CHECK_STATUS(fwds[m](ctx, &a, NULL), KJIT_OK);
+        if (!kjit_ctx_has_device(ctx)) {
+            CHECK_STATUS(fwds[m](ctx, &g, NULL), KJIT_ENODRIVER);
+            CHECK_STATUS(bwds[m](ctx, &g, NULL, 0, NULL), KJIT_ENODRIVER);
+        }
+    }
+    size_t bytes = 7;
+    CHECK_STATUS(kjit_adaln_workspace((kjit_adaln_op)0, 10, 64, 3, &bytes), KJIT_EINVAL);
+    CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, -1, 64, 3, &bytes), KJIT_EINVAL);
+    CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, 10, 64, 0, &bytes), KJIT_EINVAL);
+    CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, 10, 64, 3, NULL), KJIT_EINVAL);
+    CHECK_EQ_INT(bytes, 7);
+    CHECK_STATUS(kjit_adaln_workspace(KJIT_GATED_RESIDUAL_NORM_MODULATE, 32768, 5376, 4096, &bytes), KJIT_OK);
+    CHECK_LE(bytes, 32e6);
+
+    kjit_row_gather_args r;
+    memset(&r, 0, sizeof r);
+    r.n = 4, r.hidden = 64, r.num_tables = 6, r.dtype = KJIT_BF16;
+    r.index.ptr = mem, r.index.dtype = KJIT_I64, r.index.rows = 3;
+    for (int k = 0; k < 6; ++k) {
+        r.table[k] = r.dout[k] = mem;
+        r.out[k] = r.dtable[k] = mem;
+        r.table_stride[k] = r.dtable_stride[k] = 6 * 64;
+        r.out_stride[k] = r.dout_stride[k] = 64;
+    }
+    kjit_row_gather_args b = r;
+    b.num_tables = 0;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "num_tables") != NULL);
+    b = r, b.num_tables = 9;
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
+    b = r, b.dtype = KJIT_F16;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    b = r, b.table[3] = NULL;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "table[3]") != NULL);
+    b = r, b.dtable_stride[5] = 1;
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "dtable[5]") != NULL);
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &r, mem, 8, NULL), KJIT_EINVAL);
+    CHECK_STATUS(kjit_adaln_row_gather_workspace(10, 64, 0, 3, &bytes), KJIT_EINVAL);
+    CHECK_STATUS(kjit_adaln_row_gather_workspace(32768, 5376, 6, 4096, &bytes), KJIT_OK);
+    CHECK_LE(bytes, 32e6);
+    if (!kjit_ctx_has_device(ctx)) CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &r, NULL), KJIT_ENODRIVER);
+    /* Nothing above wrote to the buffer the pointers name. */
+    for (size_t i = 0; i < sizeof mem; ++i)
+        if (mem[i]) {
+            CHECK(!"a refused call wrote to its output");
+            break;
+        }
+}
+
 int main(void)
 {
     char *dir = kjit_test_tmpdir();
@@ -125,6 +243,7 @@ int main(void)
         CHECK(!kjit_ctx_has_device(ctx));
         CHECK(strcmp(kjit_ctx_arch(ctx), "sm_90") == 0);
         op_args(ctx);
+        adaln_args(ctx);
         kjit_ctx_destroy(ctx);
     }
     kjit_test_rmtree(dir);
