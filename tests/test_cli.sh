@@ -11,7 +11,7 @@ field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])
 OPS="--ops timestep_sinusoid --hidden 256 --dtype fp32,bf16,fp16 --arch sm_90,sm_100"
 
 "$KJIT" info >/dev/null || fail "kjit info"
-for c in info prewarm cache; do
+for c in info prewarm cache tune serve call; do
   "$KJIT" $c --help | grep -q usage || fail "kjit $c --help"
 done
 "$KJIT" --help | grep -q prewarm || fail "kjit --help"
@@ -87,6 +87,15 @@ chmod 0700 "$C"
 
 "$KJIT" cache clear --cache-dir "$T/c1" >/dev/null || fail "clear"
 [ "$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)" = 0 ] || fail "entries after clear"
+
+# kjit tune: --show works without a GPU; tuning without one says so; bad ops are refused.
+"$KJIT" tune --show --cache-dir "$T/c1" >/dev/null || fail "tune --show"
+if ! "$KJIT" info --json | grep -q '"gpus":\[{'; then
+  out=$("$KJIT" tune --ops norm_modulate --hidden 256 --cache-dir "$T/c1" 2>&1); rc=$?
+  [ $rc = 1 ] || fail "tune without a GPU exited $rc, want 1"
+  echo "$out" | grep -qi "GPU" || fail "tune without a GPU: $out"
+fi
+"$KJIT" tune --ops nope --cache-dir "$T/c1" 2>/dev/null; [ $? = 2 ] || fail "tune --ops nope must exit 2"
 
 [ $fails = 0 ] && echo "test_cli: all checks passed" || echo "test_cli: $fails check(s) FAILED"
 [ $fails = 0 ]
