@@ -76,8 +76,9 @@ static int add_jobs(job **jobs, long *n, long *cap, const kjit_kernel_spec *spec
     for (int s = 0; s < n_specs; ++s) {
         int dup = 0;
         for (long k = 0; k < *n && !dup; ++k)
+            /* Ops share kernels (the partition's): one job per compiled image. */
             dup = !strcmp((*jobs)[k].spec.name_expr, specs[s].name_expr) && !strcmp((*jobs)[k].arch, arch) &&
-                  !strcmp((*jobs)[k].spec.op, specs[s].op);
+                  !strcmp((*jobs)[k].spec.template_file, specs[s].template_file);
         if (dup) continue;
         if (*n == *cap) {
             *cap = *cap ? *cap * 2 : 64;
