@@ -106,7 +106,12 @@ KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
 /* Creates a context on a device's primary CUDA context (made current on the
  * calling thread if that thread has none, as the CUDA runtime does). Without
  * a CUDA driver the context is created compile-only (prewarm works) and every
- * op call returns KJIT_ENODRIVER. opts may be NULL (defaults, device 0). */
+ * op call returns KJIT_ENODRIVER. opts may be NULL (defaults, device 0).
+ * When $KJIT_SERVER (read here) names a socket, a kernel found neither in
+ * memory nor on disk is asked of the `kjit serve` there first, and compiled
+ * in process when no server answers, the server refuses, its cache key
+ * differs (other templates or NVRTC) or it shares this cache directory
+ * (KJIT_LOG=1 says which); either way it is stored in this cache. */
 KJIT_API int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts);
 /* Unloads modules and releases the primary context. NULL is a no-op. */
 KJIT_API void kjit_ctx_destroy(kjit_ctx *ctx);
@@ -119,8 +124,12 @@ KJIT_API const char *kjit_ctx_cache_dir(const kjit_ctx *ctx);
  * op since the last call saw an index out of range, and clears the flag. */
 KJIT_API int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag);
 
+/* compiles: builds on a miss of memory and disk, failed ones included; of
+ * them, server_builds were the cubins of the kjit server named by
+ * KJIT_SERVER (compiles - server_builds ran NVRTC in this process). */
 typedef struct kjit_cache_counters {
     uint64_t mem_hits, disk_hits, misses, compiles, bad_entries, evictions;
+    uint64_t server_builds;
 } kjit_cache_counters;
 KJIT_API int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out);
 

@@ -1,7 +1,7 @@
 /* kjit_client: talk to a running `kjit serve` over its Unix socket
  * (docs/PROTOCOL.md). Blocking, one request at a time per client; use one
- * client per thread. Link kjit_client (it uses libkjit's status codes and
- * kjit_last_error() for messages).
+ * client per thread. Part of libkjit (status codes and kjit_last_error() as
+ * everywhere else); the library itself uses it when KJIT_SERVER is set.
  *
  *   kjit_client *c;
  *   if (kjit_client_connect(&c, NULL, 5000) == KJIT_OK) {
@@ -31,11 +31,15 @@ typedef struct kjit_client kjit_client;
 KJIT_API int kjit_client_default_socket(char *buf, size_t len);
 
 /* Connects to path (NULL: $KJIT_SERVER if set, else the default socket) and
- * says hello. timeout_ms bounds each wait for the server (0: none).
- * KJIT_ENOTFOUND when no server answers at the path (no socket file, or a
- * stale one): callers may fall back to compiling themselves. KJIT_EPERM
- * when the server refuses this user. */
+ * says hello. timeout_ms bounds the connect and each wait for the server
+ * (0: none). KJIT_ENOTFOUND when no server answers at the path (no socket
+ * file, or a stale one): callers may fall back to compiling themselves.
+ * KJIT_EPERM when the server refuses this user. */
 KJIT_API int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms);
+
+/* Changes the bound on each later wait for the server (0: none), e.g. a
+ * short one to find a server, then a longer one for a compile. */
+KJIT_API int kjit_client_timeout_set(kjit_client *c, int timeout_ms);
 
 /* The server's hello reply (versions, capabilities, ops, arch, limits). */
 KJIT_API const char *kjit_client_hello(const kjit_client *c);
@@ -83,6 +87,14 @@ typedef struct kjit_client_compiled {
  * KJIT_ECOMPILE, with the server's message in kjit_last_error(). */
 KJIT_API int kjit_client_compile(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, const char *arch,
                                  kjit_client_compiled *out);
+
+/* One kernel by template file and template-id (a kjit_kernel_spec's
+ * template_file and name_expr; op its op, a registered one) for arch (NULL:
+ * the server's): what the embedded library asks on a miss of its own cache
+ * when KJIT_SERVER names a socket. out->n is 1. Errors as for
+ * kjit_client_compile. */
+KJIT_API int kjit_client_kernel_fetch(kjit_client *c, const char *op, const char *template_file, const char *expr,
+                                      const char *arch, kjit_client_compiled *out);
 KJIT_API void kjit_client_compiled_free(kjit_client_compiled *r);
 
 /* Closes the connection. NULL is a no-op. */

@@ -3,163 +3,24 @@
  * peer credentials, disconnects and SIGTERM with work in flight. Runs the
  * `kjit` binary named by $KJIT_BIN; needs NVRTC, not a GPU. */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client/frame.h"
 #include "kjit_client.h"
+#include "server/request.h"
+#include "server_util.h"
 #include "test_util.h"
 
-static const char *bin;
 static char *tmp;
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int raw_connect(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
-    if (fd >= 0) close(fd);
-    return -1;
-}
-
-/* Starts `kjit serve --socket <dir>/<name>.sock` with extra arguments and
- * waits until it answers. */
-static pid_t start_server(const char *sock, const char *cache, const char *const *extra)
-{
-    char log[4200];
-    snprintf(log, sizeof log, "%s.log", sock);
-    pid_t pid = fork();
-    if (pid == 0) {
-        const char *argv[32] = {bin, "serve", "--socket", sock, "--cache-dir", cache};
-        int n = 6;
-        for (int i = 0; extra && extra[i]; ++i) argv[n++] = extra[i];
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) dup2(fd, 2);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    for (int i = 0; i < 400; ++i) {
-        int fd = raw_connect(sock);
-        if (fd >= 0) {
-            close(fd);
-            return pid;
-        }
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) break;
-        usleep(25000);
-    }
-    fprintf(stderr, "server on %s did not start (log %s)\n", sock, log);
-    CHECK(0);
-    return -1;
-}
-
-/* SIGTERM and the exit status (0 expected: clean, and leak-free under ASan). */
-static int stop_server(pid_t pid)
-{
-    if (pid <= 0) return -1;
-    kill(pid, SIGTERM);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static void raw_frame(int fd, const char *json, const void *payload, uint32_t payload_len)
-{
-    uint8_t h[KJIT_FRAME_HEADER];
-    kjit__frame_encode(h, (uint32_t)strlen(json), payload_len);
-    if (write(fd, h, sizeof h) < 0 || write(fd, json, strlen(json)) < 0 ||
-        (payload_len && write(fd, payload, payload_len) < 0))
-        fprintf(stderr, "raw_frame: write failed: %s\n", strerror(errno));
-}
-
-static int read_full(int fd, void *buf, size_t len, int timeout_ms)
-{
-    char *p = buf;
-    while (len) {
-        struct pollfd pf = {fd, POLLIN, 0};
-        if (poll(&pf, 1, timeout_ms) <= 0) return -1;
-        ssize_t r = read(fd, p, len);
-        if (r <= 0) return -1;
-        p += r;
-        len -= (size_t)r;
-    }
-    return 0;
-}
-
-/* The next frame's JSON header (payload skipped), or NULL at EOF/timeout. */
-static cJSON *raw_reply(int fd, int timeout_ms)
-{
-    uint8_t h[KJIT_FRAME_HEADER];
-    kjit_frame_header fh;
-    char why[256];
-    if (read_full(fd, h, sizeof h, timeout_ms)) return NULL;
-    if (kjit__frame_decode(h, KJIT_MAX_REPLY_JSON, KJIT_MAX_REPLY_PAYLOAD, &fh, why, sizeof why)) {
-        fprintf(stderr, "bad reply frame: %s\n", why);
-        return NULL;
-    }
-    char *buf = malloc(fh.json_len + fh.payload_len + 1);
-    if (read_full(fd, buf, fh.json_len + fh.payload_len, timeout_ms)) {
-        free(buf);
-        return NULL;
-    }
-    cJSON *o = cJSON_ParseWithLength(buf, fh.json_len);
-    free(buf);
-    return o;
-}
-
-/* 1 when the server closed fd (EOF) within timeout_ms. */
-static int closed_within(int fd, int timeout_ms)
-{
-    char b[4096];
-    double end = now_s() + timeout_ms / 1000.0;
-    while (now_s() < end) {
-        struct pollfd pf = {fd, POLLIN, 0};
-        if (poll(&pf, 1, 100) > 0) {
-            ssize_t r = read(fd, b, sizeof b);
-            if (r <= 0) return 1;
-        }
-    }
-    return 0;
-}
-
-static const char *err_code(const cJSON *r)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "error"), "code");
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
-static const char *err_msg(const cJSON *r)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "error"), "message");
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
-static double num(const cJSON *o, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
 
 /* One request through the client; the parsed reply (NULL on a transport failure). */
 static cJSON *call(kjit_client *c, const char *json, size_t *payload_len)
@@ -173,17 +34,6 @@ static cJSON *call(kjit_client *c, const char *json, size_t *payload_len)
     if (payload_len) *payload_len = r.payload_len;
     kjit_client_reply_free(&r);
     return o;
-}
-
-static double stat_of(const char *sock, const char *name)
-{
-    kjit_client *c;
-    if (kjit_client_connect(&c, sock, 10000)) return -1;
-    cJSON *r = call(c, "{\"type\":\"stats\"}", NULL);
-    double v = num(r, name);
-    cJSON_Delete(r);
-    kjit_client_close(c);
-    return v;
 }
 
 #define HELLO "{\"id\":0,\"type\":\"hello\",\"versions\":[1]}"
@@ -202,11 +52,14 @@ static void test_round_trips(const char *sock)
     CHECK_STATUS(kjit_client_connect(&c, sock, 60000), KJIT_OK);
     if (!c) return;
     cJSON *h = cJSON_Parse(kjit_client_hello(c));
-    CHECK_EQ_INT(num(h, "version"), 1);
+    CHECK_EQ_INT(kjit_test_num(h, "version"), 1);
     int gpu = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "gpu"));
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(h, "ops")) >= 1);
     cJSON_Delete(h);
 
+    CHECK_STATUS(kjit_client_timeout_set(NULL, 1000), KJIT_EINVAL);
+    CHECK_STATUS(kjit_client_timeout_set(c, -1), KJIT_EINVAL);
+    CHECK_STATUS(kjit_client_timeout_set(c, 60000), KJIT_OK);
     cJSON *r = call(c, "{\"type\":\"ping\"}", NULL);
     CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
     cJSON_Delete(r);
@@ -216,9 +69,9 @@ static void test_round_trips(const char *sock)
     r = call(c, q, &plen);
     CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
     CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r, "cached")));
-    CHECK_EQ_INT(num(r, "payload_bytes"), plen);
+    CHECK_EQ_INT(kjit_test_num(r, "payload_bytes"), plen);
     cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "kernels"), 0);
-    CHECK_EQ_INT(num(k, "size"), plen);
+    CHECK_EQ_INT(kjit_test_num(k, "size"), plen);
     CHECK_EQ_INT(strlen(cJSON_GetObjectItemCaseSensitive(k, "key")->valuestring), 32);
     char key[33];
     snprintf(key, sizeof key, "%s", cJSON_GetObjectItemCaseSensitive(k, "key")->valuestring);
@@ -240,6 +93,31 @@ static void test_round_trips(const char *sock)
     CHECK_STATUS(kjit_client_compile(c, "timestep_sinusoid", 0, KJIT_BF16, NULL, &cc), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "hidden") != NULL);
 
+    /* One kernel by template-id (the KJIT_SERVER hook's request): the same
+     * key as compile's, from the library cache. */
+    kjit_kernel_spec spec;
+    int n_spec = 0;
+    CHECK_STATUS(kjit_op_kernels("timestep_sinusoid", 256, KJIT_BF16, &spec, 1, &n_spec), KJIT_OK);
+    CHECK_STATUS(kjit_client_kernel_fetch(c, spec.op, spec.template_file, spec.name_expr, "sm_90", &cc), KJIT_OK);
+    CHECK_EQ_INT(cc.n, 1);
+    if (cc.n == 1) {
+        CHECK(!strcmp(cc.kernels[0].key, key));
+        CHECK(!strcmp(cc.kernels[0].name_expr, spec.name_expr));
+        CHECK(!memcmp(cc.kernels[0].cubin, "\177ELF", 4));
+        CHECK(cc.kernels[0].cached);
+    }
+    kjit_client_compiled_free(&cc);
+    CHECK_STATUS(kjit_client_kernel_fetch(c, spec.op, spec.template_file, "kjit_sinusoid<float>(1)", NULL, &cc),
+                 KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "'expr'") != NULL);
+    /* The longest expr a spec holds passes the parser (and fails to compile:
+     * no such kernel). */
+    char expr[256] = "kjit_sinusoid<";
+    while (strlen(expr) < KJIT_REQ_MAX_EXPR - 1) strcat(expr, "a");
+    strcat(expr, ">");
+    CHECK_EQ_INT(strlen(expr), 223);
+    CHECK_STATUS(kjit_client_kernel_fetch(c, spec.op, spec.template_file, expr, NULL, &cc), KJIT_ECOMPILE);
+
     int events = 0;
     kjit_client_reply rep;
     CHECK_STATUS(kjit_client_request(c, "{\"type\":\"prewarm\",\"ops\":\"timestep_sinusoid\",\"hidden\":[64,128],"
@@ -247,13 +125,13 @@ static void test_round_trips(const char *sock)
                                      NULL, 0, count_event, &events, &rep), KJIT_OK);
     r = cJSON_Parse(rep.json);
     CHECK(rep.ok);
-    CHECK_EQ_INT(num(r, "combinations"), 4);
+    CHECK_EQ_INT(kjit_test_num(r, "combinations"), 4);
     CHECK_EQ_INT(events, 4);
     cJSON_Delete(r);
     kjit_client_reply_free(&rep);
 
     r = call(c, "{\"type\":\"tune\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\"}", NULL);
-    CHECK(!strcmp(err_code(r), "unsupported"));
+    CHECK(!strcmp(kjit_test_err_code(r), "unsupported"));
     cJSON_Delete(r);
     char handle[129];
     memset(handle, 'a', 128);
@@ -262,40 +140,41 @@ static void test_round_trips(const char *sock)
     snprintf(run, sizeof run, "{\"type\":\"run\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\","
                               "\"rows\":4,\"buffers\":{\"out\":{\"handle\":\"%s\",\"bytes\":2048}}}", handle);
     r = call(c, run, NULL);
-    CHECK(!strcmp(err_code(r), "unsupported"));
-    if (!gpu) CHECK(strstr(err_msg(r), "no GPU") != NULL);
+    CHECK(!strcmp(kjit_test_err_code(r), "unsupported"));
+    if (!gpu) CHECK(strstr(kjit_test_err_msg(r), "no GPU") != NULL);
     cJSON_Delete(r);
     r = call(c, "{\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\",\"config\":{\"block\":256}}", NULL);
-    CHECK(!strcmp(err_code(r), "unsupported"));
+    CHECK(!strcmp(kjit_test_err_code(r), "unsupported"));
     cJSON_Delete(r);
 
     r = call(c, "{\"type\":\"stats\"}", NULL);
-    CHECK(num(r, "uptime_s") >= 0);
-    CHECK(num(r, "requests") >= 8);
-    CHECK(num(r, "hits") >= 2);
-    CHECK(num(r, "misses") >= 1);
-    CHECK(num(r, "compiles") >= 1);
-    CHECK(num(r, "clients") >= 1);
-    CHECK(num(r, "in_flight") >= 1);
+    CHECK(kjit_test_num(r, "uptime_s") >= 0);
+    CHECK_EQ_INT(kjit_test_num(r, "kernel_requests"), 2);
+    CHECK(kjit_test_num(r, "requests") >= 8);
+    CHECK(kjit_test_num(r, "hits") >= 2);
+    CHECK(kjit_test_num(r, "misses") >= 1);
+    CHECK(kjit_test_num(r, "compiles") >= 1);
+    CHECK(kjit_test_num(r, "clients") >= 1);
+    CHECK(kjit_test_num(r, "in_flight") >= 1);
     cJSON_Delete(r);
     kjit_client_close(c);
 
     /* Pipelining on one connection: 200 requests out, then 200 replies in. */
-    int fd = raw_connect(sock);
-    raw_frame(fd, HELLO, NULL, 0);
+    int fd = kjit_test_connect(sock);
+    kjit_test_frame(fd, HELLO, NULL, 0);
     char buf[160];
     for (int i = 1; i <= 200; ++i) {
         snprintf(buf, sizeof buf, i % 2 ? "{\"id\":%d,\"type\":\"ping\"}" : "{\"id\":%d,\"type\":\"compile\",\"op\":"
                  "\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\",\"arch\":\"sm_90\"}", i);
-        raw_frame(fd, buf, NULL, 0);
+        kjit_test_frame(fd, buf, NULL, 0);
     }
     static char seen[201];
     memset(seen, 0, sizeof seen);
     int got = 0;
     for (int i = 0; i <= 200; ++i) {
-        r = raw_reply(fd, 20000);
+        r = kjit_test_reply(fd, 20000);
         if (!r) break;
-        int id = (int)num(r, "id");
+        int id = (int)kjit_test_num(r, "id");
         if (id >= 0 && id <= 200 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) && !seen[id]++) ++got;
         cJSON_Delete(r);
     }
@@ -313,14 +192,14 @@ typedef struct bad_case {
 
 static void expect_error(const char *sock, const char *json, const char *code, const char *mention, int hello)
 {
-    int fd = raw_connect(sock);
+    int fd = kjit_test_connect(sock);
     if (hello) {
-        raw_frame(fd, HELLO, NULL, 0);
-        cJSON_Delete(raw_reply(fd, 10000));
+        kjit_test_frame(fd, HELLO, NULL, 0);
+        cJSON_Delete(kjit_test_reply(fd, 10000));
     }
-    raw_frame(fd, json, NULL, 0);
-    cJSON *r = raw_reply(fd, 10000);
-    if (!r || strcmp(err_code(r), code) || !strstr(err_msg(r), mention)) {
+    kjit_test_frame(fd, json, NULL, 0);
+    cJSON *r = kjit_test_reply(fd, 10000);
+    if (!r || strcmp(kjit_test_err_code(r), code) || !strstr(kjit_test_err_msg(r), mention)) {
         char *t = r ? cJSON_PrintUnformatted(r) : NULL;
         fprintf(stderr, "bad input %s: want %s naming '%s', got %s\n", json, code, mention, t ? t : "(nothing)");
         free(t);
@@ -328,9 +207,9 @@ static void expect_error(const char *sock, const char *json, const char *code, c
     }
     cJSON_Delete(r);
     /* A refused request leaves the connection usable. */
-    raw_frame(fd, "{\"id\":77,\"type\":\"ping\"}", NULL, 0);
-    r = raw_reply(fd, 10000);
-    if (hello) CHECK_EQ_INT(num(r, "id"), 77);
+    kjit_test_frame(fd, "{\"id\":77,\"type\":\"ping\"}", NULL, 0);
+    r = kjit_test_reply(fd, 10000);
+    if (hello) CHECK_EQ_INT(kjit_test_num(r, "id"), 77);
     cJSON_Delete(r);
     close(fd);
 }
@@ -338,16 +217,16 @@ static void expect_error(const char *sock, const char *json, const char *code, c
 /* A frame-level error: an error reply with id null, then the server closes. */
 static void expect_fatal(const char *sock, const void *bytes, size_t len, const char *mention)
 {
-    int fd = raw_connect(sock);
+    int fd = kjit_test_connect(sock);
     if (write(fd, bytes, len) < 0) CHECK(0);
-    cJSON *r = raw_reply(fd, 10000);
-    if (!r || strcmp(err_code(r), "bad_frame") || !strstr(err_msg(r), mention)) {
-        fprintf(stderr, "bad frame naming '%s': got %s\n", mention, r ? err_msg(r) : "(nothing)");
+    cJSON *r = kjit_test_reply(fd, 10000);
+    if (!r || strcmp(kjit_test_err_code(r), "bad_frame") || !strstr(kjit_test_err_msg(r), mention)) {
+        fprintf(stderr, "bad frame naming '%s': got %s\n", mention, r ? kjit_test_err_msg(r) : "(nothing)");
         kjit_test_failures++;
     }
     CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r, "id")));
     cJSON_Delete(r);
-    CHECK(closed_within(fd, 5000));
+    CHECK(kjit_test_closed_within(fd, 5000));
     close(fd);
 }
 
@@ -386,26 +265,59 @@ static void test_bad_input(const char *sock)
         {"{\"id\":1,\"type\":\"prewarm\",\"ops\":[],\"hidden\":256,\"dtype\":\"bf16\"}", "bad_request", "empty"},
         {"{\"id\":1,\"type\":\"run\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\",\"rows\":1,"
          "\"buffers\":{\"out\":{\"handle\":\"xyz\",\"bytes\":4}}}", "bad_request", "handle"},
+#define KERNEL_Q(op, tmpl, expr) "{\"id\":1,\"type\":\"kernel\",\"op\":\"" op "\",\"template\":\"" tmpl "\",\"expr\":\"" expr "\"}"
+        {KERNEL_Q("nope", "timestep_sinusoid.cuh", "kjit_sinusoid<float>"), "unknown_op", "nope"},
+        {KERNEL_Q("timestep_sinusoid", "nope.cuh", "kjit_sinusoid<float>"), "bad_request", "'template'"},
+        {KERNEL_Q("timestep_sinusoid", "../timestep_sinusoid.cuh", "kjit_sinusoid<float>"), "bad_request", "'template'"},
+        {KERNEL_Q("timestep_sinusoid", "common/kjit_types.cuh", "kjit_sinusoid<float>"), "bad_request", "'template'"},
+        {KERNEL_Q("timestep_sinusoid", "timestep_sinusoid.cuh", "kjit_sinusoid<float>(1)"), "bad_request", "'expr'"},
+        {KERNEL_Q("timestep_sinusoid", "timestep_sinusoid.cuh", "kjit_sinusoid<float>;int x"), "bad_request", "'expr'"},
+        {KERNEL_Q("timestep_sinusoid", "timestep_sinusoid.cuh", "kjit_sinusoid</float>"), "bad_request", "'expr'"},
+        {KERNEL_Q("timestep_sinusoid", "timestep_sinusoid.cuh", "kjit_sinusoid<float>\\n"), "bad_request", "'expr'"},
+        {KERNEL_Q("timestep_sinusoid", "timestep_sinusoid.cuh", "sinusoid<float>"), "bad_request", "kjit_"},
+        {KERNEL_Q("timestep_sinusoid", "timestep_sinusoid.cuh", ""), "bad_request", "kjit_"},
+        {"{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"template\":\"timestep_sinusoid.cuh\"}",
+         "bad_request", "'expr'"},
+        {"{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"expr\":\"kjit_sinusoid<float>\"}",
+         "bad_request", "'template'"},
+        {"{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"template\":\"timestep_sinusoid.cuh\","
+         "\"expr\":\"kjit_sinusoid<float>\",\"arch\":\"sm_12\"}", "bad_request", "sm_12"},
+        {"{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"template\":\"timestep_sinusoid.cuh\","
+         "\"expr\":\"kjit_sinusoid<float>\",\"hidden\":256}", "bad_request", "hidden"},
+        {"{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"template\":\"timestep_sinusoid.cuh\","
+         "\"expr\":[\"kjit_sinusoid<float>\"]}", "bad_request", "'expr'"},
+#undef KERNEL_Q
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
         expect_error(sock, cases[i].json, cases[i].code, cases[i].mention, 1);
+    /* An expr one byte longer than a spec holds; any other string that long. */
+    char q[512], big[300];
+    memset(big, 'a', 224);
+    big[224] = '\0';
+    memcpy(big, "kjit_", 5);
+    snprintf(q, sizeof q, "{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"template\":"
+                          "\"timestep_sinusoid.cuh\",\"expr\":\"%s\"}", big);
+    expect_error(sock, q, "bad_request", "field 'expr': the string is longer than 223 bytes", 1);
+    snprintf(q, sizeof q, "{\"id\":1,\"type\":\"kernel\",\"op\":\"%s\",\"template\":"
+                          "\"timestep_sinusoid.cuh\",\"expr\":\"kjit_sinusoid<float>\"}", big + 90);
+    expect_error(sock, q, "bad_request", "field 'op': the string is longer than 128 bytes", 1);
     /* Before hello: out of order. */
     expect_error(sock, "{\"id\":1,\"type\":\"ping\"}", "out_of_order", "hello", 0);
     /* A NUL inside the header. */
     {
-        int fd = raw_connect(sock);
-        raw_frame(fd, HELLO, NULL, 0);
-        cJSON_Delete(raw_reply(fd, 10000));
+        int fd = kjit_test_connect(sock);
+        kjit_test_frame(fd, HELLO, NULL, 0);
+        cJSON_Delete(kjit_test_reply(fd, 10000));
         uint8_t h[KJIT_FRAME_HEADER];
         kjit__frame_encode(h, 8, 0);
         if (write(fd, h, sizeof h) < 0 || write(fd, "{\"id\"\0:1}", 8) < 0) CHECK(0);
-        cJSON *r = raw_reply(fd, 10000);
-        CHECK(!strcmp(err_code(r), "bad_json") && strstr(err_msg(r), "NUL"));
+        cJSON *r = kjit_test_reply(fd, 10000);
+        CHECK(!strcmp(kjit_test_err_code(r), "bad_json") && strstr(kjit_test_err_msg(r), "NUL"));
         cJSON_Delete(r);
         /* A payload on a request that takes none. */
-        raw_frame(fd, "{\"id\":5,\"type\":\"ping\"}", "abcd", 4);
-        r = raw_reply(fd, 10000);
-        CHECK(!strcmp(err_code(r), "bad_request") && strstr(err_msg(r), "payload"));
+        kjit_test_frame(fd, "{\"id\":5,\"type\":\"ping\"}", "abcd", 4);
+        r = kjit_test_reply(fd, 10000);
+        CHECK(!strcmp(kjit_test_err_code(r), "bad_request") && strstr(kjit_test_err_msg(r), "payload"));
         cJSON_Delete(r);
         close(fd);
     }
@@ -431,7 +343,7 @@ static void test_bad_input(const char *sock)
     /* Truncated frames and random bytes, then hang up: the server stays up. */
     uint64_t seed = kjit_test_seed("test_server");
     for (int i = 0; i < 200; ++i) {
-        int fd = raw_connect(sock);
+        int fd = kjit_test_connect(sock);
         uint8_t junk[512];
         size_t n = 1 + (size_t)(seed % sizeof junk);
         for (size_t k = 0; k < n; ++k) {
@@ -445,7 +357,7 @@ static void test_bad_input(const char *sock)
         if (write(fd, junk, n) < 0) CHECK(0);
         close(fd);
     }
-    CHECK(stat_of(sock, "bad_frames") >= 7);
+    CHECK(kjit_test_stat(sock, "bad_frames") >= 7);
 }
 
 /* ---- 64 concurrent clients ---------------------------------------------- */
@@ -522,9 +434,9 @@ static void test_concurrent(const char *sock)
     const char *e = getenv("KJIT_TEST_SERVER_REQUESTS");
     int requests = e ? atoi(e) : 1000;
     static load_arg args[64];
-    double t0 = now_s();
+    double t0 = kjit_test_now();
     CHECK_EQ_INT(run_clients(sock, 64, requests, NULL, args), 0);
-    double dt = now_s() - t0;
+    double dt = kjit_test_now() - t0;
     printf("64 clients x %d requests (ping, stats, cached compile): %.2f s, %.0f req/s\n", requests, dt,
            64.0 * requests / dt);
 }
@@ -533,19 +445,19 @@ static void test_concurrent(const char *sock)
 static void test_single_flight(const char *sock)
 {
     static load_arg args[64];
-    double before = stat_of(sock, "compiles");
+    double before = kjit_test_stat(sock, "compiles");
     const char *q = "{\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":1000,\"dtype\":\"fp16\",\"arch\":\"sm_89\"}";
     CHECK_EQ_INT(run_clients(sock, 64, 1, q, args), 0);
-    CHECK_EQ_INT(stat_of(sock, "compiles") - before, 1);
+    CHECK_EQ_INT(kjit_test_stat(sock, "compiles") - before, 1);
     for (int i = 1; i < 64; ++i) CHECK(!strcmp(args[i].key, args[0].key));
     /* A tuple with several kernels, if the registry has one. */
     kjit_kernel_spec specs[64];
     int n = 0;
     if (kjit_op_kernels("norm_modulate", 512, KJIT_BF16, specs, 64, &n) == KJIT_OK && n > 1) {
-        before = stat_of(sock, "compiles");
+        before = kjit_test_stat(sock, "compiles");
         q = "{\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":512,\"dtype\":\"bf16\",\"arch\":\"sm_89\"}";
         CHECK_EQ_INT(run_clients(sock, 64, 1, q, args), 0);
-        double compiles = stat_of(sock, "compiles") - before;
+        double compiles = kjit_test_stat(sock, "compiles") - before;
         /* Kernels shared with tuples compiled earlier are not compiled again. */
         CHECK(compiles >= 1 && compiles <= n);
         printf("single flight: 64 clients, norm_modulate (%d kernels): %.0f compiles\n", n, compiles);
@@ -555,27 +467,27 @@ static void test_single_flight(const char *sock)
 /* A client leaving while its compile runs: the compile finishes for the others. */
 static void test_disconnect(const char *sock)
 {
-    double before = stat_of(sock, "compiles");
+    double before = kjit_test_stat(sock, "compiles");
     const char *q = "{\"id\":3,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":64,\"dtype\":\"fp32\",\"arch\":\"sm_86\"}";
-    int fd = raw_connect(sock);
-    raw_frame(fd, HELLO, NULL, 0);
-    raw_frame(fd, q, NULL, 0);
+    int fd = kjit_test_connect(sock);
+    kjit_test_frame(fd, HELLO, NULL, 0);
+    kjit_test_frame(fd, q, NULL, 0);
     /* The same id again while the first waits: refused, the first still answered. */
-    raw_frame(fd, q, NULL, 0);
-    cJSON *r = raw_reply(fd, 10000);
+    kjit_test_frame(fd, q, NULL, 0);
+    cJSON *r = kjit_test_reply(fd, 10000);
     cJSON_Delete(r);
-    r = raw_reply(fd, 30000);
-    CHECK(!strcmp(err_code(r), "out_of_order"));
+    r = kjit_test_reply(fd, 30000);
+    CHECK(!strcmp(kjit_test_err_code(r), "out_of_order"));
     cJSON_Delete(r);
-    r = raw_reply(fd, 60000);
-    CHECK_EQ_INT(num(r, "id"), 3);
+    r = kjit_test_reply(fd, 60000);
+    CHECK_EQ_INT(kjit_test_num(r, "id"), 3);
     CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
     cJSON_Delete(r);
     close(fd);
     q = "{\"id\":4,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":64,\"dtype\":\"fp32\",\"arch\":\"sm_75\"}";
-    fd = raw_connect(sock);
-    raw_frame(fd, HELLO, NULL, 0);
-    raw_frame(fd, q, NULL, 0);
+    fd = kjit_test_connect(sock);
+    kjit_test_frame(fd, HELLO, NULL, 0);
+    kjit_test_frame(fd, q, NULL, 0);
     close(fd); /* gone before the compile can have finished */
     kjit_client *c;
     CHECK_STATUS(kjit_client_connect(&c, sock, 60000), KJIT_OK);
@@ -583,7 +495,7 @@ static void test_disconnect(const char *sock)
     CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
     cJSON_Delete(r);
     kjit_client_close(c);
-    CHECK_EQ_INT(stat_of(sock, "compiles") - before, 2);
+    CHECK_EQ_INT(kjit_test_stat(sock, "compiles") - before, 2);
 }
 
 /* ---- limits ------------------------------------------------------------- */
@@ -593,29 +505,29 @@ static void test_limits(const char *cache)
     char sock[4200];
     snprintf(sock, sizeof sock, "%s/limits/kjit.sock", tmp);
     const char *extra[] = {"--max-clients", "4", "--idle-timeout", "1", "--max-pending", "4", NULL};
-    pid_t pid = start_server(sock, cache, extra);
+    pid_t pid = kjit_test_serve(sock, cache, extra);
     int fds[4];
     for (int i = 0; i < 4; ++i) {
-        fds[i] = raw_connect(sock);
-        raw_frame(fds[i], HELLO, NULL, 0);
-        cJSON_Delete(raw_reply(fds[i], 10000));
+        fds[i] = kjit_test_connect(sock);
+        kjit_test_frame(fds[i], HELLO, NULL, 0);
+        cJSON_Delete(kjit_test_reply(fds[i], 10000));
     }
-    int extra_fd = raw_connect(sock);
-    cJSON *r = raw_reply(extra_fd, 10000);
-    CHECK(!strcmp(err_code(r), "busy"));
+    int extra_fd = kjit_test_connect(sock);
+    cJSON *r = kjit_test_reply(extra_fd, 10000);
+    CHECK(!strcmp(kjit_test_err_code(r), "busy"));
     cJSON_Delete(r);
-    CHECK(closed_within(extra_fd, 5000));
+    CHECK(kjit_test_closed_within(extra_fd, 5000));
     close(extra_fd);
     /* Pending cap: 50 pipelined requests all answered (backpressure, no loss). */
     for (int i = 1; i <= 50; ++i) {
         char q[64];
         snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"ping\"}", i);
-        raw_frame(fds[0], q, NULL, 0);
+        kjit_test_frame(fds[0], q, NULL, 0);
     }
     int got = 0;
     for (int i = 1; i <= 50; ++i) {
-        r = raw_reply(fds[0], 10000);
-        got += r && num(r, "id") == i;
+        r = kjit_test_reply(fds[0], 10000);
+        got += r && kjit_test_num(r, "id") == i;
         cJSON_Delete(r);
     }
     CHECK_EQ_INT(got, 50);
@@ -623,15 +535,15 @@ static void test_limits(const char *cache)
     uint8_t h[KJIT_FRAME_HEADER];
     kjit__frame_encode(h, 100, 0);
     if (write(fds[1], h, 10) < 0) CHECK(0);
-    double t0 = now_s();
-    CHECK(closed_within(fds[1], 5000));
-    CHECK(closed_within(fds[2], 5000));
-    CHECK_LE(now_s() - t0, 4.0);
+    double t0 = kjit_test_now();
+    CHECK(kjit_test_closed_within(fds[1], 5000));
+    CHECK(kjit_test_closed_within(fds[2], 5000));
+    CHECK_LE(kjit_test_now() - t0, 4.0);
     for (int i = 0; i < 4; ++i) close(fds[i]);
     /* A client that sends and never reads: the server stops reading it and
      * keeps serving others. */
-    int hog = raw_connect(sock);
-    raw_frame(hog, HELLO, NULL, 0);
+    int hog = kjit_test_connect(sock);
+    kjit_test_frame(hog, HELLO, NULL, 0);
     fcntl(hog, F_SETFL, O_NONBLOCK);
     const char *q = "{\"id\":9,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\",\"arch\":\"sm_90\"}";
     uint8_t fh[KJIT_FRAME_HEADER];
@@ -642,9 +554,9 @@ static void test_limits(const char *cache)
     int sent = 0;
     for (int i = 0; i < 100000 && write(hog, frame, sizeof fh + strlen(q)) > 0; ++i) ++sent;
     CHECK(sent < 100000);
-    CHECK(stat_of(sock, "clients") >= 1);
+    CHECK(kjit_test_stat(sock, "clients") >= 1);
     close(hog);
-    CHECK_EQ_INT(stop_server(pid), 0);
+    CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
 }
 
 /* ---- peer credentials --------------------------------------------------- */
@@ -654,19 +566,19 @@ static void test_peer_refusal(const char *cache)
     char sock[4200];
     snprintf(sock, sizeof sock, "%s/refuse/kjit.sock", tmp);
     const char *extra[] = {"--test-refuse-own-uid", NULL};
-    pid_t pid = start_server(sock, cache, extra);
+    pid_t pid = kjit_test_serve(sock, cache, extra);
     kjit_client *c = NULL;
     CHECK_STATUS(kjit_client_connect(&c, sock, 10000), KJIT_EPERM);
     CHECK(strstr(kjit_last_error(), "may not use") != NULL);
     kjit_client_close(c);
-    CHECK_EQ_INT(stop_server(pid), 0);
+    CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
     if (geteuid() != 0) return;
 
     /* As root: real other users, allowed and not, through SO_PEERCRED. */
     chmod(tmp, 0711);
     snprintf(sock, sizeof sock, "%s/shared/kjit.sock", tmp);
     const char *allow[] = {"--allow-uid", "4242", NULL};
-    pid = start_server(sock, cache, allow);
+    pid = kjit_test_serve(sock, cache, allow);
     struct stat st;
     CHECK(stat(sock, &st) == 0 && (st.st_mode & 0777) == 0666);
     static const struct { uid_t uid; int want; } who[] = {{65534, KJIT_EPERM}, {4242, KJIT_OK}};
@@ -696,7 +608,7 @@ static void test_peer_refusal(const char *cache)
         waitpid(child, &cst, 0);
         CHECK_EQ_INT(WIFEXITED(cst) ? WEXITSTATUS(cst) : -1, 0);
     }
-    CHECK_EQ_INT(stop_server(pid), 0);
+    CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
     chmod(tmp, 0700);
 }
 
@@ -706,20 +618,20 @@ static void test_sigterm(const char *cache)
 {
     char sock[4200];
     snprintf(sock, sizeof sock, "%s/term/kjit.sock", tmp);
-    pid_t pid = start_server(sock, cache, NULL);
-    int fd = raw_connect(sock);
-    raw_frame(fd, HELLO, NULL, 0);
-    cJSON_Delete(raw_reply(fd, 10000));
-    raw_frame(fd, "{\"id\":8,\"type\":\"prewarm\",\"ops\":\"timestep_sinusoid\",\"hidden\":32,"
+    pid_t pid = kjit_test_serve(sock, cache, NULL);
+    int fd = kjit_test_connect(sock);
+    kjit_test_frame(fd, HELLO, NULL, 0);
+    cJSON_Delete(kjit_test_reply(fd, 10000));
+    kjit_test_frame(fd, "{\"id\":8,\"type\":\"prewarm\",\"ops\":\"timestep_sinusoid\",\"hidden\":32,"
                   "\"dtype\":[\"fp32\",\"bf16\",\"fp16\"],\"arch\":[\"sm_80\",\"sm_86\",\"sm_87\",\"sm_89\"]}", NULL, 0);
-    cJSON *r = raw_reply(fd, 60000); /* the first progress event: work is under way */
+    cJSON *r = kjit_test_reply(fd, 60000); /* the first progress event: work is under way */
     CHECK(r && cJSON_GetObjectItemCaseSensitive(r, "event"));
     cJSON_Delete(r);
     kill(pid, SIGTERM);
     int final_ok = 0, events = 1;
-    while ((r = raw_reply(fd, 60000))) {
+    while ((r = kjit_test_reply(fd, 60000))) {
         if (cJSON_GetObjectItemCaseSensitive(r, "event")) events++;
-        else final_ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) && num(r, "combinations") == 12;
+        else final_ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) && kjit_test_num(r, "combinations") == 12;
         cJSON_Delete(r);
     }
     CHECK(final_ok);
@@ -733,7 +645,7 @@ static void test_sigterm(const char *cache)
 
 int main(void)
 {
-    bin = getenv("KJIT_BIN");
+    const char *bin = getenv("KJIT_BIN");
     if (!bin) {
         fprintf(stderr, "test_server: set KJIT_BIN to the kjit binary\n");
         return 1;
@@ -747,7 +659,7 @@ int main(void)
     char sock[4200], cache[4200];
     snprintf(sock, sizeof sock, "%s/main/kjit.sock", tmp);
     snprintf(cache, sizeof cache, "%s/cache", tmp);
-    pid_t pid = start_server(sock, cache, NULL);
+    pid_t pid = kjit_test_serve(sock, cache, NULL);
     test_round_trips(sock);
     test_bad_input(sock);
     test_concurrent(sock);
@@ -756,11 +668,11 @@ int main(void)
     /* Every connection is gone but the stats client's own. */
     double clients = -1;
     for (int i = 0; i < 40 && clients != 1; ++i) {
-        clients = stat_of(sock, "clients");
+        clients = kjit_test_stat(sock, "clients");
         if (clients != 1) usleep(50000);
     }
     CHECK_EQ_INT(clients, 1);
-    CHECK_EQ_INT(stop_server(pid), 0);
+    CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
     CHECK(access(sock, F_OK) != 0);
 
     test_limits(cache);

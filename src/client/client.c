@@ -18,7 +18,6 @@
 struct kjit_client {
     int fd;
     int broken; /* a frame was cut or timed out: the stream can't be trusted */
-    int timeout_ms;
     uint64_t next_id;
     char *hello;
     char path[108];
@@ -210,21 +209,19 @@ int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms)
     kjit_client *c = calloc(1, sizeof *c);
     if (!c) return kjit__fail(KJIT_ENOMEM, "no memory for a client");
     snprintf(c->path, sizeof c->path, "%s", path);
-    c->timeout_ms = timeout_ms;
     c->next_id = 1;
     c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int rc = KJIT_OK;
-    if (c->fd < 0) {
-        rc = kjit__fail(KJIT_EIO, "socket: %s", strerror(errno));
-    } else if (connect(c->fd, (struct sockaddr *)&a, sizeof a)) {
+    /* Before connecting: a Unix socket's connect waits (on a listener's full
+     * backlog) up to its send timeout. */
+    if (c->fd < 0) rc = kjit__fail(KJIT_EIO, "socket: %s", strerror(errno));
+    else rc = kjit_client_timeout_set(c, timeout_ms);
+    if (!rc && connect(c->fd, (struct sockaddr *)&a, sizeof a)) {
         int e = errno;
         rc = e == ENOENT || e == ECONNREFUSED ? kjit__fail(KJIT_ENOTFOUND, "no kjit server at %s (%s)", path, strerror(e))
            : e == EACCES || e == EPERM      ? kjit__fail(KJIT_EPERM, "not allowed to connect to %s (%s)", path, strerror(e))
+           : e == EAGAIN                    ? kjit__fail(KJIT_EIO, "the kjit server at %s did not accept in time", path)
                                             : kjit__fail(KJIT_EIO, "cannot connect to %s: %s", path, strerror(e));
-    } else if (timeout_ms) {
-        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     }
     kjit_client_reply r = {0};
     if (!rc) {
@@ -251,6 +248,19 @@ int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms)
 }
 
 const char *kjit_client_hello(const kjit_client *c) { return c ? c->hello : NULL; }
+
+int kjit_client_timeout_set(kjit_client *c, int timeout_ms)
+{
+    kjit__clear_error();
+    if (!c || timeout_ms < 0)
+        return kjit__fail(KJIT_EINVAL, "kjit_client_timeout_set: %s", !c ? "client is NULL" : "timeout_ms < 0");
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ||
+        setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv))
+        return kjit__fail(KJIT_EIO, "setting a %d ms timeout on the socket to %s: %s", timeout_ms, c->path,
+                          strerror(errno));
+    return KJIT_OK;
+}
 
 void kjit_client_close(kjit_client *c)
 {
@@ -280,18 +290,10 @@ static const char *str_of(const cJSON *o, const char *name)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-int kjit_client_compile(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, const char *arch,
-                        kjit_client_compiled *out)
+/* Sends a compile or kernel request (q, deleted here) and splits its reply
+ * into kernels. */
+static int fetch_compiled(kjit_client *c, cJSON *q, kjit_client_compiled *out)
 {
-    kjit__clear_error();
-    if (!c || !op || !out) return kjit__fail(KJIT_EINVAL, "kjit_client_compile: %s is NULL", !c ? "client" : !op ? "op" : "out");
-    memset(out, 0, sizeof *out);
-    cJSON *q = cJSON_CreateObject();
-    cJSON_AddStringToObject(q, "type", "compile");
-    cJSON_AddStringToObject(q, "op", op);
-    cJSON_AddNumberToObject(q, "hidden", hidden);
-    cJSON_AddStringToObject(q, "dtype", kjit_dtype_name(dtype));
-    if (arch) cJSON_AddStringToObject(q, "arch", arch);
     char *text = cJSON_PrintUnformatted(q);
     cJSON_Delete(q);
     if (!text) return kjit__fail(KJIT_ENOMEM, "no memory for the request");
@@ -339,6 +341,44 @@ int kjit_client_compile(kjit_client *c, const char *op, int hidden, kjit_dtype d
     p->payload = r.payload;
     out->priv_ = p;
     return KJIT_OK;
+}
+
+int kjit_client_compile(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, const char *arch,
+                        kjit_client_compiled *out)
+{
+    kjit__clear_error();
+    if (!c || !op || !out) return kjit__fail(KJIT_EINVAL, "kjit_client_compile: %s is NULL", !c ? "client" : !op ? "op" : "out");
+    memset(out, 0, sizeof *out);
+    cJSON *q = cJSON_CreateObject();
+    cJSON_AddStringToObject(q, "type", "compile");
+    cJSON_AddStringToObject(q, "op", op);
+    cJSON_AddNumberToObject(q, "hidden", hidden);
+    cJSON_AddStringToObject(q, "dtype", kjit_dtype_name(dtype));
+    if (arch) cJSON_AddStringToObject(q, "arch", arch);
+    return fetch_compiled(c, q, out);
+}
+
+int kjit_client_kernel_fetch(kjit_client *c, const char *op, const char *template_file, const char *expr,
+                             const char *arch, kjit_client_compiled *out)
+{
+    kjit__clear_error();
+    if (!c || !op || !template_file || !expr || !out)
+        return kjit__fail(KJIT_EINVAL, "kjit_client_kernel_fetch: %s is NULL", !c ? "client" : !op ? "op"
+                                       : !template_file ? "template_file" : !expr ? "expr" : "out");
+    memset(out, 0, sizeof *out);
+    cJSON *q = cJSON_CreateObject();
+    cJSON_AddStringToObject(q, "type", "kernel");
+    cJSON_AddStringToObject(q, "op", op);
+    cJSON_AddStringToObject(q, "template", template_file);
+    cJSON_AddStringToObject(q, "expr", expr);
+    if (arch) cJSON_AddStringToObject(q, "arch", arch);
+    int rc = fetch_compiled(c, q, out);
+    if (rc == KJIT_OK && out->n != 1) {
+        int n = out->n;
+        kjit_client_compiled_free(out);
+        rc = kjit__fail(KJIT_EIO, "kjit server: a kernel reply with %d kernels", n);
+    }
+    return rc;
 }
 
 void kjit_client_compiled_free(kjit_client_compiled *r)

@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/remote.h"
 #include "jit/compile.h"
 #include "jit/nvrtc_api.h"
 #include "jit/templates.h"
@@ -76,6 +77,11 @@ int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts)
     int rc = KJIT_OK;
     if (opts->arch && (rc = kjit__arch_parse(opts->arch, &ctx->sm))) goto fail;
     if ((rc = kjit__cache_open(&ctx->cache, opts->cache_dir, 0))) goto fail;
+    const char *server = getenv("KJIT_SERVER");
+    if (server && *server && !(ctx->server = strdup(server))) {
+        rc = kjit__fail(KJIT_ENOMEM, "kjit_ctx_create: out of memory");
+        goto fail;
+    }
     if (ctx->device >= 0) {
         rc = open_device(ctx);
         if (rc == KJIT_ENODRIVER) {
@@ -117,6 +123,7 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
     if (cu && ctx->cuctx) cu->DevicePrimaryCtxRelease(ctx->dev);
     kjit__cache_close(ctx->cache);
     kjit__tune_detach(ctx);
+    free(ctx->server);
     pthread_rwlock_destroy(&ctx->lock);
     pthread_mutex_destroy(&ctx->ws_lock);
     free(ctx);
@@ -138,6 +145,7 @@ int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out)
     out->compiles = s.compiles;
     out->bad_entries = s.bad_entries;
     out->evictions = s.evictions;
+    out->server_builds = atomic_load(&ctx->server_builds);
     return KJIT_OK;
 }
 
@@ -194,13 +202,30 @@ static kjit_kernel_slot *find_slot(kjit_kernel_slot *slots, size_t n, const char
 }
 
 typedef struct build_arg {
-    const char *template_file, *name_expr;
+    kjit_ctx *ctx;
+    const char *template_file, *label, *name_expr;
     int sm;
+    char key[33];
 } build_arg;
 
+/* A miss of memory and disk, under the cache's lock on the key: the server
+ * named by KJIT_SERVER first (one compile per node, whatever the cache
+ * directories), else NVRTC here. */
 static int build_cb(void *arg, char **lowered, void **image, size_t *len)
 {
     build_arg *b = arg;
+    kjit_ctx *ctx = b->ctx;
+    if (ctx->server) {
+        kjit_remote_kernel k = {ctx->server, kjit__cache_dir(ctx->cache), b->label, b->template_file,
+                                b->name_expr, b->sm, b->key};
+        if (kjit__remote_build(&k, lowered, image, len) == KJIT_OK) {
+            atomic_fetch_add(&ctx->server_builds, 1);
+            return KJIT_OK;
+        }
+        kjit__log("%s for sm_%d: compiling here, not with the kjit server at %s: %s", b->name_expr, b->sm,
+                  ctx->server, kjit_last_error());
+        kjit__clear_error();
+    }
     return kjit__jit_compile(b->template_file, b->name_expr, b->sm, lowered, image, len);
 }
 
@@ -226,8 +251,9 @@ static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *lab
         .options = opts, .n_options = n_opts, .arch = arch,
         .nvrtc_major = nv->major, .nvrtc_minor = nv->minor, .format = KJIT_CACHE_FORMAT,
     };
-    build_arg b = {template_file, name_expr, sm};
+    build_arg b = {ctx, template_file, label, name_expr, sm, ""};
     kjit_cache_key key = kjit__cache_key(&f);
+    kjit__cache_key_hex(key, b.key);
     if (key_out) *key_out = key;
     return kjit__cache_get(ctx->cache, key, label, arch, build_cb, &b, blob, origin);
 }

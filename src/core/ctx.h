@@ -5,6 +5,7 @@
 #define KJIT_CTX_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "cache/cache.h"
 #include "gpu/cuda_api.h"
@@ -39,6 +40,9 @@ struct kjit_ctx {
     size_t n_slots, used;
 
     struct kjit_tune_table *tune; /* launch configs in use (src/tune/tune.h) */
+
+    char *server; /* $KJIT_SERVER at create: asked on a miss (remote.h); NULL: none */
+    atomic_uint_fast64_t server_builds; /* misses the server answered */
 };
 
 /* Makes ctx's CUDA context current on this thread; *pushed says whether to

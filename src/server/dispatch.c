@@ -1,5 +1,5 @@
 /* One request: parse and validate (request.c), then answer it here (the
- * cheap requests) or hand it to jobs.c (compile, prewarm). */
+ * cheap requests) or hand it to jobs.c (compile, prewarm) or kernel.c. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,7 +36,7 @@ static void hello(kjit_conn *c, const kjit_req *r)
     cJSON_AddNumberToObject(o, "version", r->version);
     cJSON_AddStringToObject(o, "server", "kjit " KJIT_VERSION_STRING);
     int gpu = kjit_ctx_has_device(s->ctx);
-    const char *caps[] = {"ping", "stats", "compile", "prewarm", "shutdown", gpu ? "run" : NULL};
+    const char *caps[] = {"ping", "stats", "compile", "kernel", "prewarm", "shutdown", gpu ? "run" : NULL};
     cJSON_AddItemToObject(o, "capabilities", a = cJSON_CreateArray());
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; ++i)
         if (caps[i]) cJSON_AddItemToArray(a, cJSON_CreateString(caps[i]));
@@ -44,11 +44,16 @@ static void hello(kjit_conn *c, const kjit_req *r)
     for (int i = 0; i < kjit_op_count(); ++i) cJSON_AddItemToArray(a, cJSON_CreateString(kjit_op_name(i)));
     cJSON_AddStringToObject(o, "arch", kjit_ctx_arch(s->ctx));
     cJSON_AddBoolToObject(o, "gpu", gpu);
+    /* A library whose cache shares this directory must not ask for kernels:
+     * its build holds the directory's lock on the key this server would
+     * then wait for (src/core/remote.c). */
+    cJSON_AddStringToObject(o, "cache_dir", kjit_ctx_cache_dir(s->ctx));
     cJSON *l = cJSON_AddObjectToObject(o, "limits");
     cJSON_AddNumberToObject(l, "max_request_json", KJIT_MAX_REQUEST_JSON);
     cJSON_AddNumberToObject(l, "max_request_payload", KJIT_MAX_REQUEST_PAYLOAD);
     cJSON_AddNumberToObject(l, "max_json_depth", KJIT_MAX_JSON_DEPTH);
     cJSON_AddNumberToObject(l, "max_string", KJIT_REQ_MAX_STRING);
+    cJSON_AddNumberToObject(l, "max_expr", KJIT_REQ_MAX_EXPR);
     cJSON_AddNumberToObject(l, "max_pending", s->cfg.max_pending);
     cJSON_AddNumberToObject(l, "max_clients", s->cfg.max_clients);
     cJSON_AddNumberToObject(l, "idle_timeout_s", s->cfg.idle_timeout_s);
@@ -68,6 +73,7 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddNumberToObject(o, "requests", (double)s->n.requests);
     cJSON_AddNumberToObject(o, "errors", (double)s->n.errors);
     cJSON_AddNumberToObject(o, "compile_requests", (double)s->n.compile_requests);
+    cJSON_AddNumberToObject(o, "kernel_requests", (double)s->n.kernel_requests);
     cJSON_AddNumberToObject(o, "prewarm_requests", (double)s->n.prewarm_requests);
     cJSON_AddNumberToObject(o, "hits", (double)s->n.hits);
     cJSON_AddNumberToObject(o, "misses", (double)s->n.misses);
@@ -125,6 +131,9 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
         return;
     case KJIT_REQ_COMPILE:
         kjit__jobs_compile(c, r.id, &r.t);
+        return;
+    case KJIT_REQ_KERNEL:
+        kjit__kernel_request(c, r.id, &r.spec, r.spec_sm);
         return;
     case KJIT_REQ_PREWARM:
         kjit__jobs_prewarm(c, r.id, &r);

@@ -291,9 +291,14 @@ static void work_cb(uv_work_t *req)
     snprintf(arch, sizeof arch, "sm_%d", j->t.sm);
     if ((p->status = kjit_kernel_fetch(s->ctx, &j->specs[p->i], arch, &j->imgs[p->i])))
         p->message = strdup(kjit_last_error());
-    /* The library's counters move only inside jobs, so a snapshot taken by
-     * each (monotonic: keep the larger) is current once they are done;
-     * `stats` then reads it without touching the cache or the disk. */
+    kjit__jobs_snapshot(s);
+}
+
+/* The library's counters move only inside jobs, so a snapshot taken by each
+ * (monotonic: keep the larger) is current once they are done; `stats` then
+ * reads it without touching the cache or the disk. */
+void kjit__jobs_snapshot(kjit_server *s)
+{
     kjit_cache_counters cc;
     if (kjit_ctx_cache_counters(s->ctx, &cc) == KJIT_OK) {
         pthread_mutex_lock(&s->snap_mu);

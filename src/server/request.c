@@ -8,11 +8,12 @@
 
 #include "client/frame.h"
 #include "jit/compile.h"
+#include "jit/templates.h"
 
 static const char *const type_names[] = {
     [KJIT_REQ_HELLO] = "hello",     [KJIT_REQ_PING] = "ping",   [KJIT_REQ_STATS] = "stats",
-    [KJIT_REQ_COMPILE] = "compile", [KJIT_REQ_PREWARM] = "prewarm", [KJIT_REQ_TUNE] = "tune",
-    [KJIT_REQ_RUN] = "run",         [KJIT_REQ_SHUTDOWN] = "shutdown",
+    [KJIT_REQ_COMPILE] = "compile", [KJIT_REQ_KERNEL] = "kernel", [KJIT_REQ_PREWARM] = "prewarm",
+    [KJIT_REQ_TUNE] = "tune",       [KJIT_REQ_RUN] = "run",       [KJIT_REQ_SHUTDOWN] = "shutdown",
 };
 #define N_TYPES ((int)(sizeof type_names / sizeof type_names[0]))
 
@@ -23,6 +24,7 @@ static const char *const type_fields[][8] = {
     [KJIT_REQ_PING] = {0},
     [KJIT_REQ_STATS] = {0},
     [KJIT_REQ_COMPILE] = {"op", "hidden", "dtype", "arch", "config"},
+    [KJIT_REQ_KERNEL] = {"op", "template", "expr", "arch"},
     [KJIT_REQ_PREWARM] = {"ops", "hidden", "dtype", "arch"},
     [KJIT_REQ_TUNE] = {"op", "hidden", "dtype", "arch"},
     [KJIT_REQ_RUN] = {"op", "hidden", "dtype", "rows", "buffers", "event", "params"},
@@ -45,28 +47,37 @@ __attribute__((format(printf, 3, 4))) static int fail(kjit_req_error *err, const
 }
 
 /* Names only: a string that could be a path or smuggle control bytes is
- * refused wherever it appears, keys included. */
-static int string_ok(const char *s, const char **why)
+ * refused wherever it appears, keys included. NULL when s is fine, else why.
+ * (Lengths are the caller's check: the limit depends on the field.) */
+static const char *string_problem(const char *s)
 {
-    size_t n = strlen(s);
-    if (n > KJIT_REQ_MAX_STRING) return *why = "is longer than 128 bytes", 0;
-    if (strchr(s, '/')) return *why = "contains '/' (requests name ops, never paths)", 0;
-    if (strstr(s, "..")) return *why = "contains '..' (requests name ops, never paths)", 0;
+    if (strchr(s, '/')) return "contains '/' (requests name ops, never paths)";
+    if (strstr(s, "..")) return "contains '..' (requests name ops, never paths)";
     for (const unsigned char *p = (const unsigned char *)s; *p; ++p)
-        if (*p < 0x20 || *p == 0x7f) return *why = "contains a control character", 0;
-    return 1;
+        if (*p < 0x20 || *p == 0x7f) return "contains a control character";
+    return NULL;
 }
 
-static int check_strings(const cJSON *item, const char *field, kjit_req_error *err)
+/* top: the request object's own fields. Only a top-level `expr` (a kernel's
+ * name expression, up to what kjit_kernel_spec holds) may exceed
+ * KJIT_REQ_MAX_STRING: template-ids of the larger ops do. */
+static int check_strings(const cJSON *item, const char *field, int top, kjit_req_error *err)
 {
     for (; item; item = item->next) {
         const char *why;
         const char *name = item->string ? item->string : field;
-        if (item->string && !string_ok(item->string, &why))
+        if (item->string && strlen(item->string) > KJIT_REQ_MAX_STRING)
+            return fail(err, "bad_request", "a field name is longer than %d bytes", KJIT_REQ_MAX_STRING);
+        if (item->string && (why = string_problem(item->string)))
             return fail(err, "bad_request", "a field name %s", why);
-        if (cJSON_IsString(item) && !string_ok(item->valuestring, &why))
-            return fail(err, "bad_request", "field '%s': the string %s", name, why);
-        if (item->child && check_strings(item->child, name, err)) return -1;
+        if (cJSON_IsString(item)) {
+            int max = top && !strcmp(name, "expr") ? KJIT_REQ_MAX_EXPR : KJIT_REQ_MAX_STRING;
+            if (strlen(item->valuestring) > (size_t)max)
+                return fail(err, "bad_request", "field '%s': the string is longer than %d bytes", name, max);
+            if ((why = string_problem(item->valuestring)))
+                return fail(err, "bad_request", "field '%s': the string %s", name, why);
+        }
+        if (item->child && check_strings(item->child, name, 0, err)) return -1;
     }
     return 0;
 }
@@ -148,6 +159,47 @@ static int parse_tuple(const cJSON *o, int default_sm, int with_arch, kjit_req_t
     if (a && !cJSON_IsString(a)) return fail(err, "bad_request", "field 'arch': expected a string such as \"sm_90\"");
     if (a && parse_arch(a->valuestring, &t->sm, err)) return -1;
     return check_tuple(t, err);
+}
+
+/* One kernel by template file and template-id: what the embedded library's
+ * build asks a server for (KJIT_SERVER). The expr is compiled as C++, so
+ * only template-id text is taken (what kjit_kernel_fetch also insists on). */
+static int parse_kernel(const cJSON *o, int default_sm, kjit_req *r, kjit_req_error *err)
+{
+    const char *op = get_str(o, "op"), *tmpl = get_str(o, "template"), *expr = get_str(o, "expr");
+    if (!op) return fail(err, "bad_request", "field 'op' (a string) is missing");
+    if (lookup_op(op, &r->spec.op, err)) return -1;
+    if (!tmpl) return fail(err, "bad_request", "field 'template' (a template file name) is missing");
+    const kjit_template_file *tf;
+    if (kjit__template_find(tmpl, &tf)) {
+        const kjit_template_file *all = NULL;
+        int n = 0;
+        char known[512] = "";
+        if (kjit__templates(&all, &n) == KJIT_OK)
+            for (int i = 0; i < n; ++i)
+                if (!strchr(all[i].name, '/'))
+                    snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", known[0] ? ", " : "",
+                             all[i].name);
+        return fail(err, "bad_request", "field 'template': '%s' is not a kernel template (known: %s)", tmpl, known);
+    }
+    r->spec.template_file = tf->name;
+    if (!expr) return fail(err, "bad_request", "field 'expr' (a template-id such as \"kjit_sinusoid<kjit::bf16>\") is missing");
+    size_t bad = strspn(expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:<>, -");
+    if (expr[bad] && (unsigned char)expr[bad] < 0x80)
+        return fail(err, "bad_request", "field 'expr': character '%c' at byte %zu: a template-id takes only "
+                                        "[A-Za-z0-9_:<>, -]", expr[bad], bad);
+    if (expr[bad])
+        return fail(err, "bad_request", "field 'expr': byte 0x%02x at %zu: a template-id takes only "
+                                        "[A-Za-z0-9_:<>, -]", (unsigned char)expr[bad], bad);
+    if (strncmp(expr, "kjit_", 5))
+        return fail(err, "bad_request", "field 'expr': '%.32s' does not start with kjit_ (the templates' kernels do)",
+                    expr);
+    snprintf(r->spec.name_expr, sizeof r->spec.name_expr, "%s", expr);
+    r->spec_sm = default_sm;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arch");
+    if (a && !cJSON_IsString(a)) return fail(err, "bad_request", "field 'arch': expected a string such as \"sm_90\"");
+    if (a && parse_arch(a->valuestring, &r->spec_sm, err)) return -1;
+    return 0;
 }
 
 /* A prewarm list: one value or an array of 1..KJIT_REQ_MAX_LIST values. */
@@ -312,14 +364,14 @@ static int parse_tree(const cJSON *o, uint32_t payload_len, int default_sm, kjit
     r->id = (uint64_t)id;
     err->has_id = 1;
     err->id = r->id;
-    if (check_strings(o->child, "", err)) return -1;
+    if (check_strings(o->child, "", 1, err)) return -1;
     const char *type = get_str(o, "type");
     if (!type) return fail(err, "bad_request", "field 'type' (a string) is missing");
     int t = 0;
     while (t < N_TYPES && strcmp(type, type_names[t])) ++t;
     if (t == N_TYPES)
-        return fail(err, "unknown_type", "unknown request type '%s' (known: hello, ping, stats, compile, prewarm, "
-                                         "tune, run, shutdown)", type);
+        return fail(err, "unknown_type", "unknown request type '%s' (known: hello, ping, stats, compile, kernel, "
+                                         "prewarm, tune, run, shutdown)", type);
     r->type = (kjit_req_type)t;
     if (check_fields(o, r->type, err)) return -1;
     if (payload_len && r->type != KJIT_REQ_RUN)
@@ -333,6 +385,7 @@ static int parse_tree(const cJSON *o, uint32_t payload_len, int default_sm, kjit
                                             "this server does not have yet (omit it or pass null)");
         return parse_tuple(o, default_sm, 1, &r->t, err);
     }
+    case KJIT_REQ_KERNEL: return parse_kernel(o, default_sm, r, err);
     case KJIT_REQ_TUNE: return parse_tuple(o, default_sm, 1, &r->t, err);
     case KJIT_REQ_PREWARM: return parse_prewarm(o, default_sm, r, err);
     case KJIT_REQ_RUN: return parse_run(o, default_sm, r, err);

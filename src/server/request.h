@@ -3,9 +3,11 @@
  *
  * A request names registered ops with validated parameters, never source
  * code or a path: every string in it (keys included) is at most
- * KJIT_REQ_MAX_STRING bytes, free of control characters, '/' and "..".
- * Strings in a parsed kjit_req point into static storage (the op registry),
- * never into the JSON text, so the request outlives the cJSON tree. */
+ * KJIT_REQ_MAX_STRING bytes (a `kernel` request's expr: KJIT_REQ_MAX_EXPR),
+ * free of control characters, '/' and "..". Strings in a parsed kjit_req
+ * point into static storage (the op registry, the template table) or into
+ * the request itself, never into the JSON text, so the request outlives the
+ * cJSON tree. */
 #ifndef KJIT_SERVER_REQUEST_H
 #define KJIT_SERVER_REQUEST_H
 
@@ -15,6 +17,8 @@
 #include "kjit.h"
 
 #define KJIT_REQ_MAX_STRING 128
+/* A kernel's name expression: what kjit_kernel_spec.name_expr holds. */
+#define KJIT_REQ_MAX_EXPR ((int)sizeof(((kjit_kernel_spec *)0)->name_expr) - 1)
 #define KJIT_REQ_MAX_LIST 64      /* items in one prewarm list */
 #define KJIT_REQ_MAX_TUPLES 1024  /* (op, hidden, dtype, arch) combinations in one prewarm */
 #define KJIT_REQ_MAX_HIDDEN 65536
@@ -26,6 +30,7 @@ typedef enum kjit_req_type {
     KJIT_REQ_PING,
     KJIT_REQ_STATS,
     KJIT_REQ_COMPILE,
+    KJIT_REQ_KERNEL,
     KJIT_REQ_PREWARM,
     KJIT_REQ_TUNE,
     KJIT_REQ_RUN,
@@ -45,6 +50,9 @@ typedef struct kjit_req {
     uint64_t id;
     int version;        /* hello: the highest version both sides speak */
     kjit_req_tuple t;   /* compile, run */
+    /* kernel: one template-id of an embedded template file, for sm */
+    kjit_kernel_spec spec;
+    int spec_sm;
     /* prewarm: the cross product of these lists */
     const char *ops[KJIT_REQ_MAX_LIST];
     int n_ops;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/remote.h"
 #include "jit/compile.h"
 #include "server/server_internal.h"
 
@@ -87,6 +88,9 @@ static int start(kjit_server *s)
     /* Device 0 when there is one (run needs it); compile-only otherwise. */
     int rc = kjit_ctx_create(&s->ctx, &o);
     if (rc) return rc;
+    /* This is where compiles happen, even with KJIT_SERVER set (perhaps to
+     * this very socket). */
+    kjit__remote_off(s->ctx);
     if ((rc = kjit__arch_parse(kjit_ctx_arch(s->ctx), &s->default_sm))) return rc;
     if ((rc = kjit__listen_open(s))) return rc;
     int r = uv_signal_init(&s->loop, &s->sig_term);

@@ -1,6 +1,7 @@
 /* The server's parts and what they share. Everything here runs on the loop
- * thread except kjit__jobs' work callbacks (on libuv's thread pool), which
- * touch only their own job, the library context and the counter snapshot.
+ * thread except the work callbacks of jobs.c and kernel.c (on libuv's thread
+ * pool), which touch only their own job, the library context and the
+ * counter snapshot.
  *
  * Lifetimes: a connection is freed when its handle has closed and no job
  * waiter or prewarm still refers to it (refs), so a worker finishing after
@@ -67,7 +68,7 @@ struct kjit_server {
     int n_clients;
     uint64_t start_ms;
     struct {
-        uint64_t requests, errors, hits, misses, compile_requests, prewarm_requests;
+        uint64_t requests, errors, hits, misses, compile_requests, kernel_requests, prewarm_requests;
         uint64_t clients_total, refused, bad_frames, idle_closed;
     } n;
     uint64_t in_flight;  /* sum of the connections' pending */
@@ -113,7 +114,12 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
 void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t);
 void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r);
 size_t kjit__jobs_memo_count(const kjit_server *s);
+/* On a pool thread after a fetch: folds the library's counters into s->snap. */
+void kjit__jobs_snapshot(kjit_server *s);
 void kjit__jobs_free(kjit_server *s);
+
+/* kernel.c: one kernel by template-id (the `kernel` request) on a worker. */
+void kjit__kernel_request(kjit_conn *c, uint64_t id, const kjit_kernel_spec *spec, int sm);
 
 /* server.c */
 void kjit__server_stop(kjit_server *s, const char *why);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client/frame.h"
+#include "jit/templates.h"
 #include "server/request.h"
 
 static void check(const char *json, size_t len, uint32_t payload_len)
@@ -22,6 +23,16 @@ static void check(const char *json, size_t len, uint32_t payload_len)
     int n = 0;
     if ((r.type == KJIT_REQ_COMPILE || r.type == KJIT_REQ_RUN) &&
         kjit_op_kernels(r.t.op, r.t.hidden, r.t.dtype, NULL, 0, &n))
+        abort();
+    /* A kernel request is what kjit_kernel_fetch takes: a registered op, an
+     * embedded template, a template-id (never other C++) that fits. */
+    const kjit_template_file *tf;
+    int op_known = 0;
+    for (int i = 0; r.type == KJIT_REQ_KERNEL && i < kjit_op_count(); ++i) op_known |= r.spec.op == kjit_op_name(i);
+    if (r.type == KJIT_REQ_KERNEL &&
+        (!op_known || kjit__template_find(r.spec.template_file, &tf) ||
+         strncmp(r.spec.name_expr, "kjit_", 5) || !memchr(r.spec.name_expr, '\0', sizeof r.spec.name_expr) ||
+         r.spec.name_expr[strspn(r.spec.name_expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:<>, -")]))
         abort();
     if (r.type == KJIT_REQ_PREWARM &&
         (long)r.n_ops * r.n_hidden * r.n_dtypes * r.n_sms > KJIT_REQ_MAX_TUPLES)

@@ -161,7 +161,7 @@ class Status(unittest.TestCase):
             self.assertFalse(ctx.has_device)
             self.assertEqual(set(ctx.cache_counters()),
                              {"mem_hits", "disk_hits", "misses", "compiles", "bad_entries",
-                              "evictions"})
+                              "evictions", "server_builds"})
         with self.assertRaisesRegex(ValueError, "closed"):
             ctx.arch  # noqa: B018
 
