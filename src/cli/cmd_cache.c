@@ -91,8 +91,17 @@ int kjit_cli_cache(int argc, char **argv)
             fprintf(stderr, "kjit cache clear: %s\n", kjit_last_error());
             return KJIT_EXIT_FAIL;
         }
-        if (json) printf("{\"cache_dir\":\"%s\",\"removed\":%llu}\n", path, (unsigned long long)removed);
-        else printf("removed %llu files from %s\n", (unsigned long long)removed, path);
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "cache_dir", path);
+            cJSON_AddNumberToObject(o, "removed", (double)removed);
+            char *s = cJSON_PrintUnformatted(o);
+            if (s) puts(s);
+            cJSON_free(s);
+            cJSON_Delete(o);
+        } else {
+            printf("removed %llu files from %s\n", (unsigned long long)removed, path);
+        }
         return 0;
     }
     visit v = {.json = json, .verify = is_verify};
@@ -113,7 +122,7 @@ int kjit_cli_cache(int argc, char **argv)
         if (is_stats) cJSON_Delete(v.list);
         else cJSON_AddItemToObject(o, "entries_list", v.list);
         char *s = cJSON_PrintUnformatted(o);
-        puts(s);
+        if (s) puts(s);
         cJSON_free(s);
         cJSON_Delete(o);
     } else if (is_verify) {

@@ -138,6 +138,7 @@ int kjit_cli_prewarm(int argc, char **argv)
             for (int k = 0; k < kjit_op_count() && n_op_names < MAX_LIST; ++k) op_names[n_op_names++] = kjit_op_name(k);
             continue;
         }
+        if (n_op_names == MAX_LIST) return kjit_cli_usage_error("prewarm", "--ops: more than %d ops", MAX_LIST);
         int known = 0;
         for (int k = 0; k < kjit_op_count(); ++k) known |= !strcmp(ops[i], kjit_op_name(k));
         if (!known) {
@@ -249,7 +250,7 @@ int kjit_cli_prewarm(int argc, char **argv)
                 cJSON_AddItemToArray(f, e);
             }
         char *s = cJSON_PrintUnformatted(o_);
-        puts(s);
+        if (s) puts(s);
         cJSON_free(s);
         cJSON_Delete(o_);
     } else {

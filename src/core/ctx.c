@@ -42,7 +42,8 @@ static int open_device(kjit_ctx *ctx)
     /* Like the CUDA runtime: a thread with no current context gets the
      * device's primary one, so a plain driver-API caller can allocate. */
     CUcontext cur = NULL;
-    if (cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && !cur) cu->CtxSetCurrent(ctx->cuctx);
+    if (cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && !cur)
+        ctx->made_current = cu->CtxSetCurrent(ctx->cuctx) == CUDA_SUCCESS;
     int pushed = 0;
     int rc = kjit__ctx_enter(ctx, &pushed);
     if (rc) return rc;
@@ -74,6 +75,7 @@ int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts)
     ctx->index_check = opts->index_check;
     pthread_rwlock_init(&ctx->lock, NULL);
     pthread_mutex_init(&ctx->ws_lock, NULL);
+    pthread_mutex_init(&ctx->index_lock, NULL);
     int rc = KJIT_OK;
     if (opts->arch && (rc = kjit__arch_parse(opts->arch, &ctx->sm))) goto fail;
     if ((rc = kjit__cache_open(&ctx->cache, opts->cache_dir, 0))) goto fail;
@@ -116,7 +118,12 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
             if (ctx->slots[i].name && ctx->slots[i].module) cu->ModuleUnload(ctx->slots[i].module);
         if (ctx->err_flag) cu->MemFree(ctx->err_flag);
         if (ctx->ws) cu->MemFree(ctx->ws);
+        for (int i = 0; i < ctx->n_retired; ++i) cu->MemFree(ctx->retired[i]);
         kjit__ctx_leave(ctx, pushed);
+        /* Do not leave a released context current on the creating thread. */
+        CUcontext cur = NULL;
+        if (ctx->made_current && cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx->cuctx)
+            cu->CtxSetCurrent(NULL);
     }
     for (size_t i = 0; i < ctx->n_slots; ++i) free(ctx->slots[i].name);
     free(ctx->slots);
@@ -126,6 +133,7 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
     free(ctx->server);
     pthread_rwlock_destroy(&ctx->lock);
     pthread_mutex_destroy(&ctx->ws_lock);
+    pthread_mutex_destroy(&ctx->index_lock);
     free(ctx);
 }
 
@@ -355,8 +363,18 @@ int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUdeviceptr *out)
     CUresult r = CUDA_SUCCESS;
     if (ctx->ws_bytes < bytes) {
         const kjit_cu_api *cu = kjit__cu();
-        /* cuMemFree waits for work using the old buffer; grow by 1.5x to amortise. */
-        if (ctx->ws) cu->MemFree(ctx->ws);
+        /* The old buffer may be in a captured graph or in another thread's
+         * launch: retire it (freed at destroy). Growth by 1.5x keeps the
+         * list short; when it is full the oldest is freed (cuMemFree waits
+         * for the device). */
+        if (ctx->ws) {
+            if (ctx->n_retired == (int)(sizeof ctx->retired / sizeof ctx->retired[0])) {
+                cu->MemFree(ctx->retired[0]);
+                memmove(ctx->retired, ctx->retired + 1, sizeof ctx->retired - sizeof ctx->retired[0]);
+                ctx->n_retired--;
+            }
+            ctx->retired[ctx->n_retired++] = ctx->ws;
+        }
         ctx->ws = 0;
         ctx->ws_bytes = 0;
         size_t want = bytes + bytes / 2;

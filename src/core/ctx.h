@@ -34,6 +34,12 @@ struct kjit_ctx {
     pthread_mutex_t ws_lock; /* the context-owned backward workspace */
     CUdeviceptr ws;
     size_t ws_bytes;
+    /* Buffers a larger call replaced: a captured graph or another thread may
+     * still use them, so they live until kjit_ctx_destroy. */
+    CUdeviceptr retired[48];
+    int n_retired;
+    pthread_mutex_t index_lock; /* one synchronous index check at a time */
+    int made_current;           /* create set the primary context current */
 
     pthread_rwlock_t lock;
     kjit_kernel_slot *slots;

@@ -62,9 +62,15 @@ static void load(void)
     api.Version(&api.major, &api.minor);
     int n = 0;
     api.GetNumSupportedArchs(&n);
-    if (n > (int)(sizeof api.archs / sizeof api.archs[0])) n = sizeof api.archs / sizeof api.archs[0];
-    if (n > 0) api.GetSupportedArchs(api.archs);
-    api.n_archs = n;
+    int *all = n > 0 ? calloc((size_t)n, sizeof *all) : NULL;
+    if (all && api.GetSupportedArchs(all) == NVRTC_SUCCESS) {
+        /* Keep the newest that fit: the list is ascending. */
+        const int cap = (int)(sizeof api.archs / sizeof api.archs[0]);
+        const int skip = n > cap ? n - cap : 0;
+        memcpy(api.archs, all + skip, sizeof *all * (size_t)(n - skip));
+        api.n_archs = n - skip;
+    }
+    free(all);
 }
 
 const kjit_nvrtc_api *kjit__nvrtc(void)

@@ -199,9 +199,11 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s backward: %s is NULL", op, ctx ? "args" : "ctx");
     int vec, rc = validate(mode, 1, a, &vec);
     if (rc) return rc;
+    /* The plan always budgets dw's partials (modes 1, 3): the partition, and
+     * so every gradient's bits, must not depend on whether dw is asked for. */
     const int ng = modes[mode].ng, with_w = mode != 2 && a->dweight;
     kjit_part_plan pl;
-    kjit__part_plan(&pl, a->n, a->index.rows, ng, a->hidden, with_w);
+    kjit__part_plan(&pl, a->n, a->index.rows, ng, a->hidden, mode != 2);
     if (ws && ws_bytes < pl.bytes)
         return kjit__fail(KJIT_EINVAL, "%s backward: workspace of %zu bytes, %zu needed (kjit_adaln_workspace)", op,
                           ws_bytes, pl.bytes);
@@ -209,14 +211,19 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
     kjit_adaln_bwd_params p = {0};
     CUdeviceptr base;
+    kjit_adaln_config c;
+    kjit__tune_config(ctx, mode, a->hidden, a->act_dtype, vec, stream, &c);
+    char e[224];
+    bwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
+    CUfunction fn;
+    if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
+    if ((rc = kjit__part_preload(ctx, op, a->index.dtype, a->param_dtype, with_w))) goto out;
     if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
     if ((rc = kjit__workspace(ctx, op, ws, ws_bytes, pl.bytes, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
     /* Zero rows: the gradients of the tables and weight are zero. */
     if (a->n == 0) pl.n = p.part.n = 0;
     if ((rc = kjit__part_build(ctx, op, &p.part, &p.index, a->index.dtype, stream))) goto out;
-    kjit_adaln_config c;
-    kjit__tune_config(ctx, mode, a->hidden, a->act_dtype, vec, stream, &c);
     p.x = a->x, p.x_stride = a->x_stride;
     p.y = a->y, p.y_stride = a->y_stride;
     p.w = mode != 2 ? a->weight : NULL;
@@ -235,8 +242,6 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     if (!with_w) p.partial_w = NULL;
     p.n = a->n, p.h = a->hidden, p.eps = a->eps;
     const int tpr = kjit__adaln_tpr(a->hidden, a->act_dtype);
-    char e[224];
-    bwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
     rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)p.part.chunks, 1, 1, (unsigned)tpr,
                    (unsigned)bwd_smem(mode, a->hidden, a->act_dtype, tpr, &c, vec), stream, &p);
     if (rc) goto out;

@@ -114,6 +114,15 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
     kjit_gather_bwd_params p = {0};
     kjit_index_arg ix;
     CUdeviceptr base;
+    const unsigned hv = cells(a, vec);
+    const unsigned block = hv % 224 == 0 && hv <= 1024 ? 224 : hv < GATHER_BLOCK ? (hv + 31) / 32 * 32 : GATHER_BLOCK;
+    char e[128];
+    snprintf(e, sizeof e, "kjit_gather_bwd<%s, %s, %s>", kjit__dtype_cxx(a->dtype), kjit__dtype_cxx(a->index.dtype),
+             vec ? "true" : "false");
+    CUfunction fn;
+    /* Everything loaded before anything is written. */
+    if ((rc = kjit__ctx_kernel(ctx, GATHER_TEMPLATE, OP, e, &fn))) goto out;
+    if ((rc = kjit__part_preload(ctx, OP, a->index.dtype, a->dtype, 0))) goto out;
     if ((rc = kjit__index_prepare(ctx, OP, &a->index, a->n, stream, &ix))) goto out;
     if ((rc = kjit__workspace(ctx, OP, ws, ws_bytes, pl.bytes, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, NULL);
@@ -124,11 +133,6 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
         p.dtable[k] = a->dtable[k], p.dtable_stride[k] = a->dtable_stride[k];
     }
     p.h = a->hidden, p.k = a->num_tables;
-    const unsigned hv = cells(a, vec);
-    const unsigned block = hv % 224 == 0 && hv <= 1024 ? 224 : hv < GATHER_BLOCK ? (hv + 31) / 32 * 32 : GATHER_BLOCK;
-    char e[128];
-    snprintf(e, sizeof e, "kjit_gather_bwd<%s, %s, %s>", kjit__dtype_cxx(a->dtype), kjit__dtype_cxx(a->index.dtype),
-             vec ? "true" : "false");
     rc = kjit__run(ctx, GATHER_TEMPLATE, OP, e, (hv + block - 1) / block, (unsigned)p.part.chunks, (unsigned)a->num_tables,
                    block, 0, stream, &p);
     if (!rc) {

@@ -75,14 +75,40 @@ void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition
     if (partial_w) *partial_w = pl->with_w ? (float *)(uintptr_t)(base + pl->off_partial_w) : NULL;
 }
 
+/* The name expressions of a backward's partition kernels. */
+typedef struct part_names {
+    char count[64], scatter[64], finish[64], colsum[64];
+} part_names;
+
+static void names(part_names *nm, kjit_dtype index_dtype, kjit_dtype tp)
+{
+    const char *ti = kjit__dtype_cxx(index_dtype);
+    snprintf(nm->count, sizeof nm->count, "kjit_part_count<%s>", ti);
+    snprintf(nm->scatter, sizeof nm->scatter, "kjit_part_scatter<%s>", ti);
+    snprintf(nm->finish, sizeof nm->finish, "kjit_part_finish<%s>", kjit__dtype_cxx(tp));
+    snprintf(nm->colsum, sizeof nm->colsum, "kjit_colsum_finish<%s>", kjit__dtype_cxx(tp));
+}
+
+int kjit__part_preload(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, kjit_dtype tp, int with_colsum)
+{
+    part_names nm;
+    names(&nm, index_dtype, tp);
+    const char *all[] = {nm.count, "kjit_part_scan<256>", nm.scatter, nm.finish, nm.colsum};
+    CUfunction fn;
+    for (int i = 0; i < 4 + (with_colsum != 0); ++i) {
+        int rc = kjit__ctx_kernel(ctx, PART_TEMPLATE, label, all[i], &fn);
+        if (rc) return rc;
+    }
+    return KJIT_OK;
+}
+
 int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
                      kjit_dtype index_dtype, CUstream stream)
 {
     kjit_part_build_params p = {*ix, *part};
-    const char *ti = kjit__dtype_cxx(index_dtype);
-    char count[64], scatter[64];
-    snprintf(count, sizeof count, "kjit_part_count<%s>", ti);
-    snprintf(scatter, sizeof scatter, "kjit_part_scatter<%s>", ti);
+    part_names nm;
+    names(&nm, index_dtype, KJIT_F32);
+    const char *count = nm.count, *scatter = nm.scatter;
     const unsigned grid = (unsigned)((part->tiles + COUNT_WARPS - 1) / COUNT_WARPS);
     const size_t want = (size_t)COUNT_WARPS * (size_t)part->r * 4;
     const unsigned smem = want <= 48 * 1024 ? (unsigned)want : 0;
@@ -105,8 +131,9 @@ int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *pa
     p.part = *part;
     p.h = h;
     p.ng = ng;
-    char expr[64];
-    snprintf(expr, sizeof expr, "kjit_part_finish<%s>", kjit__dtype_cxx(tp));
+    part_names nm;
+    names(&nm, KJIT_I32, tp);
+    const char *expr = nm.finish;
     const long long y = part->r < 32 ? part->r : 32;
     return kjit__run(ctx, PART_TEMPLATE, label, expr, (unsigned)((h + 255) / 256), (unsigned)y, (unsigned)ng, 256, 0,
                      stream, &p);
@@ -116,8 +143,9 @@ int kjit__colsum_finish(kjit_ctx *ctx, const char *label, const kjit_partition *
                         void *out, kjit_dtype tp, CUstream stream)
 {
     kjit_colsum_params p = {partial_w, out, *part, h};
-    char expr[64];
-    snprintf(expr, sizeof expr, "kjit_colsum_finish<%s>", kjit__dtype_cxx(tp));
+    part_names nm;
+    names(&nm, KJIT_I32, tp);
+    const char *expr = nm.colsum;
     return kjit__run(ctx, PART_TEMPLATE, label, expr, (unsigned)((h + 255) / 256), 1, 1, 256, 0, stream, &p);
 }
 

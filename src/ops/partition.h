@@ -22,6 +22,10 @@ void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, in
 /* Points part / partial / partial_w into the workspace at base. */
 void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition *part, float **partial,
                       float **partial_w);
+/* Loads every partition kernel a backward will launch (and colsum when
+ * asked) before the backward writes anything: a failure to load one must not
+ * leave outputs half written. */
+int kjit__part_preload(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, kjit_dtype tp, int with_colsum);
 /* The build: count, scan, scatter (graph capturable). */
 int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
                      kjit_dtype index_dtype, CUstream stream);

@@ -62,14 +62,9 @@ int kjit__run(kjit_ctx *ctx, const char *template_file, const char *label, const
     return kjit__launch(fn, gx, gy, gz, bx, smem, stream, params, name_expr);
 }
 
-int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int64_t n, CUstream stream,
-                        kjit_index_arg *out)
+/* Runs the check kernel and reads back the first bad row (~0: none). */
+static int check_indices(kjit_ctx *ctx, const kjit_index *ix, int64_t n, CUstream stream, unsigned long long *bad)
 {
-    out->ptr = ix->ptr;
-    out->r = ix->rows;
-    out->err = ctx->index_check == KJIT_INDEX_CHECK_ASYNC ? (int *)(uintptr_t)ctx->err_flag : NULL;
-    if (ctx->index_check != KJIT_INDEX_CHECK_SYNC || n == 0) return KJIT_OK;
-
     const kjit_cu_api *cu = kjit__cu();
     const CUdeviceptr pos = ctx->err_flag + offsetof(kjit_index_report, pos);
     KJIT_CU_TRY(cu, MemsetD8Async(pos, 0xFF, sizeof(unsigned long long), stream), "index check");
@@ -80,10 +75,26 @@ int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int
     if (blocks > 4096) blocks = 4096;
     int rc = kjit__run(ctx, "index_check.cuh", "index_check", expr, (unsigned)blocks, 1, 1, 256, 0, stream, &p);
     if (rc) return rc;
-    unsigned long long bad = 0;
-    KJIT_CU_TRY(cu, MemcpyDtoHAsync(&bad, pos, sizeof bad, stream), "index check");
+    KJIT_CU_TRY(cu, MemcpyDtoHAsync(bad, pos, sizeof *bad, stream), "index check");
     KJIT_CU_TRY(cu, StreamSynchronize(stream), "index check");
-    if (bad == ~0ULL) return KJIT_OK;
+    return KJIT_OK;
+}
+
+int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int64_t n, CUstream stream,
+                        kjit_index_arg *out)
+{
+    out->ptr = ix->ptr;
+    out->r = ix->rows;
+    out->err = ctx->index_check == KJIT_INDEX_CHECK_ASYNC ? (int *)(uintptr_t)ctx->err_flag : NULL;
+    if (ctx->index_check != KJIT_INDEX_CHECK_SYNC || n == 0) return KJIT_OK;
+
+    /* The report word is the context's: one check at a time uses it. */
+    pthread_mutex_lock(&ctx->index_lock);
+    unsigned long long bad = 0;
+    int rc = check_indices(ctx, ix, n, stream, &bad);
+    pthread_mutex_unlock(&ctx->index_lock);
+    if (rc || bad == ~0ULL) return rc;
+    const kjit_cu_api *cu = kjit__cu();
     long long v = 0;
     const size_t es = kjit_dtype_size(ix->dtype);
     KJIT_CU_TRY(cu, MemcpyDtoH(&v, (CUdeviceptr)(uintptr_t)ix->ptr + bad * es, es), "index check");
