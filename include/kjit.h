@@ -223,7 +223,9 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * device and a flag is raised, read with kjit_ctx_index_error.
  * Backward passes need a workspace (kjit_*_workspace gives its size); pass
  * NULL to use one owned by the context (grown on demand: one stream at a
- * time, and the first call that grows it cannot be graph-captured). Once an
+ * time, and the first call that grows it cannot be graph-captured; a buffer
+ * it outgrows stays allocated until kjit_ctx_destroy, so a graph that
+ * captured it stays valid). Once an
  * op's kernels are loaded, calls allocate, synchronize and read back nothing
  * (index checking SYNC aside), so they can be captured in CUDA graphs. */
 
