@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU test machine: build, run the gpu-labelled tests and the
-# benchmarks. Logs go under $OUT; a short summary is printed last.
+# benchmarks. Output goes to few files under $OUT (a device machine may return
+# only a handful): machine.txt, cmake.log, build.log, run.log (every stage,
+# with headers) and reports.tar (the conformance JSON); a summary is printed last.
 # Usage (from the project root):
 #   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
 # Stages (default: tests bench): tests, bench, python, conformance, tune.
