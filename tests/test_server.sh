@@ -68,6 +68,13 @@ with m.Client(sys.argv[2], timeout=120) as c:
     r = c.compile("timestep_sinusoid", 256, "fp32")
     k = r["kernels"][0]
     assert k["cubin"][:4] == b"\x7fELF" and len(k["cubin"]) == k["size"], k["size"]
+    r = c.kernel("timestep_sinusoid", "timestep_sinusoid.cuh", "kjit_sinusoid<float>")
+    assert r["kernels"][0]["cubin"][:4] == b"\x7fELF", r
+    try:
+        c.kernel("timestep_sinusoid", "timestep_sinusoid.cuh", "kjit_sinusoid<(float)>")
+        raise AssertionError("a non-template-id expr accepted")
+    except m.ServerError as e:
+        assert e.code == "bad_request" and "expr" in e.message, e
     events = []
     r = c.prewarm("timestep_sinusoid", [32, 48], ["bf16", "fp16"], on_event=events.append)
     assert r["combinations"] == 4 and len(events) == 4, (r, events)

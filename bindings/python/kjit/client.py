@@ -133,6 +133,18 @@ class Client:
             k["cubin"] = data[k["offset"]:k["offset"] + k["size"]]
         return reply
 
+    def kernel(self, op, template, expr, arch=None):
+        """One kernel by its template file and name expression (what the C
+        library asks when KJIT_SERVER is set); the entry of reply["kernels"]
+        gains its "cubin" bytes."""
+        req = {"type": "kernel", "op": op, "template": template, "expr": expr}
+        if arch:
+            req["arch"] = arch
+        reply, data = self.request(req)
+        for k in reply["kernels"]:
+            k["cubin"] = data[k["offset"]:k["offset"] + k["size"]]
+        return reply
+
     def prewarm(self, ops, hidden, dtype, arch=None, on_event=None):
         req = {"type": "prewarm", "ops": ops, "hidden": hidden, "dtype": dtype}
         if arch:
