@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """kjit's conformance report: each op, kjit beside the peers that run in the
-same process, through the checks of the prior-art reports (bench/prior_art/,
-the B200 measurements of ../shared/seeds) and in their JSON schema.
+same process, through the checks of the prior-art reports (bench/prior_art/:
+B200 measurements of diffusers, SGLang, Liger, Transformer Engine and
+RL-Kernel) and in their JSON schema.
 
     KJIT_LIBRARY=build-gpu/libkjit.so python3 bench/conformance.py [--quick] [--ops a,b]
 
@@ -15,7 +16,7 @@ Checks, all bitwise with torch.equal:
                        whole batch reversed;
   params_repeatable    parameter and table gradients of the same batch,
                        run after run (5 runs).
-kjit goes through them with the seeds' three input seeds; peers with one
+kjit goes through them with the reports' three input seeds; peers with one
 (their counts are in the report), which keeps the whole run near 6 minutes
 on an H200.
 accuracy_latency: max|err|/max|ref| vs the float64 computation on the same
@@ -27,7 +28,7 @@ chunked into six views). The copy floor is the op's bytes read + written at
 4.25 TB/s (the H200's measured device-to-device copy).
 
 Writes bench/reports/<op>.json and prints a side-by-side table with the
-seeds' B200 figures where the seeds have the op.
+prior-art reports' B200 figures where they have the op.
 """
 
 import argparse
@@ -476,7 +477,7 @@ def _fmt(v, kind):
 def print_table(op, report, seeds_report):
     rows = [(name, e) for name, e in report["results"]["plain"].items()]
     if seeds_report:
-        rows += [(f"B200 seed: {name}", e) for name, e in seeds_report["results"]["plain"].items()
+        rows += [(f"B200 report: {name}", e) for name, e in seeds_report["results"]["plain"].items()
                  if "accuracy_latency" in e]
     floor = report["copy_floor"]
     sizes = [s for s in floor if s != "bandwidth_TBps"]
