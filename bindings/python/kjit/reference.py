@@ -56,6 +56,6 @@ def to_double(*tensors):
 
 
 def rel_err(a, ref):
-    """max|a - ref| / max|ref| (the seeds' measure), as a float."""
+    """max|a - ref| / max|ref| (the prior-art reports' measure), as a float."""
     ref = ref.detach().double()
     return ((a.detach().double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
