@@ -149,6 +149,13 @@ static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
     return KJIT_OK;
 }
 
+/* Table chunks in the kernels' order: 0 shift, 1 scale, 2 gate. */
+static kjit_table_set tables(const kjit_adaln_args *a)
+{
+    kjit_table_set t = {{a->shift, a->scale, a->gate}, {a->shift_stride, a->scale_stride, a->gate_stride}};
+    return t;
+}
+
 static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, CUstream stream)
 {
     const char *op = modes[mode].name;
@@ -166,9 +173,7 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, CUstream
     p.res = a->res, p.res_stride = a->res_stride;
     p.y = a->y, p.y_stride = a->y_stride;
     p.w = mode != 2 ? a->weight : NULL;
-    p.table.ptr[0] = a->shift, p.table.stride[0] = a->shift_stride;
-    p.table.ptr[1] = a->scale, p.table.stride[1] = a->scale_stride;
-    p.table.ptr[2] = a->gate, p.table.stride[2] = a->gate_stride;
+    p.table = tables(a);
     p.h_out = mode == 3 ? a->h : NULL, p.h_stride = a->h_stride;
     p.out = a->out, p.out_stride = a->out_stride;
     p.n = a->n, p.h = a->hidden, p.eps = a->eps;
@@ -227,9 +232,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     p.x = a->x, p.x_stride = a->x_stride;
     p.y = a->y, p.y_stride = a->y_stride;
     p.w = mode != 2 ? a->weight : NULL;
-    p.table.ptr[0] = a->shift, p.table.stride[0] = a->shift_stride;
-    p.table.ptr[1] = a->scale, p.table.stride[1] = a->scale_stride;
-    p.table.ptr[2] = a->gate, p.table.stride[2] = a->gate_stride;
+    p.table = tables(a);
     p.index.err = NULL;
     p.dout = a->dout, p.dout_stride = a->dout_stride;
     p.dh = mode == 3 ? a->dh : NULL, p.dh_stride = a->dh_stride;

@@ -40,6 +40,13 @@ class ProtocolError(Exception):
     """The connection broke or carried something that is not a kjit frame."""
 
 
+def _with_cubins(reply, data):
+    """Gives each entry of reply["kernels"] its "cubin" bytes from the payload."""
+    for k in reply["kernels"]:
+        k["cubin"] = data[k["offset"]:k["offset"] + k["size"]]
+    return reply
+
+
 def default_socket():
     """Where `kjit serve` listens by default."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
@@ -128,10 +135,7 @@ class Client:
         req = {"type": "compile", "op": op, "hidden": hidden, "dtype": dtype}
         if arch:
             req["arch"] = arch
-        reply, data = self.request(req)
-        for k in reply["kernels"]:
-            k["cubin"] = data[k["offset"]:k["offset"] + k["size"]]
-        return reply
+        return _with_cubins(*self.request(req))
 
     def kernel(self, op, template, expr, arch=None):
         """One kernel by its template file and name expression (what the C
@@ -140,10 +144,7 @@ class Client:
         req = {"type": "kernel", "op": op, "template": template, "expr": expr}
         if arch:
             req["arch"] = arch
-        reply, data = self.request(req)
-        for k in reply["kernels"]:
-            k["cubin"] = data[k["offset"]:k["offset"] + k["size"]]
-        return reply
+        return _with_cubins(*self.request(req))
 
     def prewarm(self, ops, hidden, dtype, arch=None, on_event=None):
         req = {"type": "prewarm", "ops": ops, "hidden": hidden, "dtype": dtype}
