@@ -41,17 +41,6 @@ static CUdeviceptr pool, table, weight, didx, ws;
 static size_t ws_bytes;
 static CUevent ev_start[ITERS], ev_end[ITERS];
 
-#define CU_CHECK(call)                                                                \
-    do {                                                                              \
-        CUresult r_ = (call);                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                     \
-            const char *n_ = "?";                                                     \
-            cu->GetErrorName(r_, &n_);                                                \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
-
 #define KJ_CHECK(call)                                                                                  \
     do {                                                                                                \
         int rc_ = (call);                                                                               \

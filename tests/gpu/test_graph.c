@@ -20,17 +20,6 @@
 
 static const kjit_cu_api *cu;
 
-#define CU_CHECK(call)                                                                \
-    do {                                                                              \
-        CUresult r_ = (call);                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                     \
-            const char *n_ = "?";                                                     \
-            cu->GetErrorName(r_, &n_);                                                \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
-
 /* An output: `rows` rows of row stride `stride` elements (bf16), of which
  * columns [col0, col0 + cols) are written by the op; the rest must keep its
  * poison (it is compared bitwise like the rest of the buffer). */

@@ -19,17 +19,6 @@ static void need_cu(void)
     }
 }
 
-#define DIE_ON(r, what)                                                         \
-    do {                                                                        \
-        CUresult r_ = (r);                                                      \
-        if (r_ != CUDA_SUCCESS) {                                               \
-            const char *n_ = "?";                                               \
-            cu->GetErrorName(r_, &n_);                                          \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, what, n_); \
-            exit(1);                                                            \
-        }                                                                       \
-    } while (0)
-
 kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check)
 {
     kjit_ctx_options o;
@@ -46,7 +35,7 @@ kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check)
         exit(77);
     }
     cu = kjit__cu();
-    DIE_ON(cu->CtxSetCurrent(ctx->cuctx), "cuCtxSetCurrent");
+    CU_CHECK(cu->CtxSetCurrent(ctx->cuctx));
     return ctx;
 }
 
@@ -54,7 +43,7 @@ CUdeviceptr gpu_alloc(size_t bytes)
 {
     need_cu();
     CUdeviceptr p = 0;
-    DIE_ON(cu->MemAlloc(&p, bytes ? bytes : 16), "cuMemAlloc");
+    CU_CHECK(cu->MemAlloc(&p, bytes ? bytes : 16));
     return p;
 }
 void gpu_free(CUdeviceptr p)
@@ -65,22 +54,22 @@ void gpu_free(CUdeviceptr p)
 void gpu_upload(CUdeviceptr dst, const void *src, size_t bytes)
 {
     need_cu();
-    DIE_ON(cu->MemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+    CU_CHECK(cu->MemcpyHtoD(dst, src, bytes));
 }
 void gpu_download(void *dst, CUdeviceptr src, size_t bytes)
 {
     need_cu();
-    DIE_ON(cu->MemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+    CU_CHECK(cu->MemcpyDtoH(dst, src, bytes));
 }
 void gpu_poison(CUdeviceptr p, size_t bytes)
 {
     need_cu();
-    DIE_ON(cu->MemsetD8(p, 0xFF, bytes), "cuMemsetD8");
+    CU_CHECK(cu->MemsetD8(p, 0xFF, bytes));
 }
 void gpu_sync(void)
 {
     need_cu();
-    DIE_ON(cu->CtxSynchronize(), "cuCtxSynchronize");
+    CU_CHECK(cu->CtxSynchronize());
 }
 
 void host_from_double(kjit_dtype dt, const double *in, void *out, size_t n)

@@ -4,9 +4,24 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "gpu/cuda_api.h"
 #include "kjit.h"
+
+/* Runs a driver call; on failure prints the call and the CUDA error name
+ * and exits 1 (tests and benchmarks only). */
+#define CU_CHECK(call)                                                                \
+    do {                                                                              \
+        CUresult r_ = (call);                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                     \
+            const char *n_ = "?";                                                     \
+            kjit__cu()->GetErrorName(r_, &n_);                                        \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, n_); \
+            exit(1);                                                                  \
+        }                                                                             \
+    } while (0)
 
 /* Creates a context on device 0 or exits 77 when there is no driver/GPU. */
 kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check);
