@@ -20,10 +20,10 @@ if ! cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1; then
 fi
 # -k: a target that fails to build does not stop the others' tests.
 cmake --build $B -j"$(nproc)" -- -k >"$OUT/build.log" 2>&1 || grep -E "error" "$OUT/build.log" | head -20
-section info; $B/kjit info | tee -a "$LOG"
 summary=()
 LOG="$OUT/run.log"
 section() { printf '\n===== %s =====\n' "$*" >>"$LOG"; }
+section info; $B/kjit info 2>&1 | tee -a "$LOG"
 for s in $stages; do
   case $s in
   tests)
@@ -47,7 +47,7 @@ for s in $stages; do
     summary+=("conformance rc=${PIPESTATUS[0]}")
     tar -cf "$OUT/reports.tar" bench/reports 2>/dev/null ;;
   tune)
-    section tune; $B/kjit tune --ops norm_modulate,gated_residual,gated_residual_norm_modulate --hidden 5376 \
+    section tune; KJIT_LOG=1 $B/kjit tune --ops norm_modulate,gated_residual,gated_residual_norm_modulate --hidden 5376 \
       --dtype bf16 --json 2>&1 | tee -a "$LOG"
     summary+=("tune rc=${PIPESTATUS[0]}")
     section "tune --show"; $B/kjit tune --show 2>&1 | tee -a "$LOG"

@@ -13,10 +13,10 @@
 //   TP    table / weight / dtable dtype kjit::f32 | kjit::bf16  arithmetic-fixing
 //   TI    index dtype int | long long                    no effect on numbers
 //   H     hidden size for the fast path, 0 = generic path with runtime p.h
-//   TPR   threads per row                               arithmetic-fixing
+//   TPR   threads per row (fwd and bwd each their own)   arithmetic-fixing
 //   RPC   (fwd) rows per CTA                            launch-only
-//   PF    rows whose loads are issued ahead of the one being reduced:
-//           fwd 0 | 1 (grid-stride look-ahead), bwd 0..3  launch-only
+//   PF    rows whose loads are issued ahead of the one being reduced,
+//           0..3 (fwd: of the CTA's grid-stride rows)     launch-only
 //   ACCS  (bwd) where per-column state lives            launch-only
 //           0: segment constants and accumulators in registers
 //           1: segment constants in shared memory, accumulators in registers
@@ -25,8 +25,8 @@
 // the same floating-point operations in the same order, so the host may pick
 // either one (by alignment) without changing a bit.
 //
-// TPR, a function of the hidden size h and sizeof(TA) only (the host must use
-// exactly this; fwd and bwd of one op must use the same TPR):
+// Forward TPR, a function of the hidden size h and sizeof(TA) only (the host
+// must use exactly this):
 //     v = 16 / sizeof(TA);  g = ceil(h / v)          // 16-byte granules per row
 //     for cap in 256, 512, 1024:
 //         for items = ceil(g / cap) .. 8:
@@ -34,18 +34,30 @@
 //     items = ceil(g / 256); return 32 * ceil(g / (32 * items))   // ragged
 //   e.g. h = 5376: bf16/f16 -> 224 (3 granules = 24 columns per thread),
 //   f32 -> 224 (6 granules); h = 4096 bf16 -> 256; h = 16384 bf16 -> 256.
+// Backward TPR (more threads, fewer columns each: more rows in flight per SM
+// for the same registers), also of h and sizeof(TA) only:
+//     for items = 1 .. 8:
+//         if g % items == 0 && (g / items) % 32 == 0 && g / items <= 1024:
+//             return g / items
+//     return the forward TPR
+//   e.g. h = 5376: bf16/f16 -> 672 (1 granule), f32 -> 672 (2 granules);
+//   h = 4096 bf16 -> 512; h = 16384 bf16 -> 1024 (2 granules).
 // Thread t of a row owns granules t, t + TPR, t + 2 TPR, ... (v columns each).
 // Row reductions: each thread accumulates v lane sums over its granules in
 // order, folds them pairwise (lane 0+1, 2+3, ..., then pairs of pairs), the
-// warp folds with an xor butterfly (16, 8, 4, 2, 1), and the warps' totals
-// are added in warp order 0, 1, ... TPR/32-1. This order depends on h, TA and
-// TPR alone, never on RPC, the grid, N or the row's position.
+// warp folds with an xor butterfly (16, 8, 4, 2, 1). Forward: the warps'
+// totals are added in warp order 0, 1, ... TPR/32-1. Backward: lane j takes
+// warp j's total (0 beyond the last warp) and the xor butterfly folds them.
+// These orders depend on h, TA and TPR alone, never on RPC, PF, the grid, N
+// or the row's position. The backward recomputes rstd with its own order, so
+// it may differ from the forward's in the last bit (both are within fp32
+// rounding of the exact value; each is the same for every batch).
 // Rounding: every multiply and add is an explicit __f*_rn intrinsic (no FMA
 // contraction freedom); rstd = __frsqrt_rn(sumsq / h + eps).
 //
 // kjit_adaln_fwd<MODE, TA, TP, TI, H, TPR, RPC, PF>
 //   e.g. "kjit_adaln_fwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 1>"
-//   block = TPR * RPC (<= 1024; RPC <= 15), dynamic smem = 0
+//   block = TPR * RPC (<= 1024; RPC <= 15), dynamic smem = 0, TPR = forward TPR
 //   grid  = any value in [1, ceil(n / RPC)] (and <= 2^31-1): the row groups
 //           grid-stride, so a persistent grid (a few CTAs per SM) and a full
 //           grid give the same bits. n = 0: do not launch. H = 0: PF = 0.
@@ -61,7 +73,7 @@
 // kjit_adaln_bwd<MODE, TA, TP, TI, H, TPR, PF, ACCS>
 //   e.g. "kjit_adaln_bwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 0>"
 //   grid = p.part.chunks (one CTA per chunk of the sorted-row partition),
-//   block = TPR,
+//   block = TPR = the backward TPR,
 //   dynamic smem = ((ACCS >= 1 ? NTAB : 0) + (ACCS == 2 ? NACC : 0))
 //                  * ceil(g / TPR) * v * TPR * 4 bytes      (H > 0)
 //                = 0                                       (H == 0; PF = ACCS = 0)
@@ -279,6 +291,36 @@ __device__ __forceinline__ void row_reduce(float (&q)[NQ], float *red, int &par,
     }
 }
 
+// Backward row sums: the warp folds as row_reduce does, then lane j of every
+// warp takes warp j's total (0 past the last warp) and the warp folds those
+// with the same xor butterfly (16, 8, 4, 2, 1). The order depends on the
+// backward's TPR alone; every thread gets the same bits. One barrier per
+// row (red double-buffered by par: 2 * NQ * 32 floats).
+template <int NQ, int WPR>
+__device__ __forceinline__ void row_reduce_tree(float (&q)[NQ], float *red, int &par, int tw)
+{
+#pragma unroll
+    for (int i = 0; i < NQ; ++i)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) q[i] = __fadd_rn(q[i], __shfl_xor_sync(0xffffffffu, q[i], o));
+    if constexpr (WPR > 1) {
+        float *r = red + par * (NQ * 32);
+        const int lane = threadIdx.x & 31;
+        if (lane == 0) {
+#pragma unroll
+            for (int i = 0; i < NQ; ++i) r[i * 32 + tw] = q[i];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < NQ; ++i) {
+            q[i] = lane < WPR ? r[i * 32 + lane] : 0.0f;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) q[i] = __fadd_rn(q[i], __shfl_xor_sync(0xffffffffu, q[i], o));
+        }
+        par ^= 1;
+    }
+}
+
 template <class TI>
 __device__ __forceinline__ bool index_bad(const kjit_index_arg &ix, long long r)
 {
@@ -310,6 +352,13 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
     const TI *index = (const TI *)p.index.ptr;
     const TP *wp = (const TP *)p.w;
     const bool hw = wp != 0;
+    // w is the same for every row: loaded once.
+    gran<TP, V> wv[IT];
+    if (MODE != 2 && hw) {
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G) ld_nc(wv[k], wp + (k * TPR + t) * V);
+    }
 
     auto load = [&](fwd_stage<MODE, TA, V, IT> &st, long long row) {
         st.r = (long long)index[row];
@@ -351,7 +400,7 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
         } else {
             // Norm input: x (MODE 1) or h = res + gate * y rounded (MODE 3).
             gran<TA, V> xv[IT];
-            gran<TP, V> shv[IT], scv[IT], wv[IT];
+            gran<TP, V> shv[IT], scv[IT];
             const TP *sh = (const TP *)p.table.ptr[0] + r * p.table.stride[0];
             const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
             if constexpr (MODE == 1) {
@@ -383,7 +432,6 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
                     const int col = (k * TPR + t) * V;
                     ld_nc(shv[k], sh + col);
                     ld_nc(scv[k], sc + col);
-                    if (hw) ld_nc(wv[k], wp + col);
                 }
             float acc[V];
 #pragma unroll
@@ -415,23 +463,23 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
         }
     };
 
+    // A ring of PF + 1 row stages: the loads of the next PF rows of this
+    // slot are in flight while one is reduced and written.
+    constexpr int RING = PF + 1;
     const long long step = (long long)gridDim.x * RPC;
-    long long row = (long long)blockIdx.x * RPC + slot;
-    if constexpr (PF == 0) {
-        for (; row < p.n; row += step) {
-            fwd_stage<MODE, TA, V, IT> st;
-            load(st, row);
-            process(st, row);
-        }
-    } else {
-        // Look-ahead: the next row's loads are in flight while this one is
-        // reduced and written.
-        fwd_stage<MODE, TA, V, IT> cur, nx;
-        if (row < p.n) load(cur, row);
-        for (; row < p.n; row += step) {
-            if (row + step < p.n) load(nx, row + step);
-            process(cur, row);
-            cur = nx;
+    const long long row0 = (long long)blockIdx.x * RPC + slot;
+    fwd_stage<MODE, TA, V, IT> st[RING];
+#pragma unroll
+    for (int s = 0; s < PF; ++s)
+        if (row0 + s * step < p.n) load(st[s], row0 + s * step);
+    for (long long base = row0; base < p.n; base += RING * step) {
+#pragma unroll
+        for (int s = 0; s < RING; ++s) {
+            const long long row = base + s * step;
+            if (row < p.n) {
+                if (row + PF * step < p.n) load(st[(s + PF) % RING], row + PF * step);
+                process(st[s], row);
+            }
         }
     }
 }
@@ -605,7 +653,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
     constexpr int WPR = TPR / 32;
     constexpr int NT = S::NT, NACC = S::NACC, NTAB = S::NTAB, NG = S::NACC;
     constexpr int RING = PF + 1;
-    __shared__ float red[2 * WPR * 2];
+    __shared__ float red[2 * 2 * 32];
 
     const int t = threadIdx.x;
     const int tw = t >> 5;
@@ -800,7 +848,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     }
                 }
             float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
-            row_reduce<2, WPR>(q, red, par, tw, 1);
+            row_reduce_tree<2, WPR>(q, red, par, tw);
             const float rs = rstd_of(q[0], (float)H, p.eps);
             const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)H), rs); // mean(g * xhat)
 #pragma unroll
@@ -871,7 +919,7 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
     constexpr int V = 16 / (int)sizeof(TA);
     constexpr int WPR = TPR / 32;
     constexpr int NG = S::NACC;
-    __shared__ float red[2 * WPR * 2];
+    __shared__ float red[2 * 2 * 32];
 
     const int t = threadIdx.x;
     const int tw = t >> 5;
@@ -968,7 +1016,7 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
                 }
             }
             float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
-            row_reduce<2, WPR>(q, red, par, tw, 1);
+            row_reduce_tree<2, WPR>(q, red, par, tw);
             const float rs = rstd_of(q[0], (float)h, p.eps);
             const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)h), rs);
             const TA *dhr = (const TA *)p.dh + row * p.dh_stride;
@@ -1007,7 +1055,7 @@ __global__ void __launch_bounds__(TPR *RPC) kjit_adaln_fwd(const __grid_constant
     static_assert(H >= 0 && H % 8 == 0 && H <= 16384, "fast path: H a multiple of 8 up to 16384 (0 = generic)");
     static_assert(TPR >= 32 && TPR % 32 == 0 && TPR <= 1024, "TPR: a multiple of 32 up to 1024");
     static_assert(RPC >= 1 && RPC <= 15 && TPR * RPC <= 1024, "RPC: 1..15 rows, TPR * RPC <= 1024");
-    static_assert(PF == 0 || PF == 1, "PF: 0 or 1 rows ahead");
+    static_assert(PF >= 0 && PF <= 3, "PF: 0..3 rows ahead");
     static_assert(H > 0 || PF == 0, "generic path: PF = 0");
     if constexpr (H == 0)
         kjit::adaln::fwd_generic<MODE, TA, TP, TI, TPR, RPC>(p);

@@ -7,6 +7,7 @@
 #include "jit/templates.h"
 #include "kjit.h"
 #include "test_util.h"
+#include "tune/config.h"
 
 int main(void)
 {
@@ -52,6 +53,29 @@ int main(void)
                     }
             }
     printf("test_jit: %d kernels compiled\n", compiled);
+
+    /* Every candidate of the tuning space (kjit tune compiles them on the GPU
+     * machine), for the benchmarked shape, sm_90. */
+    int cands = 0;
+    for (int mode = 1; mode <= 3; ++mode) {
+        kjit_adaln_config f[KJIT_TUNE_MAX_FWD], b[KJIT_TUNE_MAX_BWD];
+        const int nf = kjit__adaln_space_fwd(mode, 5376, KJIT_BF16, f);
+        const int nb = kjit__adaln_space_bwd(mode, 5376, KJIT_BF16, 227 * 1024, b);
+        for (int i = 0; i < nf + nb; ++i) {
+            char fe[224], be[224], *low = NULL;
+            void *cubin = NULL;
+            size_t len = 0;
+            kjit__adaln_exprs(mode, 5376, KJIT_BF16, i < nf ? &f[i] : &b[i - nf], fe, be, sizeof fe);
+            const char *e = i < nf ? fe : be;
+            int r = kjit__jit_compile("adaln.cuh", e, 90, &low, &cubin, &len);
+            if (r) fprintf(stderr, "compile %s: %s\n", e, kjit_last_error());
+            CHECK_STATUS(r, KJIT_OK);
+            cands += r == KJIT_OK;
+            free(low);
+            free(cubin);
+        }
+    }
+    printf("test_jit: %d tuning candidates compiled\n", cands);
 
     /* A name expression that does not instantiate: KJIT_ECOMPILE with NVRTC's log. */
     char *low = NULL;

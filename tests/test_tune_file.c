@@ -103,16 +103,16 @@ static void test_space(void)
     kjit_adaln_config f[KJIT_TUNE_MAX_FWD], b[KJIT_TUNE_MAX_BWD], d;
     for (int mode = 1; mode <= 3; ++mode) {
         kjit__adaln_config_default(mode, 5376, KJIT_BF16, &d);
-        CHECK_EQ_INT(kjit__adaln_space_fwd(mode, 5376, KJIT_BF16, f), 24);
-        CHECK_EQ_INT(kjit__adaln_space_bwd(mode, 5376, KJIT_BF16, SMEM, b), 9);
+        CHECK_EQ_INT(kjit__adaln_space_fwd(mode, 5376, KJIT_BF16, f), 33);
+        CHECK_EQ_INT(kjit__adaln_space_bwd(mode, 5376, KJIT_BF16, SMEM, b), 12);
         int has_f = 0, has_b = 0;
-        for (int i = 0; i < 24; ++i) {
+        for (int i = 0; i < 33; ++i) {
             has_f |= kjit__adaln_config_equal(&f[i], &d);
             CHECK_EQ_INT(kjit__adaln_config_check(mode, 5376, KJIT_BF16, &f[i], SMEM, NULL, 0), KJIT_OK);
             CHECK_EQ_INT(f[i].bwd_pf, d.bwd_pf);
             CHECK_EQ_INT(f[i].accs, d.accs);
         }
-        for (int i = 0; i < 9; ++i) {
+        for (int i = 0; i < 12; ++i) {
             has_b |= kjit__adaln_config_equal(&b[i], &d);
             CHECK_EQ_INT(b[i].rpc, d.rpc);
             CHECK_EQ_INT(b[i].grid_per_sm, d.grid_per_sm);
@@ -121,16 +121,22 @@ static void test_space(void)
     }
     /* fp32 at 16384: 512 threads per row, so no rpc 4. */
     CHECK_EQ_INT(kjit__adaln_tpr(16384, KJIT_F32), 512);
-    CHECK_EQ_INT(kjit__adaln_space_fwd(1, 16384, KJIT_F32, f), 16);
-    for (int i = 0; i < 16; ++i) CHECK(f[i].rpc * 512 <= 1024);
+    CHECK_EQ_INT(kjit__adaln_space_fwd(1, 16384, KJIT_F32, f), 26);
+    for (int i = 0; i < 26; ++i) CHECK(f[i].rpc * 512 <= 1024);
+    /* The backward's threads per row: one granule each where it fits. */
+    CHECK_EQ_INT(kjit__adaln_bwd_tpr(5376, KJIT_BF16), 672);
+    CHECK_EQ_INT(kjit__adaln_bwd_tpr(5376, KJIT_F32), 672);
+    CHECK_EQ_INT(kjit__adaln_bwd_tpr(4096, KJIT_BF16), 512);
+    CHECK_EQ_INT(kjit__adaln_bwd_tpr(16384, KJIT_BF16), 1024);
+    CHECK_EQ_INT(kjit__adaln_bwd_tpr(1001, KJIT_BF16), kjit__adaln_tpr(1001, KJIT_BF16));
     /* Fused at 16384 bf16: accs 2 needs 320 KiB of shared memory: left out; accs 1 (128 KiB) kept. */
     kjit_adaln_config c = {1, 0, 0, 0, 2};
     CHECK_EQ_INT(kjit__adaln_bwd_smem(3, 16384, KJIT_BF16, &c), 327680);
-    CHECK_EQ_INT(kjit__adaln_space_bwd(3, 16384, KJIT_BF16, SMEM, b), 6);
-    for (int i = 0; i < 6; ++i) CHECK(b[i].accs < 2);
+    CHECK_EQ_INT(kjit__adaln_space_bwd(3, 16384, KJIT_BF16, SMEM, b), 8);
+    for (int i = 0; i < 8; ++i) CHECK(b[i].accs < 2);
     CHECK_EQ_INT(kjit__adaln_config_check(3, 16384, KJIT_BF16, &c, SMEM, NULL, 0), KJIT_EINVAL);
     /* Ranges. */
-    const kjit_adaln_config bad[] = {{0, 0, 0, 0, 0},  {16, 0, 0, 0, 0}, {5, 0, 0, 0, 0}, {1, 2, 0, 0, 0},
+    const kjit_adaln_config bad[] = {{0, 0, 0, 0, 0},  {16, 0, 0, 0, 0}, {5, 0, 0, 0, 0}, {1, 4, 0, 0, 0},
                                      {1, -1, 0, 0, 0}, {1, 0, -1, 0, 0}, {1, 0, 65, 0, 0}, {1, 0, 0, 4, 0},
                                      {1, 0, 0, -1, 0}, {1, 0, 0, 0, 3}, {1, 0, 0, 0, -1}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
@@ -320,7 +326,7 @@ static void test_damaged(const char *dir)
         E("\"rpc\":0,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
         E("\"rpc\":16,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
         E("\"rpc\":1e300,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
-        E("\"rpc\":1,\"pf\":2,\"grid_per_sm\":0", BWD_OK, ""),
+        E("\"rpc\":1,\"pf\":4,\"grid_per_sm\":0", BWD_OK, ""),
         E("\"rpc\":1,\"pf\":0,\"grid_per_sm\":-1", BWD_OK, ""),
         E("\"rpc\":1,\"pf\":0,\"grid_per_sm\":1000000", BWD_OK, ""),
         E("\"rpc\":1,\"pf\":0", BWD_OK, ""),

@@ -26,6 +26,7 @@
     XX(ModuleUnload, cuModuleUnload)                        \
     XX(ModuleGetFunction, cuModuleGetFunction)              \
     XX(FuncSetAttribute, cuFuncSetAttribute)                \
+    XX(FuncGetAttribute, cuFuncGetAttribute)                \
     XX(LaunchKernel, cuLaunchKernel)                        \
     XX(GetErrorName, cuGetErrorName)                        \
     XX(GetErrorString, cuGetErrorString)                    \

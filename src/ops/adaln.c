@@ -18,16 +18,14 @@
 typedef struct mode_info {
     const char *name;
     const kjit_op_desc *desc;
-    int ng;   /* table gradients: 1 shift, scale; 2 gate; 3 shift, scale, gate */
-    int ntab; /* per-column table values a backward keeps (smem formula) */
-    int nacc; /* per-column accumulators of a backward (smem formula) */
+    int ng; /* table gradients: 1 shift, scale; 2 gate; 3 shift, scale, gate */
 } mode_info;
 
 static const mode_info modes[4] = {
     {0},
-    {"norm_modulate", &kjit__op_norm_modulate, 2, 1, 2},
-    {"gated_residual", &kjit__op_gated_residual, 1, 1, 1},
-    {"gated_residual_norm_modulate", &kjit__op_gated_residual_norm_modulate, 3, 2, 3},
+    {"norm_modulate", &kjit__op_norm_modulate, 2},
+    {"gated_residual", &kjit__op_gated_residual, 1},
+    {"gated_residual_norm_modulate", &kjit__op_gated_residual_norm_modulate, 3},
 };
 
 static kjit_dtype param_for(kjit_dtype act) { return act == KJIT_F16 ? KJIT_F32 : act; }
@@ -43,7 +41,7 @@ static void bwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype
                      const kjit_adaln_config *c)
 {
     snprintf(buf, len, "kjit_adaln_bwd<%d, %s, %s, %s, %d, %d, %d, %d>", mode, kjit__dtype_cxx(act),
-             kjit__dtype_cxx(par), kjit__dtype_cxx(idx), vec ? h : 0, kjit__adaln_tpr(h, act), vec ? c->bwd_pf : 0,
+             kjit__dtype_cxx(par), kjit__dtype_cxx(idx), vec ? h : 0, kjit__adaln_bwd_tpr(h, act), vec ? c->bwd_pf : 0,
              vec ? c->accs : 0);
 }
 
@@ -189,14 +187,6 @@ out:
     return rc;
 }
 
-static size_t bwd_smem(int mode, int h, kjit_dtype act, int tpr, const kjit_adaln_config *c, int vec)
-{
-    if (!vec) return 0;
-    const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v;
-    const int k = (c->accs >= 1 ? modes[mode].ntab : 0) + (c->accs == 2 ? modes[mode].nacc : 0);
-    return (size_t)k * (size_t)((g + tpr - 1) / tpr) * (size_t)v * (size_t)tpr * 4;
-}
-
 static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws, size_t ws_bytes, CUstream stream)
 {
     const char *op = modes[mode].name;
@@ -244,9 +234,9 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     p.dtable.ptr[2] = a->dgate, p.dtable.stride[2] = a->dgate_stride;
     if (!with_w) p.partial_w = NULL;
     p.n = a->n, p.h = a->hidden, p.eps = a->eps;
-    const int tpr = kjit__adaln_tpr(a->hidden, a->act_dtype);
-    rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)p.part.chunks, 1, 1, (unsigned)tpr,
-                   (unsigned)bwd_smem(mode, a->hidden, a->act_dtype, tpr, &c, vec), stream, &p);
+    const int tpr = kjit__adaln_bwd_tpr(a->hidden, a->act_dtype);
+    const size_t smem = vec ? kjit__adaln_bwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
+    rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)p.part.chunks, 1, 1, (unsigned)tpr, (unsigned)smem, stream, &p);
     if (rc) goto out;
     void *outs[3];
     long long strides[3];

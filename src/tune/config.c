@@ -15,15 +15,24 @@ int kjit__adaln_tpr(int h, kjit_dtype act)
     return 32 * ((g + 32 * items - 1) / (32 * items));
 }
 
+int kjit__adaln_bwd_tpr(int h, kjit_dtype act)
+{
+    const int v = 16 / (int)kjit_dtype_size(act);
+    const int g = (h + v - 1) / v;
+    for (int items = 1; items <= 8; ++items)
+        if (g % items == 0 && (g / items) % 32 == 0 && g / items <= 1024) return g / items;
+    return kjit__adaln_tpr(h, act);
+}
+
 void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_config *c)
 {
     (void)h, (void)act;
     /* Measured on the H200 at h = 5376 bf16 (kernel_templates/adaln.cuh). */
     c->rpc = 1;
-    c->pf = mode == 1 ? 1 : 0;
+    c->pf = mode == 1 ? 2 : 0;
     c->grid_per_sm = mode == 1 ? 2 : 0;
-    c->bwd_pf = mode == 3 ? 0 : 1;
-    c->accs = 0;
+    c->bwd_pf = mode == 3 ? 1 : 3;
+    c->accs = mode == 3 ? 1 : 0;
 }
 
 int kjit__adaln_fast_hidden(int h) { return h >= 8 && h % 8 == 0 && h <= KJIT_TUNE_FAST_MAX_HIDDEN; }
@@ -45,7 +54,7 @@ size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_co
     /* NTAB = 1, 1, 2 and NACC = 2, 1, 3 for MODE 1, 2, 3 (adaln.cuh). */
     static const int ntab[4] = {0, 1, 1, 2}, nacc[4] = {0, 2, 1, 3};
     if (mode < 1 || mode > 3) return 0;
-    const int tpr = kjit__adaln_tpr(h, act);
+    const int tpr = kjit__adaln_bwd_tpr(h, act);
     const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v;
     const int k = (c->accs >= 1 ? ntab[mode] : 0) + (c->accs == 2 ? nacc[mode] : 0);
     return (size_t)k * (size_t)((g + tpr - 1) / tpr) * (size_t)v * (size_t)tpr * 4;
@@ -64,7 +73,7 @@ int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_c
     const int tpr = kjit__adaln_tpr(h, act);
     if (c->rpc < 1 || c->rpc > 15) BAD("rpc %d outside 1..15", c->rpc);
     if (tpr * c->rpc > 1024) BAD("rpc %d: %d threads per row x rpc > 1024", c->rpc, tpr);
-    if (c->pf < 0 || c->pf > 1) BAD("pf %d outside 0..1", c->pf);
+    if (c->pf < 0 || c->pf > 3) BAD("pf %d outside 0..3", c->pf);
     if (c->grid_per_sm < 0 || c->grid_per_sm > KJIT_TUNE_MAX_GRID_PER_SM)
         BAD("grid_per_sm %d outside 0..%d", c->grid_per_sm, KJIT_TUNE_MAX_GRID_PER_SM);
     if (c->bwd_pf < 0 || c->bwd_pf > 3) BAD("bwd_pf %d outside 0..3", c->bwd_pf);
@@ -78,13 +87,16 @@ int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_c
 
 int kjit__adaln_space_fwd(int mode, int h, kjit_dtype act, kjit_adaln_config *out)
 {
+    /* A full grid (one row group per CTA) has nothing to look ahead to: pf 0
+     * only. rpc 4 with pf >= 2 holds 12+ rows per CTA in registers: left out. */
     static const int rpcs[] = {1, 2, 4}, grids[] = {0, 1, 2, 4};
     kjit_adaln_config d;
     kjit__adaln_config_default(mode, h, act, &d);
     int n = 0;
     for (int r = 0; r < 3; ++r)
-        for (int pf = 0; pf <= 1; ++pf)
-            for (int g = 0; g < 4; ++g) {
+        for (int g = 0; g < 4; ++g)
+            for (int pf = 0; pf <= (grids[g] ? 3 : 0); ++pf) {
+                if (rpcs[r] == 4 && pf >= 2) continue;
                 kjit_adaln_config c = d;
                 c.rpc = rpcs[r], c.pf = pf, c.grid_per_sm = grids[g];
                 if (kjit__adaln_config_check(mode, h, act, &c, 0, NULL, 0) == KJIT_OK && n < KJIT_TUNE_MAX_FWD)
@@ -98,7 +110,7 @@ int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit
     kjit_adaln_config d;
     kjit__adaln_config_default(mode, h, act, &d);
     int n = 0;
-    for (int pf = 0; pf <= 2; ++pf)
+    for (int pf = 0; pf <= 3; ++pf)
         for (int a = 0; a <= 2; ++a) {
             kjit_adaln_config c = d;
             c.bwd_pf = pf, c.accs = a;

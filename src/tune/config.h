@@ -8,12 +8,14 @@
 
 #include "kjit.h"
 
-/* Threads per row of the adaln family (kernel_templates/adaln.cuh). */
+/* Threads per row of the adaln family's forward and backward
+ * (kernel_templates/adaln.cuh): each fixes its direction's arithmetic. */
 int kjit__adaln_tpr(int h, kjit_dtype act);
+int kjit__adaln_bwd_tpr(int h, kjit_dtype act);
 
 typedef struct kjit_adaln_config {
     int rpc;         /* fwd: rows per CTA (1..15, TPR * rpc <= 1024) */
-    int pf;          /* fwd: look-ahead 0 | 1 */
+    int pf;          /* fwd: rows loaded ahead 0..3 */
     int grid_per_sm; /* fwd: CTAs per SM of a persistent grid; 0 = one CTA per row group */
     int bwd_pf;      /* bwd: rows loaded ahead 0..3 */
     int accs;        /* bwd: 0 registers, 1 tables in smem, 2 tables + accumulators in smem */
@@ -28,8 +30,8 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
  * partition are not tunable: they fix the arithmetic. */
 #define KJIT_TUNE_FAST_MAX_HIDDEN 16384
 #define KJIT_TUNE_MAX_GRID_PER_SM 64
-#define KJIT_TUNE_MAX_FWD 24 /* rpc {1,2,4} x pf {0,1} x grid_per_sm {0,1,2,4} */
-#define KJIT_TUNE_MAX_BWD 9  /* bwd_pf {0,1,2} x accs {0,1,2} */
+#define KJIT_TUNE_MAX_FWD 33 /* rpc {1,2,4} x (grid 0 pf 0 | grid {1,2,4} x pf {0..3}), rpc 4 pf <= 1 */
+#define KJIT_TUNE_MAX_BWD 12 /* bwd_pf {0,1,2,3} x accs {0,1,2} */
 
 /* 1 when h takes the vector fast path (the tuned one). */
 int kjit__adaln_fast_hidden(int h);

@@ -398,6 +398,30 @@ typedef struct cand {
     int complete;
 } cand;
 
+/* One log line per timed candidate (KJIT_LOG=1): its fields, the times per
+ * row count, and the kernel's registers and local (spill) bytes. */
+static void log_cand(bench *b, int bwd, const cand *c, int timed)
+{
+    char fe[224], be[224], us[96] = "";
+    kjit__adaln_exprs(b->mode, b->h, b->act, &c->c, fe, be, sizeof fe);
+    int regs = -1, local = -1;
+    CUfunction fn;
+    if (kjit__ctx_kernel(b->ctx, "adaln.cuh", kjit__adaln_mode_name(b->mode), bwd ? be : fe, &fn) == KJIT_OK) {
+        b->cu->FuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+        b->cu->FuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+    }
+    kjit__clear_error();
+    size_t o = 0;
+    for (int k = 0; k < timed && o < sizeof us; ++k)
+        o += (size_t)snprintf(us + o, sizeof us - o, "%s%.1f", k ? " " : "", c->us[k]);
+    if (bwd)
+        kjit__log("tuner: %s bwd pf %d accs %d: us [%s] regs %d local %d", kjit__adaln_mode_name(b->mode),
+                  c->c.bwd_pf, c->c.accs, us, regs, local);
+    else
+        kjit__log("tuner: %s fwd rpc %d pf %d grid %d: us [%s] regs %d local %d", kjit__adaln_mode_name(b->mode),
+                  c->c.rpc, c->c.pf, c->c.grid_per_sm, us, regs, local);
+}
+
 /* Times the candidates of one direction; cands[0] is the default. Returns
  * the chosen index (0 = the default). */
 static int choose(bench *b, int bwd, cand *cands, int n, int *rc_out)
@@ -412,8 +436,13 @@ static int choose(bench *b, int bwd, cand *cands, int n, int *rc_out)
             rc = time_config(b, bwd, &c->c, b->counts[k], &c->us[k]);
             if (rc) break;
             c->sum += c->us[k];
-            if (i > 0 && c->sum > best) break; /* cannot win */
+            if (i > 0 && c->sum > best && k + 1 < b->n_counts) { /* cannot win */
+                log_cand(b, bwd, c, k + 1);
+                k = -1;
+                break;
+            }
         }
+        if (!rc && k == b->n_counts) log_cand(b, bwd, c, k);
         if (rc) {
             if (i == 0) return *rc_out = rc, 0; /* the default must run */
             kjit__log("tuner: %s candidate %d skipped: %s", bwd ? "backward" : "forward", i, kjit_last_error());
