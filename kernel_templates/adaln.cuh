@@ -57,7 +57,10 @@
 //
 // kjit_adaln_fwd<MODE, TA, TP, TI, H, TPR, RPC, PF>
 //   e.g. "kjit_adaln_fwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 1>"
-//   block = TPR * RPC (<= 1024; RPC <= 15), dynamic smem = 0, TPR = forward TPR
+//   block = TPR * RPC (<= 1024; RPC <= 15), TPR = forward TPR,
+//   dynamic smem = PF == 0 ? 0 : RPC * (PF + 1) * NTF * IT * TPR * 16 bytes,
+//     NTF = 1 (MODE 1) or 2, IT = ceil(g / TPR) (the cp.async stages; above
+//     48 KiB the host sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
 //   grid  = any value in [1, ceil(n / RPC)] (and <= 2^31-1): the row groups
 //           grid-stride, so a persistent grid (a few CTAs per SM) and a full
 //           grid give the same bits. n = 0: do not launch. H = 0: PF = 0.
@@ -74,11 +77,13 @@
 //   e.g. "kjit_adaln_bwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 0>"
 //   grid = p.part.chunks (one CTA per chunk of the sorted-row partition),
 //   block = TPR = the backward TPR,
-//   dynamic smem = ((ACCS >= 1 ? NTAB : 0) + (ACCS == 2 ? NACC : 0))
-//                  * ceil(g / TPR) * v * TPR * 4 bytes      (H > 0)
+//   dynamic smem = (PF + 1) * NT * IT * TPR * 16                (cp.async stages)
+//                  + ((ACCS >= 1 ? NTAB : 0) + (ACCS == 2 ? NACC : 0))
+//                    * IT * v * TPR * 4 bytes               (H > 0)
 //                = 0                                       (H == 0; PF = ACCS = 0)
-//     NTAB = 1, 1, 2 and NACC = 2, 1, 3 for MODE 1, 2, 3. Above 48 KiB the host
-//     sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+//     IT = ceil(g / TPR); NT = 2, 2, 4, NTAB = 1, 1, 2 and NACC = 2, 1, 3 for
+//     MODE 1, 2, 3. Above 48 KiB the host sets
+//     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 //   Measured on the H200 (h = 5376 bf16, N = 32768, kernel only): MODE 1
 //   PF 1 ACCS 0 (382 us, no spills); MODE 2 PF 1 ACCS 0 (375 us); MODE 3 PF 0
 //   ACCS 0 or PF 2 ACCS 2 (655 us, no spills; PF 1 ACCS 1 is 615 us but spills
@@ -176,6 +181,28 @@ __device__ __forceinline__ void st_gran(T *p, const gran<T, V> &g)
             st_vec((char *)p + 16 * i, v);
         }
     }
+}
+
+// Rows loaded ahead go to shared memory with cp.async (16 bytes, L2 only),
+// not to registers: each thread copies the granules it will read itself, so
+// a wait on its own groups is all the ordering needed (no barrier).
+// Layout: granule k of tensor j of stage s of thread t at
+// ((s * NT + j) * IT + k) * TPR * 16 + t * 16 (a warp's accesses contiguous).
+__device__ __forceinline__ void cp_async16(unsigned char *smem, const void *gmem)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most N of this thread's most recent groups are pending.
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+template <class T, int V>
+__device__ __forceinline__ void ld_smem(gran<T, V> &g, const unsigned char *p)
+{
+    static_assert(gran<T, V>::NW == 4, "staged granules are 16 bytes");
+    const uint4 v = *(const uint4 *)p;
+    g.w[0] = v.x, g.w[1] = v.y, g.w[2] = v.z, g.w[3] = v.w;
 }
 
 template <class T, int V>
@@ -463,22 +490,55 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
         }
     };
 
-    // A ring of PF + 1 row stages: the loads of the next PF rows of this
-    // slot are in flight while one is reduced and written.
-    constexpr int RING = PF + 1;
     const long long step = (long long)gridDim.x * RPC;
     const long long row0 = (long long)blockIdx.x * RPC + slot;
-    fwd_stage<MODE, TA, V, IT> st[RING];
+    if constexpr (PF == 0) {
+        for (long long row = row0; row < p.n; row += step) {
+            fwd_stage<MODE, TA, V, IT> st;
+            load(st, row);
+            process(st, row);
+        }
+    } else {
+        // A ring of PF + 1 stages in shared memory (cp.async): the next PF
+        // rows of this slot are in flight while one is reduced and written.
+        constexpr int RING = PF + 1, NTF = MODE == 1 ? 1 : 2;
+        unsigned char *sm = dyn_smem + (size_t)slot * RING * NTF * IT * TPR * 16 + (size_t)t * 16;
+        long long rx[RING];
+        auto issue = [&](int s, long long row) {
+            rx[s] = (long long)index[row];
+            const TA *ar = MODE == 1 ? (const TA *)p.x + row * p.x_stride : (const TA *)p.res + row * p.res_stride;
+            const TA *br = (const TA *)p.y + row * p.y_stride;
 #pragma unroll
-    for (int s = 0; s < PF; ++s)
-        if (row0 + s * step < p.n) load(st[s], row0 + s * step);
-    for (long long base = row0; base < p.n; base += RING * step) {
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    const int col = (k * TPR + t) * V;
+                    cp_async16(sm + (size_t)((s * NTF) * IT + k) * TPR * 16, ar + col);
+                    if constexpr (MODE != 1) cp_async16(sm + (size_t)((s * NTF + 1) * IT + k) * TPR * 16, br + col);
+                }
+        };
 #pragma unroll
-        for (int s = 0; s < RING; ++s) {
-            const long long row = base + s * step;
-            if (row < p.n) {
-                if (row + PF * step < p.n) load(st[(s + PF) % RING], row + PF * step);
-                process(st[s], row);
+        for (int s = 0; s < PF; ++s) {
+            if (row0 + s * step < p.n) issue(s, row0 + s * step);
+            cp_commit();
+        }
+        for (long long base = row0; base < p.n; base += RING * step) {
+#pragma unroll
+            for (int s = 0; s < RING; ++s) {
+                const long long row = base + s * step;
+                if (row < p.n) {
+                    if (row + PF * step < p.n) issue((s + PF) % RING, row + PF * step);
+                    cp_commit();
+                    cp_wait<PF>();
+                    fwd_stage<MODE, TA, V, IT> st;
+                    st.r = rx[s];
+#pragma unroll
+                    for (int k = 0; k < IT; ++k)
+                        if (FULL || k * TPR + t < G) {
+                            ld_smem(st.a[k], sm + (size_t)((s * NTF) * IT + k) * TPR * 16);
+                            if constexpr (MODE != 1) ld_smem(st.b[k], sm + (size_t)((s * NTF + 1) * IT + k) * TPR * 16);
+                        }
+                    process(st, row);
+                }
             }
         }
     }
@@ -670,14 +730,19 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
     const bool hw = wp != 0;
     const bool hdh = MODE == 3 && p.dh != 0;
 
+    // Shared memory: the ring of row stages (cp.async), then the per-column
+    // state that ACCS places there.
+    constexpr int STAGE_F4 = RING * NT * IT * TPR; // 16-byte units
+    unsigned char *sm = dyn_smem + (size_t)t * 16;
     cols<NTAB, IT, V, TPR, (ACCS >= 1)> tab;
     cols<NACC, IT, V, TPR, (ACCS == 2)> acc;
-    tab.init((f4 *)dyn_smem);
-    acc.init((f4 *)dyn_smem + (ACCS >= 1 ? NTAB * IT * (V / 4) * TPR : 0));
+    tab.init((f4 *)dyn_smem + STAGE_F4);
+    acc.init((f4 *)dyn_smem + STAGE_F4 + (ACCS >= 1 ? NTAB * IT * (V / 4) * TPR : 0));
 
-    // Ring of rows loaded ahead: row id, table row, raw granules.
+    // Ring of rows loaded ahead: row id, table row (registers), granules
+    // (shared memory).
     long long rid[RING], rix[RING];
-    gran<TA, V> buf[RING][NT][IT];
+    auto stage = [&](int s, int j, int k) { return sm + (size_t)((s * NT + j) * IT + k) * TPR * 16; };
 
     // perm of the next position to issue is loaded one issue ahead, so the
     // data loads of a row never wait on perm.
@@ -706,7 +771,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                 const int col = (k * TPR + t) * V;
 #pragma unroll
                 for (int j = 0; j < NT; ++j)
-                    if (j != 2 || MODE != 3 || hdh) ld_stream(buf[s][j][k], src[j] + col);
+                    if (j != 2 || MODE != 3 || hdh) cp_async16(stage(s, j, k), src[j] + col);
             }
     };
 
@@ -802,6 +867,13 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
     };
 
     auto process = [&](int s) {
+        gran<TA, V> buf[NT][IT];
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+                    if (j != 2 || MODE != 3 || hdh) ld_smem(buf[j][k], stage(s, j, k));
         const long long r = rix[s];
         if (r != sg.r) {
             if (sg.r >= 0) flush();
@@ -817,11 +889,11 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                 if (FULL || k * TPR + t < G) {
                     const int col = (k * TPR + t) * V;
                     float yf[V], df[V], gt[V], a[V];
-                    unpack(buf[s][0][k], yf);
-                    unpack(buf[s][1][k], df);
+                    unpack(buf[0][k], yf);
+                    unpack(buf[1][k], df);
                     tab.get(0, k, gt);
                     acc.get(0, k, a);
-                    if (hdx) st_gran(dx + col, buf[s][1][k]);
+                    if (hdx) st_gran(dx + col, buf[1][k]);
 #pragma unroll
                     for (int i = 0; i < V; ++i) {
                         a[i] = __fmaf_rn(df[i], yf[i], a[i]);
@@ -838,8 +910,8 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
             for (int k = 0; k < IT; ++k)
                 if (FULL || k * TPR + t < G) {
                     float xf[V], df[V], m[V];
-                    unpack(buf[s][0][k], xf);
-                    unpack(buf[s][1][k], df);
+                    unpack(buf[0][k], xf);
+                    unpack(buf[1][k], df);
                     tab.get(0, k, m);
 #pragma unroll
                     for (int i = 0; i < V; ++i) {
@@ -856,8 +928,8 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                 if (FULL || k * TPR + t < G) {
                     const int col = (k * TPR + t) * V;
                     float xf[V], df[V], m[V], a[NACC][V];
-                    unpack(buf[s][0][k], xf);
-                    unpack(buf[s][1][k], df);
+                    unpack(buf[0][k], xf);
+                    unpack(buf[1][k], df);
                     tab.get(0, k, m);
 #pragma unroll
                     for (int j = 0; j < NACC; ++j) acc.get(j, k, a[j]);
@@ -872,11 +944,11 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     if constexpr (MODE == 3) {
                         float dh[V], yf[V], gt[V];
                         if (hdh) {
-                            unpack(buf[s][2][k], dh);
+                            unpack(buf[2][k], dh);
 #pragma unroll
                             for (int i = 0; i < V; ++i) xf[i] = __fadd_rn(dh[i], xf[i]);
                         }
-                        unpack(buf[s][3][k], yf);
+                        unpack(buf[3][k], yf);
                         tab.get(1, k, gt);
 #pragma unroll
                         for (int i = 0; i < V; ++i) {
@@ -893,14 +965,18 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
     };
 
 #pragma unroll
-    for (int s = 0; s < PF; ++s)
+    for (int s = 0; s < PF; ++s) {
         if (b + s < e) issue(s, b + s);
+        cp_commit();
+    }
     for (long long base = b; base < e; base += RING) {
 #pragma unroll
         for (int s = 0; s < RING; ++s) {
             const long long pos = base + s;
             if (pos < e) {
                 if (pos + PF < e) issue((s + PF) % RING, pos + PF);
+                cp_commit();
+                cp_wait<PF>();
                 process(s);
             }
         }

@@ -47,6 +47,14 @@ static void bwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype
 
 static int fast_ok(int h) { return h % 8 == 0 && h <= FAST_MAX_HIDDEN; }
 
+/* The backward's fast path stages whole rows in shared memory; where even
+ * one stage of pf 0 is more than a default may use (fp32 rows of 16384
+ * for the fused op), the generic path runs it (same bits). */
+static int bwd_fast_ok(int mode, int h, kjit_dtype act, const kjit_adaln_config *c)
+{
+    return fast_ok(h) && kjit__adaln_bwd_smem(mode, h, act, c) <= KJIT_DEFAULT_SMEM;
+}
+
 static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec *out, int max)
 {
     const mode_info *m = &modes[mode];
@@ -60,7 +68,7 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
     for (int i = 0; i < 2; ++i) {
         fwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden), &c);
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
-        bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden), &c);
+        bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, bwd_fast_ok(mode, hidden, act, &c), &c);
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
         n = kjit__spec_add(out, max, n, m->desc, "kjit_index_check<%s>", kjit__dtype_cxx(idx[i]));
         if (n <= max) out[n - 1].template_file = "index_check.cuh";
@@ -181,7 +189,9 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, CUstream
     if (groups > 2147483647LL) groups = 2147483647LL;
     char e[224];
     fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
-    rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)groups, 1, 1, (unsigned)(tpr * c.rpc), 0, stream, &p);
+    const size_t smem = vec ? kjit__adaln_fwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
+    rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)groups, 1, 1, (unsigned)(tpr * c.rpc), (unsigned)smem, stream,
+                   &p);
 out:
     kjit__ctx_leave(ctx, pushed);
     return rc;
@@ -208,6 +218,11 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     CUdeviceptr base;
     kjit_adaln_config c;
     kjit__tune_config(ctx, mode, a->hidden, a->act_dtype, vec, stream, &c);
+    /* Rows too long to stage in this device's shared memory: generic path. */
+    if (vec) {
+        const size_t lim = kjit__tune_table_smem_max(ctx->tune);
+        vec = kjit__adaln_bwd_smem(mode, a->hidden, a->act_dtype, &c) <= (lim ? lim : KJIT_DEFAULT_SMEM);
+    }
     char e[224];
     bwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
     CUfunction fn;

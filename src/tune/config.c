@@ -26,13 +26,17 @@ int kjit__adaln_bwd_tpr(int h, kjit_dtype act)
 
 void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_config *c)
 {
-    (void)h, (void)act;
     /* Measured on the H200 at h = 5376 bf16 (kernel_templates/adaln.cuh). */
     c->rpc = 1;
-    c->pf = mode == 1 ? 2 : 0;
-    c->grid_per_sm = mode == 1 ? 2 : 0;
-    c->bwd_pf = mode == 3 ? 1 : 3;
+    c->pf = 0;
+    c->grid_per_sm = mode == 1 ? 4 : 0;
+    c->bwd_pf = mode == 3 ? 2 : 3;
     c->accs = mode == 3 ? 1 : 0;
+    /* Fewer stages where the rows are long: the default fits every device
+     * from sm_80 on (the tuner may use more of this device's). */
+    while (c->bwd_pf > 0 && kjit__adaln_bwd_smem(mode, h, act, c) > KJIT_DEFAULT_SMEM) --c->bwd_pf;
+    if (kjit__adaln_bwd_smem(mode, h, act, c) > KJIT_DEFAULT_SMEM) c->accs = 0;
+    while (c->pf > 0 && kjit__adaln_fwd_smem(mode, h, act, c) > KJIT_DEFAULT_SMEM) --c->pf;
 }
 
 int kjit__adaln_fast_hidden(int h) { return h >= 8 && h % 8 == 0 && h <= KJIT_TUNE_FAST_MAX_HIDDEN; }
@@ -49,15 +53,24 @@ int kjit__adaln_mode(const char *op)
 
 const char *kjit__adaln_mode_name(int mode) { return mode >= 1 && mode <= 3 ? mode_names[mode] : "?"; }
 
+size_t kjit__adaln_fwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_config *c)
+{
+    if (mode < 1 || mode > 3 || c->pf <= 0) return 0;
+    const int tpr = kjit__adaln_tpr(h, act);
+    const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v, it = (g + tpr - 1) / tpr;
+    return (size_t)c->rpc * (size_t)(c->pf + 1) * (size_t)(mode == 1 ? 1 : 2) * (size_t)it * (size_t)tpr * 16;
+}
+
 size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_config *c)
 {
-    /* NTAB = 1, 1, 2 and NACC = 2, 1, 3 for MODE 1, 2, 3 (adaln.cuh). */
-    static const int ntab[4] = {0, 1, 1, 2}, nacc[4] = {0, 2, 1, 3};
+    /* NT = 2, 2, 4, NTAB = 1, 1, 2 and NACC = 2, 1, 3 for MODE 1, 2, 3 (adaln.cuh). */
+    static const int nt[4] = {0, 2, 2, 4}, ntab[4] = {0, 1, 1, 2}, nacc[4] = {0, 2, 1, 3};
     if (mode < 1 || mode > 3) return 0;
     const int tpr = kjit__adaln_bwd_tpr(h, act);
-    const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v;
+    const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v, it = (g + tpr - 1) / tpr;
     const int k = (c->accs >= 1 ? ntab[mode] : 0) + (c->accs == 2 ? nacc[mode] : 0);
-    return (size_t)k * (size_t)((g + tpr - 1) / tpr) * (size_t)v * (size_t)tpr * 4;
+    const size_t stages = (size_t)(c->bwd_pf + 1) * (size_t)nt[mode] * (size_t)it * (size_t)tpr * 16;
+    return stages + (size_t)k * (size_t)it * (size_t)v * (size_t)tpr * 4;
 }
 
 int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max,
@@ -78,9 +91,12 @@ int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_c
         BAD("grid_per_sm %d outside 0..%d", c->grid_per_sm, KJIT_TUNE_MAX_GRID_PER_SM);
     if (c->bwd_pf < 0 || c->bwd_pf > 3) BAD("bwd_pf %d outside 0..3", c->bwd_pf);
     if (c->accs < 0 || c->accs > 2) BAD("accs %d outside 0..2", c->accs);
-    const size_t smem = kjit__adaln_bwd_smem(mode, h, act, c);
+    const size_t smem = kjit__adaln_bwd_smem(mode, h, act, c), fsmem = kjit__adaln_fwd_smem(mode, h, act, c);
     if (smem_max && smem > smem_max)
-        BAD("accs %d needs %zu bytes of shared memory, the device allows %zu", c->accs, smem, smem_max);
+        BAD("bwd_pf %d accs %d need %zu bytes of shared memory, the device allows %zu", c->bwd_pf, c->accs, smem,
+            smem_max);
+    if (smem_max && fsmem > smem_max)
+        BAD("rpc %d pf %d need %zu bytes of shared memory, the device allows %zu", c->rpc, c->pf, fsmem, smem_max);
 #undef BAD
     return KJIT_OK;
 }

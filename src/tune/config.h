@@ -29,6 +29,8 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
  * path always runs the default config (pf = accs = 0 there). TPR and the
  * partition are not tunable: they fix the arithmetic. */
 #define KJIT_TUNE_FAST_MAX_HIDDEN 16384
+/* The most dynamic shared memory a default config uses (sm_80: 163 KiB). */
+#define KJIT_DEFAULT_SMEM (160u * 1024u)
 #define KJIT_TUNE_MAX_GRID_PER_SM 64
 #define KJIT_TUNE_MAX_FWD 33 /* rpc {1,2,4} x (grid 0 pf 0 | grid {1,2,4} x pf {0..3}), rpc 4 pf <= 1 */
 #define KJIT_TUNE_MAX_BWD 12 /* bwd_pf {0,1,2,3} x accs {0,1,2} */
@@ -39,12 +41,13 @@ int kjit__adaln_fast_hidden(int h);
  * gated_residual_norm_modulate, also "fused"), 0 when unknown; and back. */
 int kjit__adaln_mode(const char *op);
 const char *kjit__adaln_mode_name(int mode);
-/* Dynamic shared memory of the backward kernel for a config (fast path),
- * as kernel_templates/adaln.cuh defines it. */
+/* Dynamic shared memory of the forward and backward kernels for a config
+ * (fast path), as kernel_templates/adaln.cuh defines it. */
+size_t kjit__adaln_fwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_config *c);
 size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_config *c);
 /* 0 when c is a valid fast-path launch for (mode, h, act): every field in
  * the range the template accepts, TPR * rpc <= 1024, and (smem_max > 0) the
- * backward's dynamic shared memory at most smem_max. Otherwise KJIT_EINVAL
+ * forward's and the backward's dynamic shared memory at most smem_max. Otherwise KJIT_EINVAL
  * with the reason in why (no thread error is set). */
 int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max,
                              char *why, size_t why_len);
