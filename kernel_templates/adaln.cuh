@@ -13,7 +13,7 @@
 //   TP    table / weight / dtable dtype kjit::f32 | kjit::bf16  arithmetic-fixing
 //   TI    index dtype int | long long                    no effect on numbers
 //   H     hidden size for the fast path, 0 = generic path with runtime p.h
-//   TPR   threads per row (fwd and bwd each their own)   arithmetic-fixing
+//   TPR   threads per row                               arithmetic-fixing
 //   RPC   (fwd) rows per CTA                            launch-only
 //   PF    rows whose loads are issued ahead of the one being reduced,
 //           0..3 (fwd: of the CTA's grid-stride rows)     launch-only
@@ -25,8 +25,8 @@
 // the same floating-point operations in the same order, so the host may pick
 // either one (by alignment) without changing a bit.
 //
-// Forward TPR, a function of the hidden size h and sizeof(TA) only (the host
-// must use exactly this):
+// TPR, a function of the hidden size h and sizeof(TA) only (the host must use
+// exactly this; forward and backward use the same):
 //     v = 16 / sizeof(TA);  g = ceil(h / v)          // 16-byte granules per row
 //     for cap in 256, 512, 1024:
 //         for items = ceil(g / cap) .. 8:
@@ -34,40 +34,31 @@
 //     items = ceil(g / 256); return 32 * ceil(g / (32 * items))   // ragged
 //   e.g. h = 5376: bf16/f16 -> 224 (3 granules = 24 columns per thread),
 //   f32 -> 224 (6 granules); h = 4096 bf16 -> 256; h = 16384 bf16 -> 256.
-// Backward TPR (more threads, fewer columns each: more rows in flight per SM
-// for the same registers), also of h and sizeof(TA) only:
-//     for items = 1 .. 8:
-//         if g % items == 0 && (g / items) % 32 == 0 && g / items <= 1024:
-//             return g / items
-//     return the forward TPR
-//   e.g. h = 5376: bf16/f16 -> 672 (1 granule), f32 -> 672 (2 granules);
-//   h = 4096 bf16 -> 512; h = 16384 bf16 -> 1024 (2 granules).
 // Thread t of a row owns granules t, t + TPR, t + 2 TPR, ... (v columns each).
 // Row reductions: each thread accumulates v lane sums over its granules in
 // order, folds them pairwise (lane 0+1, 2+3, ..., then pairs of pairs), the
-// warp folds with an xor butterfly (16, 8, 4, 2, 1). Forward: the warps'
-// totals are added in warp order 0, 1, ... TPR/32-1. Backward: lane j takes
-// warp j's total (0 beyond the last warp) and the xor butterfly folds them.
-// These orders depend on h, TA and TPR alone, never on RPC, PF, the grid, N
-// or the row's position. The backward recomputes rstd with its own order, so
-// it may differ from the forward's in the last bit (both are within fp32
-// rounding of the exact value; each is the same for every batch).
+// warp folds with an xor butterfly (16, 8, 4, 2, 1), and the warps' totals
+// are added in warp order 0, 1, ... TPR/32-1 (up to 8 warps; beyond, lane j
+// takes warp j's total and the butterfly folds them: row_reduce). This order
+// depends on h, TA and TPR alone, never on RPC, PF, the grid, N or the row's
+// position; the backward recomputes the forward's rstd bit for bit.
 // Rounding: every multiply and add is an explicit __f*_rn intrinsic (no FMA
 // contraction freedom); rstd = __frsqrt_rn(sumsq / h + eps).
 //
 // kjit_adaln_fwd<MODE, TA, TP, TI, H, TPR, RPC, PF>
 //   e.g. "kjit_adaln_fwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 1>"
-//   block = TPR * RPC (<= 1024; RPC <= 15), TPR = forward TPR,
+//   block = TPR * RPC (<= 1024; RPC <= 15),
 //   dynamic smem = PF == 0 ? 0 : RPC * (PF + 1) * NTF * IT * TPR * 16 bytes,
 //     NTF = 1 (MODE 1) or 2, IT = ceil(g / TPR) (the cp.async stages; above
 //     48 KiB the host sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
 //   grid  = any value in [1, ceil(n / RPC)] (and <= 2^31-1): the row groups
 //           grid-stride, so a persistent grid (a few CTAs per SM) and a full
 //           grid give the same bits. n = 0: do not launch. H = 0: PF = 0.
-//   Measured on the H200 (h = 5376 bf16, N = 32768): MODE 1 RPC 1 PF 1 with
-//   grid 2 * SMs (205 us); MODE 2 RPC 1 PF 0 full grid (261 us); MODE 3 RPC 1
-//   PF 0 full grid (379 us). Every RPC / PF / grid gives the same bits.
-//   RPC 4 at h = 5376 spills (the 896-thread bound caps registers at 72).
+//   Measured on the H200 (h = 5376 bf16, N = 32768, kjit tune, 2026-11-30):
+//   MODE 1 RPC 1 PF 0 grid 4 * SMs (196 us, 71 registers); MODE 2 RPC 1 PF 0
+//   full grid (258 us); MODE 3 RPC 1 PF 0 full grid (377 us). PF > 0 raises
+//   the registers to 100-128 and was slower. Every RPC / PF / grid gives the
+//   same bits. RPC 4 at h = 5376 spills (896 threads cap registers at 72).
 //   Reads p.x (MODE 1) or p.res, p.y (MODE 2, 3); writes p.out, and p.h_out
 //   (MODE 3). p.rstd (optional, [n] fp32) receives rstd (MODE 1, 3).
 //   In place is allowed: out may alias x (MODE 1) or res (MODE 2), h_out may
@@ -76,7 +67,7 @@
 // kjit_adaln_bwd<MODE, TA, TP, TI, H, TPR, PF, ACCS>
 //   e.g. "kjit_adaln_bwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 0>"
 //   grid = p.part.chunks (one CTA per chunk of the sorted-row partition),
-//   block = TPR = the backward TPR,
+//   block = TPR (launch bounds: 2 CTAs per SM when TPR <= 512),
 //   dynamic smem = (PF + 1) * NT * IT * TPR * 16                (cp.async stages)
 //                  + ((ACCS >= 1 ? NTAB : 0) + (ACCS == 2 ? NACC : 0))
 //                    * IT * v * TPR * 4 bytes               (H > 0)
@@ -84,10 +75,12 @@
 //     IT = ceil(g / TPR); NT = 2, 2, 4, NTAB = 1, 1, 2 and NACC = 2, 1, 3 for
 //     MODE 1, 2, 3. Above 48 KiB the host sets
 //     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
-//   Measured on the H200 (h = 5376 bf16, N = 32768, kernel only): MODE 1
-//   PF 1 ACCS 0 (382 us, no spills); MODE 2 PF 1 ACCS 0 (375 us); MODE 3 PF 0
-//   ACCS 0 or PF 2 ACCS 2 (655 us, no spills; PF 1 ACCS 1 is 615 us but spills
-//   20 bytes). Large h (16384): ACCS 2, PF 0 (spills; correct, slow).
+//   Measured on the H200 (h = 5376 bf16, N = 32768, the whole backward op,
+//   kjit tune, 2026-11-30; 2 CTAs per SM cap registers at 128): MODE 1 PF 1
+//   ACCS 1 (323 us); MODE 2 PF 1 ACCS 0 (292 us); MODE 3 PF 1 ACCS 2 (698 us,
+//   the only one without spills). Large h: fewer stages fit (the host's
+//   kjit__adaln_config_fit); where one stage does not fit, the host runs the
+//   generic path.
 //   Inputs by MODE: 1: x, dout; 2: y, dout (grad of out); 3: x (the saved h),
 //   y, dout (grad of out), dh (grad of h, NULL = zeros).
 //   Row gradients: MODE 1 dx -> p.dx; MODE 2 dres -> p.dx (skipped if NULL),
@@ -290,9 +283,14 @@ template <int V> __device__ __forceinline__ float lane_fold(float (&a)[V])
 }
 
 // Sum NQ values over the TPR threads of one row (threads of warps tw = 0 ..
-// WPR-1 of the group). red holds 2 * WPR * NQ floats (double-buffered by par,
-// so one barrier per reduction suffices); bar is the group's named barrier.
-// Every thread of the row gets the same bits.
+// WPR-1 of the group). Each warp folds with an xor butterfly (16, 8, 4, 2,
+// 1); then, up to 8 warps, the warps' totals are added in warp order 0, 1,
+// ...; beyond 8, lane j takes warp j's total (0 past the last warp) and the
+// xor butterfly folds those (a short dependency chain for wide rows). The
+// order is a function of WPR alone (the same in forward and backward).
+// red holds 2 * 32 * NQ floats (double-buffered by par, so one barrier per
+// reduction suffices); bar is the group's named barrier. Every thread of the
+// row gets the same bits.
 template <int NQ, int WPR>
 __device__ __forceinline__ void row_reduce(float (&q)[NQ], float *red, int &par, int tw, int bar)
 {
@@ -301,48 +299,25 @@ __device__ __forceinline__ void row_reduce(float (&q)[NQ], float *red, int &par,
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) q[i] = __fadd_rn(q[i], __shfl_xor_sync(0xffffffffu, q[i], o));
     if constexpr (WPR > 1) {
-        float *r = red + par * (WPR * NQ);
-        if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-            for (int i = 0; i < NQ; ++i) r[tw * NQ + i] = q[i];
-        }
-        bar_sync(bar, WPR * 32);
-#pragma unroll
-        for (int i = 0; i < NQ; ++i) {
-            float s = r[i];
-#pragma unroll
-            for (int j = 1; j < WPR; ++j) s = __fadd_rn(s, r[j * NQ + i]);
-            q[i] = s;
-        }
-        par ^= 1;
-    }
-}
-
-// Backward row sums: the warp folds as row_reduce does, then lane j of every
-// warp takes warp j's total (0 past the last warp) and the warp folds those
-// with the same xor butterfly (16, 8, 4, 2, 1). The order depends on the
-// backward's TPR alone; every thread gets the same bits. One barrier per
-// row (red double-buffered by par: 2 * NQ * 32 floats).
-template <int NQ, int WPR>
-__device__ __forceinline__ void row_reduce_tree(float (&q)[NQ], float *red, int &par, int tw)
-{
-#pragma unroll
-    for (int i = 0; i < NQ; ++i)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) q[i] = __fadd_rn(q[i], __shfl_xor_sync(0xffffffffu, q[i], o));
-    if constexpr (WPR > 1) {
-        float *r = red + par * (NQ * 32);
+        float *r = red + par * (32 * NQ);
         const int lane = threadIdx.x & 31;
         if (lane == 0) {
 #pragma unroll
             for (int i = 0; i < NQ; ++i) r[i * 32 + tw] = q[i];
         }
-        __syncthreads();
+        bar_sync(bar, WPR * 32);
 #pragma unroll
         for (int i = 0; i < NQ; ++i) {
-            q[i] = lane < WPR ? r[i * 32 + lane] : 0.0f;
+            if constexpr (WPR <= 8) {
+                float s = r[i * 32];
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) q[i] = __fadd_rn(q[i], __shfl_xor_sync(0xffffffffu, q[i], o));
+                for (int j = 1; j < WPR; ++j) s = __fadd_rn(s, r[i * 32 + j]);
+                q[i] = s;
+            } else {
+                q[i] = lane < WPR ? r[i * 32 + lane] : 0.0f;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) q[i] = __fadd_rn(q[i], __shfl_xor_sync(0xffffffffu, q[i], o));
+            }
         }
         par ^= 1;
     }
@@ -370,7 +345,7 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
     constexpr int IT = (G + TPR - 1) / TPR;
     constexpr bool FULL = G % TPR == 0;
     constexpr int WPR = TPR / 32;
-    __shared__ float red[RPC][2 * WPR];
+    __shared__ float red[RPC][2 * 32];
 
     const int slot = threadIdx.x / TPR;
     const int t = threadIdx.x - slot * TPR;
@@ -388,7 +363,6 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
     }
 
     auto load = [&](fwd_stage<MODE, TA, V, IT> &st, long long row) {
-        st.r = (long long)index[row];
         const TA *ar = MODE == 1 ? (const TA *)p.x + row * p.x_stride : (const TA *)p.res + row * p.res_stride;
         const TA *br = (const TA *)p.y + row * p.y_stride;
 #pragma unroll
@@ -495,6 +469,7 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
     if constexpr (PF == 0) {
         for (long long row = row0; row < p.n; row += step) {
             fwd_stage<MODE, TA, V, IT> st;
+            st.r = (long long)index[row];
             load(st, row);
             process(st, row);
         }
@@ -550,7 +525,7 @@ __device__ __forceinline__ void fwd_generic(const kjit_adaln_fwd_params &p)
 {
     constexpr int V = 16 / (int)sizeof(TA);
     constexpr int WPR = TPR / 32;
-    __shared__ float red[RPC][2 * WPR];
+    __shared__ float red[RPC][2 * 32];
 
     const int slot = threadIdx.x / TPR;
     const int t = threadIdx.x - slot * TPR;
@@ -920,7 +895,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     }
                 }
             float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
-            row_reduce_tree<2, WPR>(q, red, par, tw);
+            row_reduce<2, WPR>(q, red, par, tw, 1);
             const float rs = rstd_of(q[0], (float)H, p.eps);
             const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)H), rs); // mean(g * xhat)
 #pragma unroll
@@ -1092,7 +1067,7 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
                 }
             }
             float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
-            row_reduce_tree<2, WPR>(q, red, par, tw);
+            row_reduce<2, WPR>(q, red, par, tw, 1);
             const float rs = rstd_of(q[0], (float)h, p.eps);
             const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)h), rs);
             const TA *dhr = (const TA *)p.dh + row * p.dh_stride;
@@ -1140,7 +1115,7 @@ __global__ void __launch_bounds__(TPR *RPC) kjit_adaln_fwd(const __grid_constant
 }
 
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>
-__global__ void __launch_bounds__(TPR, 1) kjit_adaln_bwd(const __grid_constant__ kjit_adaln_bwd_params p)
+__global__ void __launch_bounds__(TPR, TPR <= 512 ? 2 : 1) kjit_adaln_bwd(const __grid_constant__ kjit_adaln_bwd_params p)
 {
     static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");
     static_assert(sizeof(TA) == 2 || sizeof(TA) == 4, "TA: kjit::f32, kjit::bf16 or kjit::f16");

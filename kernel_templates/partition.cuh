@@ -10,7 +10,7 @@
 //   tile   = ((N + cap - 1) / cap + 31) / 32 * 32;  if (tile < 256) tile = 256;
 //   tiles  = (N + tile - 1) / tile                  (tiles * R <= 4194304)
 //   target = 28 MiB / ((2 * NG + (dw ? 1 : 0)) * H * 4), clamped to 16..256
-//   chunk  = (N + target - 1) / target;  if (chunk < 32) chunk = 32;
+//   chunk  = (N + target - 1) / target;  if (chunk < 16) chunk = 16;
 //   chunks = (N + chunk - 1) / chunk                (<= 256)
 //   (the host computes these: src/ops/partition.c; kernels read part.chunk)
 //   sblk   = (tiles * R + 4095) / 4096              (scan blocks)
@@ -447,7 +447,7 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
     TP *out = (TP *)p.out[g];
     const long long os = p.out_stride[g];
     const int col0 = blockIdx.x * blockDim.x + threadIdx.x, cstep = gridDim.x * blockDim.x;
-    const int U = 16;
+    const int U = 64; // loads in flight per thread: the adds stay in chunk order
     // This block owns rows r = blockIdx.y + i * gridDim.y. Its threads find
     // in parallel the rows needing work (crossing or empty); the list order
     // does not matter (one output row per entry).
@@ -513,7 +513,7 @@ __global__ void kjit_colsum_finish(const __grid_constant__ kjit_colsum_params p)
         q += p.h;
         --m;
     }
-    const int U = 16;
+    const int U = 64; // loads in flight per thread: the adds stay in chunk order
     for (; m >= U; m -= U, q += (long long)U * p.h) {
         float v[U];
 #pragma unroll

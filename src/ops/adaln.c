@@ -41,7 +41,7 @@ static void bwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype
                      const kjit_adaln_config *c)
 {
     snprintf(buf, len, "kjit_adaln_bwd<%d, %s, %s, %s, %d, %d, %d, %d>", mode, kjit__dtype_cxx(act),
-             kjit__dtype_cxx(par), kjit__dtype_cxx(idx), vec ? h : 0, kjit__adaln_bwd_tpr(h, act), vec ? c->bwd_pf : 0,
+             kjit__dtype_cxx(par), kjit__dtype_cxx(idx), vec ? h : 0, kjit__adaln_tpr(h, act), vec ? c->bwd_pf : 0,
              vec ? c->accs : 0);
 }
 
@@ -249,7 +249,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     p.dtable.ptr[2] = a->dgate, p.dtable.stride[2] = a->dgate_stride;
     if (!with_w) p.partial_w = NULL;
     p.n = a->n, p.h = a->hidden, p.eps = a->eps;
-    const int tpr = kjit__adaln_bwd_tpr(a->hidden, a->act_dtype);
+    const int tpr = kjit__adaln_tpr(a->hidden, a->act_dtype);
     const size_t smem = vec ? kjit__adaln_bwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
     rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)p.part.chunks, 1, 1, (unsigned)tpr, (unsigned)smem, stream, &p);
     if (rc) goto out;

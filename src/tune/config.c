@@ -15,13 +15,11 @@ int kjit__adaln_tpr(int h, kjit_dtype act)
     return 32 * ((g + 32 * items - 1) / (32 * items));
 }
 
-int kjit__adaln_bwd_tpr(int h, kjit_dtype act)
+void kjit__adaln_config_fit(int mode, int h, kjit_dtype act, kjit_adaln_config *c, size_t smem_max)
 {
-    const int v = 16 / (int)kjit_dtype_size(act);
-    const int g = (h + v - 1) / v;
-    for (int items = 1; items <= 8; ++items)
-        if (g % items == 0 && (g / items) % 32 == 0 && g / items <= 1024) return g / items;
-    return kjit__adaln_tpr(h, act);
+    while (c->bwd_pf > 0 && kjit__adaln_bwd_smem(mode, h, act, c) > smem_max) --c->bwd_pf;
+    while (c->accs > 0 && kjit__adaln_bwd_smem(mode, h, act, c) > smem_max) --c->accs;
+    while (c->pf > 0 && kjit__adaln_fwd_smem(mode, h, act, c) > smem_max) --c->pf;
 }
 
 void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_config *c)
@@ -30,13 +28,11 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
     c->rpc = 1;
     c->pf = 0;
     c->grid_per_sm = mode == 1 ? 4 : 0;
-    c->bwd_pf = mode == 3 ? 2 : 3;
-    c->accs = mode == 3 ? 1 : 0;
-    /* Fewer stages where the rows are long: the default fits every device
-     * from sm_80 on (the tuner may use more of this device's). */
-    while (c->bwd_pf > 0 && kjit__adaln_bwd_smem(mode, h, act, c) > KJIT_DEFAULT_SMEM) --c->bwd_pf;
-    if (kjit__adaln_bwd_smem(mode, h, act, c) > KJIT_DEFAULT_SMEM) c->accs = 0;
-    while (c->pf > 0 && kjit__adaln_fwd_smem(mode, h, act, c) > KJIT_DEFAULT_SMEM) --c->pf;
+    c->bwd_pf = 1;
+    c->accs = mode == 1 ? 1 : mode == 2 ? 0 : 2;
+    /* Fewer stages where the rows are long (kjit__tune_config fits it to a
+     * device with less shared memory). */
+    kjit__adaln_config_fit(mode, h, act, c, KJIT_DEFAULT_SMEM);
 }
 
 int kjit__adaln_fast_hidden(int h) { return h >= 8 && h % 8 == 0 && h <= KJIT_TUNE_FAST_MAX_HIDDEN; }
@@ -66,7 +62,7 @@ size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_co
     /* NT = 2, 2, 4, NTAB = 1, 1, 2 and NACC = 2, 1, 3 for MODE 1, 2, 3 (adaln.cuh). */
     static const int nt[4] = {0, 2, 2, 4}, ntab[4] = {0, 1, 1, 2}, nacc[4] = {0, 2, 1, 3};
     if (mode < 1 || mode > 3) return 0;
-    const int tpr = kjit__adaln_bwd_tpr(h, act);
+    const int tpr = kjit__adaln_tpr(h, act);
     const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v, it = (g + tpr - 1) / tpr;
     const int k = (c->accs >= 1 ? ntab[mode] : 0) + (c->accs == 2 ? nacc[mode] : 0);
     const size_t stages = (size_t)(c->bwd_pf + 1) * (size_t)nt[mode] * (size_t)it * (size_t)tpr * 16;

@@ -8,10 +8,9 @@
 
 #include "kjit.h"
 
-/* Threads per row of the adaln family's forward and backward
- * (kernel_templates/adaln.cuh): each fixes its direction's arithmetic. */
+/* Threads per row of the adaln family, forward and backward
+ * (kernel_templates/adaln.cuh): it fixes the arithmetic. */
 int kjit__adaln_tpr(int h, kjit_dtype act);
-int kjit__adaln_bwd_tpr(int h, kjit_dtype act);
 
 typedef struct kjit_adaln_config {
     int rpc;         /* fwd: rows per CTA (1..15, TPR * rpc <= 1024) */
@@ -23,14 +22,18 @@ typedef struct kjit_adaln_config {
 
 /* The built-in default of (mode, h, act dtype); valid for the fast path. */
 void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_config *c);
+/* Fewer stages (bwd_pf, then accs, then pf) until c's shared memory is at
+ * most smem_max bytes (launch-only: the bits do not change). */
+void kjit__adaln_config_fit(int mode, int h, kjit_dtype act, kjit_adaln_config *c, size_t smem_max);
 
 /* ---- The tuning space (src/tune) --------------------------------------- *
  * Only the fast path (h % 8 == 0, 8 <= h <= 16384) is tuned; the generic
  * path always runs the default config (pf = accs = 0 there). TPR and the
  * partition are not tunable: they fix the arithmetic. */
 #define KJIT_TUNE_FAST_MAX_HIDDEN 16384
-/* The most dynamic shared memory a default config uses (sm_80: 163 KiB). */
-#define KJIT_DEFAULT_SMEM (160u * 1024u)
+/* The most dynamic shared memory a default config uses (sm_90 and sm_100
+ * allow 227 KiB); on a device with less, kjit__tune_config fits it. */
+#define KJIT_DEFAULT_SMEM (200u * 1024u)
 #define KJIT_TUNE_MAX_GRID_PER_SM 64
 #define KJIT_TUNE_MAX_FWD 33 /* rpc {1,2,4} x (grid 0 pf 0 | grid {1,2,4} x pf {0..3}), rpc 4 pf <= 1 */
 #define KJIT_TUNE_MAX_BWD 12 /* bwd_pf {0,1,2,3} x accs {0,1,2} */

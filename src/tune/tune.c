@@ -85,6 +85,7 @@ int kjit__tune_table_get(kjit_tune_table *t, int mode, int h, kjit_dtype act, kj
     if (tried) *tried = 0;
     kjit__adaln_config_default(mode, h, act, c);
     if (!t) return source;
+    if (t->smem_max) kjit__adaln_config_fit(mode, h, act, c, t->smem_max);
     pthread_rwlock_rdlock(&t->lock);
     const slot *s = find(t, mode, h, act);
     if (s) {

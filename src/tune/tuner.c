@@ -478,6 +478,8 @@ int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_res
     if (!cu) return KJIT_ENODRIVER;
     kjit_adaln_config def;
     kjit__adaln_config_default(mode, h, act, &def);
+    if (kjit__tune_table_smem_max(ctx->tune))
+        kjit__adaln_config_fit(mode, h, act, &def, kjit__tune_table_smem_max(ctx->tune));
     /* Candidates, the default first. */
     cand fw[KJIT_TUNE_MAX_FWD], bw[KJIT_TUNE_MAX_BWD];
     kjit_adaln_config sp[KJIT_TUNE_MAX_FWD];
