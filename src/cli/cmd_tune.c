@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "core/tune_json.h"
 #include "kjit.h"
 #include "tune/config.h"
 #include "tune/tune_file.h"
@@ -42,20 +43,6 @@ static const char *state_name(kjit_tune_file_state s)
 {
     return s == KJIT_TUNE_FILE_OK ? "ok" : s == KJIT_TUNE_FILE_MISSING ? "missing"
          : s == KJIT_TUNE_FILE_DAMAGED ? "damaged" : "foreign";
-}
-
-static cJSON *cfg_json(int rpc, int pf, int grid, int bwd_pf, int accs, int which)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (which == 0) {
-        cJSON_AddNumberToObject(o, "rpc", rpc);
-        cJSON_AddNumberToObject(o, "pf", pf);
-        cJSON_AddNumberToObject(o, "grid_per_sm", grid);
-    } else {
-        cJSON_AddNumberToObject(o, "bwd_pf", bwd_pf);
-        cJSON_AddNumberToObject(o, "accs", accs);
-    }
-    return o;
 }
 
 static double ratio(double a, double b) { return a > 0 && b > 0 ? b / a : 0; }
@@ -279,33 +266,7 @@ int kjit_cli_tune(int argc, char **argv)
             cJSON_AddStringToObject(e, "dtype", kjit_dtype_name(j->dtype));
             cJSON_AddBoolToObject(e, "ok", j->rc == 0);
             if (j->rc) cJSON_AddStringToObject(e, "error", j->error ? j->error : kjit_status_name(j->rc));
-            if (!j->rc || j->rc == KJIT_EIO) {
-                const kjit_op_config *c = &r->config, *d = &r->default_config;
-                cJSON_AddItemToObject(e, "fwd", cfg_json(c->rpc, c->pf, c->grid_per_sm, 0, 0, 0));
-                cJSON_AddItemToObject(e, "bwd", cfg_json(0, 0, 0, c->bwd_pf, c->accs, 1));
-                cJSON_AddItemToObject(e, "default_fwd", cfg_json(d->rpc, d->pf, d->grid_per_sm, 0, 0, 0));
-                cJSON_AddItemToObject(e, "default_bwd", cfg_json(0, 0, 0, d->bwd_pf, d->accs, 1));
-                cJSON_AddNumberToObject(e, "fwd_us", r->fwd_us);
-                cJSON_AddNumberToObject(e, "default_fwd_us", r->default_fwd_us);
-                cJSON_AddNumberToObject(e, "bwd_us", r->bwd_us);
-                cJSON_AddNumberToObject(e, "default_bwd_us", r->default_bwd_us);
-                cJSON_AddNumberToObject(e, "fwd_speedup", ratio(r->fwd_us, r->default_fwd_us));
-                cJSON_AddNumberToObject(e, "bwd_speedup", ratio(r->bwd_us, r->default_bwd_us));
-                double rows[KJIT_TUNE_MAX_ROW_COUNTS];
-                for (int q = 0; q < r->n_rows; ++q) rows[q] = (double)r->rows[q];
-                cJSON_AddItemToObject(e, "rows", cJSON_CreateDoubleArray(rows, r->n_rows));
-                cJSON_AddItemToObject(e, "fwd_us_rows", cJSON_CreateDoubleArray(r->fwd_us_rows, r->n_rows));
-                cJSON_AddItemToObject(e, "default_fwd_us_rows",
-                                      cJSON_CreateDoubleArray(r->default_fwd_us_rows, r->n_rows));
-                cJSON_AddItemToObject(e, "bwd_us_rows", cJSON_CreateDoubleArray(r->bwd_us_rows, r->n_rows));
-                cJSON_AddItemToObject(e, "default_bwd_us_rows",
-                                      cJSON_CreateDoubleArray(r->default_bwd_us_rows, r->n_rows));
-                cJSON_AddNumberToObject(e, "fwd_candidates", r->fwd_candidates);
-                cJSON_AddNumberToObject(e, "bwd_candidates", r->bwd_candidates);
-                cJSON_AddNumberToObject(e, "seconds", r->seconds);
-                cJSON_AddNumberToObject(e, "compile_seconds", r->compile_seconds);
-                cJSON_AddBoolToObject(e, "saved", r->saved);
-            }
+            if (!j->rc || j->rc == KJIT_EIO) kjit__tune_result_json(e, r);
             cJSON_AddItemToArray(arr, e);
         }
         cJSON_AddNumberToObject(root, "failed", (double)failed);

@@ -55,7 +55,14 @@
     XX(EventSynchronize, cuEventSynchronize)                \
     XX(EventElapsedTime, cuEventElapsedTime_v2)             \
     XX(MemHostAlloc, cuMemHostAlloc)                        \
-    XX(MemFreeHost, cuMemFreeHost)
+    XX(MemFreeHost, cuMemFreeHost)                          \
+    XX(MemGetAddressRange, cuMemGetAddressRange_v2)         \
+    XX(StreamWaitEvent, cuStreamWaitEvent)                  \
+    XX(IpcGetMemHandle, cuIpcGetMemHandle)                  \
+    XX(IpcOpenMemHandle, cuIpcOpenMemHandle_v2)             \
+    XX(IpcCloseMemHandle, cuIpcCloseMemHandle)              \
+    XX(IpcGetEventHandle, cuIpcGetEventHandle)              \
+    XX(IpcOpenEventHandle, cuIpcOpenEventHandle)
 
 typedef struct kjit_cu_api {
 #define KJIT_CU_FIELD(name, sym) __typeof__(&sym) name;

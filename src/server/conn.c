@@ -46,6 +46,9 @@ void kjit__conn_close(kjit_conn *c)
     s->in_flight -= c->pending;
     c->pending = 0;
     if (c->counted) s->n_clients--;
+    /* The lane closes its IPC handles after the runs it has queued. */
+    kjit__ipc_release(s, c->ipc);
+    c->ipc = NULL;
     *(c->prev ? &c->prev->next : &s->conns) = c->next;
     if (c->next) c->next->prev = c->prev;
     uv_close((uv_handle_t *)&c->pipe, on_close);

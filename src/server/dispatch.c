@@ -1,11 +1,13 @@
 /* One request: parse and validate (request.c), then answer it here (the
- * cheap requests) or hand it to jobs.c (compile, prewarm) or kernel.c. */
+ * cheap requests) or hand it to jobs.c (compile, prewarm), kernel.c, or the
+ * GPU lane (run.c, tune.c). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "client/frame.h"
+#include "core/ctx.h"
 #include "server/server_internal.h"
 
 static void reply_json(kjit_conn *c, cJSON *o)
@@ -36,7 +38,8 @@ static void hello(kjit_conn *c, const kjit_req *r)
     cJSON_AddNumberToObject(o, "version", r->version);
     cJSON_AddStringToObject(o, "server", "kjit " KJIT_VERSION_STRING);
     int gpu = kjit_ctx_has_device(s->ctx);
-    const char *caps[] = {"ping", "stats", "compile", "kernel", "prewarm", "shutdown", gpu ? "run" : NULL};
+    const char *caps[] = {"ping", "stats", "compile", "kernel", "prewarm", "shutdown", gpu ? "run" : NULL,
+                          gpu ? "tune" : NULL};
     cJSON_AddItemToObject(o, "capabilities", a = cJSON_CreateArray());
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; ++i)
         if (caps[i]) cJSON_AddItemToArray(a, cJSON_CreateString(caps[i]));
@@ -58,6 +61,7 @@ static void hello(kjit_conn *c, const kjit_req *r)
     cJSON_AddNumberToObject(l, "max_clients", s->cfg.max_clients);
     cJSON_AddNumberToObject(l, "idle_timeout_s", s->cfg.idle_timeout_s);
     cJSON_AddNumberToObject(l, "max_prewarm", KJIT_REQ_MAX_TUPLES);
+    cJSON_AddNumberToObject(l, "max_run_buffers", KJIT_RUN_MAX_BUFFERS);
     reply_json(c, o);
 }
 
@@ -75,6 +79,8 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddNumberToObject(o, "compile_requests", (double)s->n.compile_requests);
     cJSON_AddNumberToObject(o, "kernel_requests", (double)s->n.kernel_requests);
     cJSON_AddNumberToObject(o, "prewarm_requests", (double)s->n.prewarm_requests);
+    cJSON_AddNumberToObject(o, "run_requests", (double)s->n.run_requests);
+    cJSON_AddNumberToObject(o, "tune_requests", (double)s->n.tune_requests);
     cJSON_AddNumberToObject(o, "hits", (double)s->n.hits);
     cJSON_AddNumberToObject(o, "misses", (double)s->n.misses);
     cJSON_AddNumberToObject(o, "compiles", (double)cc.compiles);
@@ -96,6 +102,26 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddStringToObject(o, "cache_dir", kjit_ctx_cache_dir(s->ctx));
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
     reply_json(c, o);
+}
+
+const char *kjit__status_code(int status, const char *otherwise)
+{
+    switch (status) {
+    case KJIT_EINVAL: return "bad_request";
+    case KJIT_ENODRIVER:
+    case KJIT_EUNSUPPORTED: return "unsupported";
+    case KJIT_ECOMPILE: return "compile_failed";
+    default: return otherwise;
+    }
+}
+
+/* run and tune need the device the server's context has not got. */
+static void no_gpu(kjit_conn *c, uint64_t id, const char *what)
+{
+    kjit_server *s = c->srv;
+    kjit__conn_error(c, 1, id, "unsupported",
+                     "unsupported: no GPU (this server's context has no CUDA device: %s; compile and prewarm work, "
+                     "%s does not)", s->ctx->no_gpu_reason[0] ? s->ctx->no_gpu_reason : "KJIT_ENODRIVER", what);
 }
 
 void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t payload_len)
@@ -139,16 +165,15 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
         kjit__jobs_prewarm(c, r.id, &r);
         return;
     case KJIT_REQ_TUNE:
-        kjit__conn_error(c, 1, r.id, "unsupported", "tune: this server has no tuner yet");
+        s->n.tune_requests++;
+        if (!s->gpu) no_gpu(c, r.id, "tune");
+        else kjit__tune_request(c, r.id, &r.t);
         return;
     case KJIT_REQ_RUN:
-        if (!kjit_ctx_has_device(s->ctx))
-            kjit__conn_error(c, 1, r.id, "unsupported",
-                             "unsupported: no GPU (this server's context has no CUDA device; compile and "
-                             "prewarm work, run does not)");
-        else
-            kjit__conn_error(c, 1, r.id, "unsupported",
-                             "unsupported: run over CUDA IPC buffers is not implemented in this server yet");
+        s->n.run_requests++;
+        /* The payload (the handles) follows the header in the frame. */
+        if (!s->gpu) no_gpu(c, r.id, "run");
+        else kjit__run_request(c, r.id, &r.run, (const uint8_t *)json + json_len);
         return;
     case KJIT_REQ_SHUTDOWN:
         if (c->uid != geteuid()) {

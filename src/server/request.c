@@ -9,6 +9,7 @@
 #include "client/frame.h"
 #include "jit/compile.h"
 #include "jit/templates.h"
+#include "tune/config.h"
 
 static const char *const type_names[] = {
     [KJIT_REQ_HELLO] = "hello",     [KJIT_REQ_PING] = "ping",   [KJIT_REQ_STATS] = "stats",
@@ -19,15 +20,17 @@ static const char *const type_names[] = {
 
 /* The fields each type takes besides id and type; anything else is refused,
  * so a misspelt option fails loudly instead of being ignored. */
-static const char *const type_fields[][8] = {
+#define MAX_FIELDS 16
+static const char *const type_fields[][MAX_FIELDS] = {
     [KJIT_REQ_HELLO] = {"versions", "client"},
     [KJIT_REQ_PING] = {0},
     [KJIT_REQ_STATS] = {0},
     [KJIT_REQ_COMPILE] = {"op", "hidden", "dtype", "arch", "config"},
     [KJIT_REQ_KERNEL] = {"op", "template", "expr", "arch"},
     [KJIT_REQ_PREWARM] = {"ops", "hidden", "dtype", "arch"},
-    [KJIT_REQ_TUNE] = {"op", "hidden", "dtype", "arch"},
-    [KJIT_REQ_RUN] = {"op", "hidden", "dtype", "rows", "buffers", "event", "params"},
+    [KJIT_REQ_TUNE] = {"op", "hidden", "dtype"},
+    [KJIT_REQ_RUN] = {"op", "dir", "hidden", "dtype", "n", "rows", "param_dtype", "index_dtype", "eps", "buffers",
+                      "event", "flip_sin_to_cos", "downscale_freq_shift", "scale", "max_period"},
     [KJIT_REQ_SHUTDOWN] = {0},
 };
 
@@ -142,7 +145,7 @@ static const char *get_str(const cJSON *o, const char *name)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* op, hidden, dtype and (optional) arch of compile, tune and run. */
+/* op, hidden, dtype and (compile only) arch of compile, tune and run. */
 static int parse_tuple(const cJSON *o, int default_sm, int with_arch, kjit_req_tuple *t, kjit_req_error *err)
 {
     const char *op = get_str(o, "op"), *dtype = get_str(o, "dtype");
@@ -155,7 +158,7 @@ static int parse_tuple(const cJSON *o, int default_sm, int with_arch, kjit_req_t
     if (parse_dtype(dtype, &t->dtype, err)) return -1;
     t->sm = default_sm;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arch");
-    if (a && !with_arch) return fail(err, "bad_request", "field 'arch': run uses the server's device");
+    if (a && !with_arch) return fail(err, "bad_request", "field 'arch': tune and run use the server's device");
     if (a && !cJSON_IsString(a)) return fail(err, "bad_request", "field 'arch': expected a string such as \"sm_90\"");
     if (a && parse_arch(a->valuestring, &t->sm, err)) return -1;
     return check_tuple(t, err);
@@ -285,38 +288,162 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
     return 0;
 }
 
-static int hex_ok(const char *s, size_t want)
+/* Prefixes the message of a failed buffer field with the buffer's name. */
+static int in_buffer(kjit_req_error *err, const char *name)
 {
-    if (strlen(s) != want) return 0;
-    for (; *s; ++s)
-        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f') || (*s >= 'A' && *s <= 'F'))) return 0;
-    return 1;
+    char m[sizeof err->message];
+    memcpy(m, err->message, sizeof m);
+    return fail(err, err->code, "buffer '%.128s': %.300s", name, m);
 }
 
-/* A CUipcMemHandle / CUipcEventHandle is 64 bytes: 128 hex digits. */
-static int parse_run(const cJSON *o, int default_sm, kjit_req *r, kjit_req_error *err)
+static int parse_buffer(const cJSON *it, kjit_run_req *q, kjit_req_error *err)
+{
+    static const char *const keys[] = {"name", "handle", "offset", "stride"};
+    if (!cJSON_IsObject(it))
+        return fail(err, "bad_request", "field 'buffers': each item is an object {name, handle, offset, stride}");
+    const char *name = get_str(it, "name");
+    if (!name) return fail(err, "bad_request", "field 'buffers': an item without a 'name' (a string)");
+    for (const cJSON *k = it->child; k; k = k->next) {
+        size_t i = 0;
+        while (i < sizeof keys / sizeof keys[0] && strcmp(k->string, keys[i])) ++i;
+        if (i == sizeof keys / sizeof keys[0]) return fail(err, "bad_request", "buffer '%s': unknown field '%s'", name, k->string);
+        for (const cJSON *j = it->child; j != k; j = j->next)
+            if (!strcmp(j->string, k->string)) return fail(err, "bad_request", "buffer '%s': field '%s' appears twice", name, k->string);
+    }
+    const char *op = kjit__run_op_name(q->op), *dir = q->bwd ? "bwd" : "fwd";
+    kjit_run_buffer *b = &q->buf[q->n_buffers];
+    if ((b->slot = kjit__run_slot(q->op, q->bwd, name)) < 0) {
+        char list[256];
+        kjit__run_slot_list(q->op, q->bwd, list, sizeof list);
+        return fail(err, "bad_request", "buffer '%s': %s %s takes no such buffer (it takes %s)", name, op, dir, list);
+    }
+    for (int i = 0; i < q->n_buffers; ++i)
+        if (q->buf[i].slot == b->slot) return fail(err, "bad_request", "buffer '%s' appears twice", name);
+    double v;
+    if (!cJSON_GetObjectItemCaseSensitive(it, "handle"))
+        return fail(err, "bad_request", "buffer '%s': field 'handle' (its record in the payload) is missing", name);
+    if (!q->n_records)
+        return fail(err, "bad_request", "buffer '%s': field 'handle': the frame has no payload of IPC handles", name);
+    if (get_int(it, "handle", 0, q->n_records - 1, 1, &v, err)) return in_buffer(err, name);
+    b->handle = (int)v;
+    int rc = get_int(it, "offset", 0, KJIT_RUN_MAX_OFFSET, 0, &v, err);
+    if (rc < 0) return in_buffer(err, name);
+    b->offset = rc ? 0 : (uint64_t)v;
+    const int two_d = kjit__run_slot_2d(q->op, b->slot);
+    if (!two_d && cJSON_GetObjectItemCaseSensitive(it, "stride"))
+        return fail(err, "bad_request", "buffer '%s': field 'stride': a vector has none", name);
+    if (two_d && !cJSON_GetObjectItemCaseSensitive(it, "stride"))
+        return fail(err, "bad_request", "buffer '%s': field 'stride' (elements between rows) is missing", name);
+    if (two_d && get_int(it, "stride", 1, KJIT_RUN_MAX_STRIDE, 1, &v, err)) return in_buffer(err, name);
+    b->stride = two_d ? (int64_t)v : 0;
+    q->n_buffers++;
+    return 0;
+}
+
+/* A float-valued field: absent leaves *out. */
+static int get_number(const cJSON *o, const char *name, double *out, kjit_req_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || fabs(v->valuedouble) > 1e30)
+        return fail(err, "bad_request", "field '%s': expected a finite number", name);
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* An op on buffers shared by CUDA IPC: the payload is 64-byte handles, the
+ * buffers and the event name theirs by index. */
+static int parse_run(const cJSON *o, int default_sm, uint32_t payload_len, kjit_req *r, kjit_req_error *err)
+{
+    kjit_run_req *q = &r->run;
+    if (parse_tuple(o, default_sm, 0, &r->t, err)) return -1;
+    if (!(q->op = kjit__run_op(r->t.op)))
+        return fail(err, "unsupported", "field 'op': run does not execute %s", r->t.op);
+    const char *op = r->t.op;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "dir");
+    if (d && (!cJSON_IsString(d) || (strcmp(d->valuestring, "fwd") && strcmp(d->valuestring, "bwd"))))
+        return fail(err, "bad_request", "field 'dir': expected \"fwd\" or \"bwd\"");
+    q->bwd = d && !strcmp(d->valuestring, "bwd");
+    if (q->bwd && !kjit__run_op_has_bwd(q->op)) return fail(err, "bad_request", "field 'dir': %s has no backward", op);
+    q->hidden = r->t.hidden;
+    q->dtype = r->t.dtype;
+    double v;
+    if (get_int(o, "n", 0, 2147483647.0, 1, &v, err)) return -1;
+    q->n = (int64_t)v;
+
+    const unsigned takes = kjit__run_op_fields(q->op);
+    static const struct { const char *name; unsigned bit; } fields[] = {
+        {"rows", KJIT_RUN_ROWS}, {"param_dtype", KJIT_RUN_PARAM_DTYPE}, {"index_dtype", KJIT_RUN_INDEX_DTYPE},
+        {"eps", KJIT_RUN_EPS}, {"flip_sin_to_cos", KJIT_RUN_SINUSOID}, {"downscale_freq_shift", KJIT_RUN_SINUSOID},
+        {"scale", KJIT_RUN_SINUSOID}, {"max_period", KJIT_RUN_SINUSOID},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; ++i)
+        if (!(takes & fields[i].bit) && cJSON_GetObjectItemCaseSensitive(o, fields[i].name))
+            return fail(err, "bad_request", "field '%s': %s takes none", fields[i].name, op);
+    if (takes & KJIT_RUN_ROWS) {
+        if (get_int(o, "rows", 1, 65535, 1, &v, err)) return -1;
+        q->rows = (int64_t)v;
+    }
+    q->param_dtype = q->dtype;
+    const char *pd = get_str(o, "param_dtype"), *id = get_str(o, "index_dtype");
+    if (cJSON_GetObjectItemCaseSensitive(o, "param_dtype") && !pd)
+        return fail(err, "bad_request", "field 'param_dtype': expected a string such as \"bf16\"");
+    if (pd && parse_dtype(pd, &q->param_dtype, err)) return -1;
+    q->index_dtype = KJIT_I32;
+    if (cJSON_GetObjectItemCaseSensitive(o, "index_dtype") &&
+        (!id || kjit_dtype_parse(id, &q->index_dtype) || (q->index_dtype != KJIT_I32 && q->index_dtype != KJIT_I64)))
+        return fail(err, "bad_request", "field 'index_dtype': expected \"int32\" or \"int64\"");
+    double eps = 1e-6;
+    if (get_number(o, "eps", &eps, err)) return -1;
+    q->eps = (float)eps;
+    kjit_sinusoid_opts_init(&q->sinusoid);
+    const cJSON *flip = cJSON_GetObjectItemCaseSensitive(o, "flip_sin_to_cos");
+    if (flip && !cJSON_IsBool(flip)) return fail(err, "bad_request", "field 'flip_sin_to_cos': expected true or false");
+    q->sinusoid.flip_sin_to_cos = cJSON_IsTrue(flip);
+    if (get_number(o, "downscale_freq_shift", &q->sinusoid.downscale_freq_shift, err) ||
+        get_number(o, "scale", &q->sinusoid.scale, err) || get_number(o, "max_period", &q->sinusoid.max_period, err))
+        return -1;
+
+    if (payload_len % KJIT_RUN_HANDLE_BYTES)
+        return fail(err, "bad_request", "the payload of %u bytes is not a whole number of %d-byte IPC handles",
+                    payload_len, KJIT_RUN_HANDLE_BYTES);
+    q->n_records = (int)(payload_len / KJIT_RUN_HANDLE_BYTES);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "buffers");
+    if (!b) return fail(err, "bad_request", "field 'buffers' (a list of {name, handle, offset, stride}) is missing");
+    if (!cJSON_IsArray(b) || !b->child)
+        return fail(err, "bad_request", "field 'buffers': expected a non-empty list of {name, handle, offset, stride}");
+    for (const cJSON *it = b->child; it; it = it->next) {
+        if (q->n_buffers == KJIT_RUN_MAX_BUFFERS)
+            return fail(err, "bad_request", "field 'buffers': more than %d", KJIT_RUN_MAX_BUFFERS);
+        if (parse_buffer(it, q, err)) return -1;
+    }
+    if (kjit__run_complete(q, err->message, sizeof err->message)) {
+        err->code = "bad_request";
+        return -1;
+    }
+    q->event = -1;
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+    if (ev && !q->n_records)
+        return fail(err, "bad_request", "field 'event': the frame has no payload of IPC handles");
+    if (ev && get_int(o, "event", 0, q->n_records - 1, 1, &v, err)) return -1;
+    if (ev) q->event = (int)v;
+    for (int i = 0; ev && i < q->n_buffers; ++i)
+        if (q->buf[i].handle == q->event)
+            return fail(err, "bad_request", "field 'event': record %d is buffer '%s''s memory handle", q->event,
+                        kjit__run_slot_name(q->op, q->buf[i].slot));
+    return 0;
+}
+
+/* Tuning applies to the AdaLN ops' fast path (kjit_tune). */
+static int parse_tune(const cJSON *o, int default_sm, kjit_req *r, kjit_req_error *err)
 {
     if (parse_tuple(o, default_sm, 0, &r->t, err)) return -1;
-    double rows;
-    if (get_int(o, "rows", 0, 2147483647.0, 1, &rows, err)) return -1;
-    r->rows = (int64_t)rows;
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "buffers");
-    if (!cJSON_IsObject(b)) return fail(err, "bad_request", "field 'buffers': expected an object of name -> {handle, offset, bytes}");
-    for (const cJSON *it = b->child; it; it = it->next) {
-        if (++r->n_buffers > KJIT_REQ_MAX_BUFFERS)
-            return fail(err, "bad_request", "field 'buffers': more than %d", KJIT_REQ_MAX_BUFFERS);
-        const char *h = get_str(it, "handle");
-        if (!cJSON_IsObject(it) || !h || !hex_ok(h, 128))
-            return fail(err, "bad_request", "buffer '%s': 'handle' must be 128 hex digits (a CUipcMemHandle)", it->string);
-        double d;
-        if (get_int(it, "offset", 0, 281474976710656.0, 0, &d, err) < 0) return -1;
-        if (get_int(it, "bytes", 1, 281474976710656.0, 1, &d, err)) return -1;
-    }
-    const char *ev = get_str(o, "event");
-    if (cJSON_GetObjectItemCaseSensitive(o, "event") && (!ev || !hex_ok(ev, 128)))
-        return fail(err, "bad_request", "field 'event': expected 128 hex digits (a CUipcEventHandle)");
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "params");
-    if (p && !cJSON_IsObject(p)) return fail(err, "bad_request", "field 'params': expected an object");
+    if (!kjit__adaln_mode(r->t.op))
+        return fail(err, "bad_request", "field 'op': %s has no launch config to tune (tunable: norm_modulate, "
+                                        "gated_residual, gated_residual_norm_modulate)", r->t.op);
+    if (!kjit__adaln_fast_hidden(r->t.hidden))
+        return fail(err, "unsupported", "field 'hidden': %d takes the generic path, which is not tuned (a multiple "
+                                        "of 8 up to %d is)", r->t.hidden, KJIT_TUNE_FAST_MAX_HIDDEN);
     return 0;
 }
 
@@ -345,7 +472,8 @@ static int check_fields(const cJSON *o, kjit_req_type t, kjit_req_error *err)
 {
     for (const cJSON *it = o->child; it; it = it->next) {
         int known = !strcmp(it->string, "id") || !strcmp(it->string, "type");
-        for (int k = 0; !known && k < 8 && type_fields[t][k]; ++k) known = !strcmp(it->string, type_fields[t][k]);
+        for (int k = 0; !known && k < MAX_FIELDS && type_fields[t][k]; ++k)
+            known = !strcmp(it->string, type_fields[t][k]);
         if (!known) return fail(err, "bad_request", "%s: unknown field '%s'", type_names[t], it->string);
         for (const cJSON *j = o->child; j != it; j = j->next)
             if (!strcmp(j->string, it->string))
@@ -386,9 +514,9 @@ static int parse_tree(const cJSON *o, uint32_t payload_len, int default_sm, kjit
         return parse_tuple(o, default_sm, 1, &r->t, err);
     }
     case KJIT_REQ_KERNEL: return parse_kernel(o, default_sm, r, err);
-    case KJIT_REQ_TUNE: return parse_tuple(o, default_sm, 1, &r->t, err);
+    case KJIT_REQ_TUNE: return parse_tune(o, default_sm, r, err);
     case KJIT_REQ_PREWARM: return parse_prewarm(o, default_sm, r, err);
-    case KJIT_REQ_RUN: return parse_run(o, default_sm, r, err);
+    case KJIT_REQ_RUN: return parse_run(o, default_sm, payload_len, r, err);
     default: return 0;
     }
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "kjit.h"
+#include "server/run_args.h"
 
 #define KJIT_REQ_MAX_STRING 128
 /* A kernel's name expression: what kjit_kernel_spec.name_expr holds. */
@@ -22,7 +23,6 @@
 #define KJIT_REQ_MAX_LIST 64      /* items in one prewarm list */
 #define KJIT_REQ_MAX_TUPLES 1024  /* (op, hidden, dtype, arch) combinations in one prewarm */
 #define KJIT_REQ_MAX_HIDDEN 65536
-#define KJIT_REQ_MAX_BUFFERS 32   /* buffers of one run */
 #define KJIT_REQ_MAX_ID 9007199254740991.0 /* 2^53 - 1: exact in a JSON number */
 
 typedef enum kjit_req_type {
@@ -49,7 +49,7 @@ typedef struct kjit_req {
     kjit_req_type type;
     uint64_t id;
     int version;        /* hello: the highest version both sides speak */
-    kjit_req_tuple t;   /* compile, run */
+    kjit_req_tuple t;   /* compile, tune, run (op, hidden, dtype) */
     /* kernel: one template-id of an embedded template file, for sm */
     kjit_kernel_spec spec;
     int spec_sm;
@@ -62,9 +62,8 @@ typedef struct kjit_req {
     int n_dtypes;
     int sms[KJIT_REQ_MAX_LIST];
     int n_sms;
-    /* run */
-    int64_t rows;
-    int n_buffers;
+    /* run: the op, its fields and buffers (server/run_args.h) */
+    kjit_run_req run;
 } kjit_req;
 
 /* Why a request was refused: a stable code for programs, a message for people. */
@@ -76,7 +75,8 @@ typedef struct kjit_req_error {
 } kjit_req_error;
 
 /* Parses and validates one header. default_sm is the arch used when a
- * request names none. payload_len is the frame's (only `run` may carry one).
+ * request names none. payload_len is the frame's (only `run` may carry one:
+ * its 64-byte IPC handles, which the header's buffers and event index).
  * Returns 0 and fills *out, or -1 and fills *err. */
 int kjit__req_parse(const char *json, size_t len, uint32_t payload_len, int default_sm, kjit_req *out,
                     kjit_req_error *err);

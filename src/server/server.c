@@ -39,7 +39,10 @@ static void close_handle(uv_handle_t *h, int *open)
  * connection is left. */
 static void maybe_finish(kjit_server *s)
 {
-    if (s->draining && !s->jobs && !s->conns) close_handle((uv_handle_t *)&s->sweep, &s->sweep_open);
+    if (s->draining && !s->jobs && !s->conns) {
+        close_handle((uv_handle_t *)&s->sweep, &s->sweep_open);
+        kjit__gpu_close(s);
+    }
 }
 
 void kjit__server_drain_check(kjit_server *s)
@@ -85,7 +88,10 @@ static int start(kjit_server *s)
     kjit_ctx_options o;
     kjit_ctx_options_init(&o);
     o.cache_dir = s->cfg.cache_dir;
-    /* Device 0 when there is one (run needs it); compile-only otherwise. */
+    /* A run's bad index skips its rows and fails the run (a flag read
+     * after it), instead of reading outside a client's table. */
+    o.index_check = KJIT_INDEX_CHECK_ASYNC;
+    /* Device 0 when there is one (run and tune need it); compile-only otherwise. */
     int rc = kjit_ctx_create(&s->ctx, &o);
     if (rc) return rc;
     /* This is where compiles happen, even with KJIT_SERVER set (perhaps to
@@ -105,7 +111,7 @@ static int start(kjit_server *s)
     s->sweep.data = s;
     if ((r = uv_timer_start(&s->sweep, on_sweep, SWEEP_MS, SWEEP_MS)))
         return kjit__fail(KJIT_EIO, "uv_timer_start: %s", uv_strerror(r));
-    return KJIT_OK;
+    return kjit_ctx_has_device(s->ctx) ? kjit__gpu_start(s) : KJIT_OK;
 }
 
 int kjit__server_run(const kjit_server_config *cfg)
@@ -140,9 +146,12 @@ int kjit__server_run(const kjit_server_config *cfg)
         close_handle((uv_handle_t *)&s->sig_term, &s->sig_term_open);
         close_handle((uv_handle_t *)&s->sig_int, &s->sig_int_open);
         close_handle((uv_handle_t *)&s->sweep, &s->sweep_open);
+        kjit__gpu_close(s);
         uv_run(&s->loop, UV_RUN_DEFAULT);
         kjit__fail(rc, "%s", msg);
     }
+    /* Before the context goes: the lane closes the IPC handles still open. */
+    kjit__gpu_stop(s);
     kjit__listen_release(s);
     r = uv_loop_close(&s->loop);
     if (r && rc == KJIT_OK) rc = kjit__fail(KJIT_EIO, "the event loop still had handles at exit: %s", uv_strerror(r));

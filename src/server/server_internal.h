@@ -1,7 +1,9 @@
 /* The server's parts and what they share. Everything here runs on the loop
  * thread except the work callbacks of jobs.c and kernel.c (on libuv's thread
  * pool), which touch only their own job, the library context and the
- * counter snapshot.
+ * counter snapshot, and the work of the GPU lane (gpu.c: run and tune, one
+ * at a time on a thread of its own), which touches only its item, the
+ * library context and the connections' IPC caches (ipc.c, the lane's alone).
  *
  * Lifetimes: a connection is freed when its handle has closed and no job
  * waiter or prewarm still refers to it (refs), so a worker finishing after
@@ -14,12 +16,25 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "gpu/cuda_api.h"
 #include "kjit.h"
 #include "server/request.h"
 #include "server/server.h"
 
 typedef struct kjit_server kjit_server;
 typedef struct kjit_tuple_entry kjit_tuple_entry;
+typedef struct kjit_gpu kjit_gpu;
+typedef struct kjit_ipc_cache kjit_ipc_cache;
+typedef struct kjit_tune_job kjit_tune_job;
+
+/* Work for the GPU lane: work() runs on the lane's thread, then done() (if
+ * not NULL) on the loop thread. An item without done() may free itself in
+ * work(). */
+typedef struct kjit_gpu_item {
+    struct kjit_gpu_item *next;
+    void (*work)(struct kjit_gpu_item *it);
+    void (*done)(struct kjit_gpu_item *it);
+} kjit_gpu_item;
 
 typedef struct kjit_conn {
     uv_pipe_t pipe;
@@ -38,6 +53,7 @@ typedef struct kjit_conn {
     uint32_t n_parked;      /* requests waiting on a worker job */
     uint64_t last_activity; /* uv_now of the last byte moved */
     uint64_t partial_since; /* uv_now when an incomplete frame began; 0: none */
+    kjit_ipc_cache *ipc;    /* the handles its runs opened (created by its first run) */
     char *rbuf;
     size_t rlen, rcap;
     uint64_t parked[];      /* the parked requests' ids (max_pending of them) */
@@ -69,6 +85,7 @@ struct kjit_server {
     uint64_t start_ms;
     struct {
         uint64_t requests, errors, hits, misses, compile_requests, kernel_requests, prewarm_requests;
+        uint64_t run_requests, tune_requests;
         uint64_t clients_total, refused, bad_frames, idle_closed;
     } n;
     uint64_t in_flight;  /* sum of the connections' pending */
@@ -76,6 +93,8 @@ struct kjit_server {
     pthread_mutex_t snap_mu;
     kjit_cache_counters snap; /* the library's counters as of the last job */
     kjit_tuple_map map;
+    kjit_gpu *gpu;         /* the GPU lane; NULL without a device */
+    kjit_tune_job *tunes;  /* tunes queued or running */
 };
 
 /* listen.c: the socket file, its directory, the lock, peer credentials. */
@@ -120,6 +139,39 @@ void kjit__jobs_free(kjit_server *s);
 
 /* kernel.c: one kernel by template-id (the `kernel` request) on a worker. */
 void kjit__kernel_request(kjit_conn *c, uint64_t id, const kjit_kernel_spec *spec, int sm);
+
+/* gpu.c: the GPU lane, a thread that runs its items one at a time, in
+ * order, on one stream of the context's device (the ops' own workspace
+ * serves one stream at a time; a tune wants the device to itself). */
+int kjit__gpu_start(kjit_server *s);
+void kjit__gpu_submit(kjit_server *s, kjit_gpu_item *it);
+CUstream kjit__gpu_stream(const kjit_server *s);
+/* Closes the lane's loop handle (once no item with done() is left). */
+void kjit__gpu_close(kjit_server *s);
+/* After the loop: runs what is queued, ends the thread, frees the lane. */
+void kjit__gpu_stop(kjit_server *s);
+
+/* ipc.c: a connection's opened CUDA IPC handles, keyed by their 64 bytes
+ * (the lane's thread only, but for kjit__ipc_cache_new). */
+kjit_ipc_cache *kjit__ipc_cache_new(void);
+/* Starts a run's use of the cache: what it opens from now on is kept open
+ * until the run ends (the next begin). */
+void kjit__ipc_begin(kjit_ipc_cache *m);
+/* The base and size of the allocation a CUipcMemHandle shares. */
+int kjit__ipc_mem(kjit_ipc_cache *m, const uint8_t handle[64], CUdeviceptr *base, size_t *size);
+int kjit__ipc_event(kjit_ipc_cache *m, const uint8_t handle[64], CUevent *ev);
+/* Hands the cache to the lane, which closes its handles and frees it after
+ * every run queued before (the connection is closing). */
+void kjit__ipc_release(kjit_server *s, kjit_ipc_cache *m);
+
+/* run.c: an op on a client's buffers, on the lane. */
+void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const uint8_t *payload);
+
+/* tune.c: kjit_tune on the lane; one job per (op, hidden, dtype) at a time. */
+void kjit__tune_request(kjit_conn *c, uint64_t id, const kjit_req_tuple *t);
+
+/* The error code of a failed run or tune's status (bad_request, unsupported, ...). */
+const char *kjit__status_code(int status, const char *otherwise);
 
 /* server.c */
 void kjit__server_stop(kjit_server *s, const char *why);

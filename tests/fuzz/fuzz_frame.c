@@ -34,6 +34,25 @@ static void check(const char *json, size_t len, uint32_t payload_len)
          strncmp(r.spec.name_expr, "kjit_", 5) || !memchr(r.spec.name_expr, '\0', sizeof r.spec.name_expr) ||
          r.spec.name_expr[strspn(r.spec.name_expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:<>, -")]))
         abort();
+    /* A run's buffers and event index records of its payload; each buffer
+     * is one the op takes, once; every extent is computable or refused. */
+    if (r.type == KJIT_REQ_RUN) {
+        const kjit_run_req *q = &r.run;
+        uint64_t seen = 0, bytes;
+        if (!q->op || (uint64_t)q->n_records * KJIT_RUN_HANDLE_BYTES != payload_len || q->event >= q->n_records ||
+            q->n_buffers < 1 || q->n_buffers > KJIT_RUN_MAX_BUFFERS)
+            abort();
+        for (int i = 0; i < q->n_buffers; ++i) {
+            const kjit_run_buffer *b = &q->buf[i];
+            if (b->handle < 0 || b->handle >= q->n_records || b->handle == q->event || (seen >> b->slot & 1) ||
+                strcmp(kjit__run_slot_name(q->op, b->slot), "") == 0 ||
+                kjit__run_slot(q->op, q->bwd, kjit__run_slot_name(q->op, b->slot)) != b->slot ||
+                (b->stride > 0) != kjit__run_slot_2d(q->op, b->slot))
+                abort();
+            seen |= 1ull << b->slot;
+            (void)kjit__run_extent(q, i, &bytes);
+        }
+    }
     if (r.type == KJIT_REQ_PREWARM &&
         (long)r.n_ops * r.n_hidden * r.n_dtypes * r.n_sms > KJIT_REQ_MAX_TUPLES)
         abort();

@@ -1,0 +1,145 @@
+/* run: an op on buffers a client shares through CUDA IPC (docs/PROTOCOL.md).
+ *
+ * The loop thread copies the validated request and its handles into a job
+ * and queues it on the GPU lane (gpu.c). There the job opens the handles
+ * (kept per connection, ipc.c), checks that every buffer lies inside the
+ * allocation its handle shares, makes the lane's stream wait for the
+ * client's event, calls the op (a backward with the context's own
+ * workspace), and waits for it and for the context's asynchronous index
+ * flag. The reply comes once the op is done on the device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "server/server_internal.h"
+
+typedef struct run_job {
+    kjit_gpu_item item; /* first: the lane hands this back */
+    kjit_server *srv;
+    kjit_conn *c;       /* holds a reference */
+    uint64_t id;
+    kjit_ipc_cache *ipc;
+    kjit_run_req req;
+    int status;
+    double us;
+    char message[1200];
+    uint8_t payload[];  /* the request's handles */
+} run_job;
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* kjit__fail with a prefix in front of the thread's current message. */
+static int fail_in(int status, const char *what, int handle)
+{
+    char why[1024];
+    snprintf(why, sizeof why, "%s", kjit_last_error());
+    return kjit__fail(status, "%s (payload record %d): %s", what, handle, why);
+}
+
+/* On the lane. */
+static int execute(run_job *j)
+{
+    kjit_server *s = j->srv;
+    const kjit_run_req *r = &j->req;
+    CUstream stream = kjit__gpu_stream(s);
+    uint64_t ptr[KJIT_RUN_MAX_BUFFERS];
+    char what[64];
+    kjit__ipc_begin(j->ipc);
+    for (int i = 0; i < r->n_buffers; ++i) {
+        const kjit_run_buffer *b = &r->buf[i];
+        const char *name = kjit__run_slot_name(r->op, b->slot);
+        CUdeviceptr base;
+        size_t size;
+        uint64_t bytes = 0;
+        int rc = kjit__ipc_mem(j->ipc, j->payload + (size_t)b->handle * KJIT_RUN_HANDLE_BYTES, &base, &size);
+        snprintf(what, sizeof what, "buffer '%s'", name);
+        if (rc) return fail_in(rc, what, b->handle);
+        if (kjit__run_extent(r, i, &bytes))
+            return kjit__fail(KJIT_EINVAL, "buffer '%s': its rows span more than 2^64 bytes", name);
+        if (b->offset > size || bytes > size - b->offset)
+            return kjit__fail(KJIT_EINVAL, "buffer '%s': %llu bytes at offset %llu do not fit in the %zu bytes of the "
+                                           "allocation its handle shares", name, (unsigned long long)bytes,
+                              (unsigned long long)b->offset, size);
+        ptr[i] = base + b->offset;
+    }
+    if (r->event >= 0) {
+        CUevent ev;
+        int rc = kjit__ipc_event(j->ipc, j->payload + (size_t)r->event * KJIT_RUN_HANDLE_BYTES, &ev);
+        if (rc) return fail_in(rc, "event", r->event);
+        KJIT_CU_TRY(kjit__cu(), StreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent on the client's event");
+    }
+    int flag = 0, rc = kjit__run_call(s->ctx, r, ptr, stream);
+    /* Waits for the op: the reply means done on the device. */
+    if (!rc) rc = kjit_ctx_index_error(s->ctx, stream, &flag);
+    if (!rc && flag)
+        rc = kjit__fail(KJIT_EINDEX, "%s: an index was outside [0, %lld): its rows were skipped, the others written",
+                        kjit__run_op_name(r->op), (long long)r->rows);
+    return rc;
+}
+
+static void work_cb(kjit_gpu_item *it)
+{
+    run_job *j = (run_job *)it;
+    double t0 = now_us();
+    j->status = execute(j);
+    j->us = now_us() - t0;
+    if (j->status) snprintf(j->message, sizeof j->message, "%s: %s", kjit_status_name(j->status), kjit_last_error());
+}
+
+static void done_cb(kjit_gpu_item *it)
+{
+    run_job *j = (run_job *)it;
+    kjit_server *s = j->srv;
+    kjit_conn *c = j->c;
+    s->jobs--;
+    if (!c->closing) {
+        kjit__conn_unpark(c, j->id);
+        if (j->status) {
+            kjit__conn_error(c, 1, j->id, kjit__status_code(j->status, "run_failed"), "%s", j->message);
+        } else {
+            char text[96];
+            int n = snprintf(text, sizeof text, "{\"id\":%llu,\"ok\":true,\"us\":%.1f}", (unsigned long long)j->id, j->us);
+            kjit__conn_send(c, text, (size_t)n, NULL, 0, NULL, 0, 1);
+        }
+    }
+    kjit__conn_unref(c);
+    free(j);
+    kjit__server_drain_check(s);
+}
+
+void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const uint8_t *payload)
+{
+    kjit_server *s = c->srv;
+    const size_t plen = (size_t)r->n_records * KJIT_RUN_HANDLE_BYTES;
+    run_job *j = malloc(sizeof *j + plen);
+    if (!j || (!c->ipc && !(c->ipc = kjit__ipc_cache_new()))) {
+        free(j);
+        kjit__conn_error(c, 1, id, "internal", "out of memory for a run");
+        return;
+    }
+    if (kjit__conn_park(c, id)) {
+        free(j);
+        kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
+                         (unsigned long long)id);
+        return;
+    }
+    kjit__conn_ref(c);
+    memset(j, 0, sizeof *j);
+    j->item.work = work_cb;
+    j->item.done = done_cb;
+    j->srv = s;
+    j->c = c;
+    j->id = id;
+    j->ipc = c->ipc;
+    j->req = *r;
+    memcpy(j->payload, payload, plen);
+    s->jobs++;
+    kjit__gpu_submit(s, &j->item);
+}
