@@ -97,6 +97,32 @@ KJIT_API int kjit_client_kernel_fetch(kjit_client *c, const char *op, const char
                                       const char *arch, kjit_client_compiled *out);
 KJIT_API void kjit_client_compiled_free(kjit_client_compiled *r);
 
+/* Runs an op on the server's GPU over buffers this process shares through
+ * CUDA IPC (docs/PROTOCOL.md, `run`). json is the request header (its
+ * "type" is set to "run" here): op, dir, hidden, dtype, n, rows, ...,
+ * "buffers":[{"name","handle","offset","stride"}, ...] and "event";
+ * handles holds n_handles 64-byte records (CUipcMemHandle from
+ * cuIpcGetMemHandle on an allocation's base, CUipcEventHandle from
+ * cuIpcGetEventHandle on an event made with CU_EVENT_INTERPROCESS |
+ * CU_EVENT_DISABLE_TIMING), which "handle" and "event" index. Record the
+ * event on the stream that produced the inputs before calling: the server's
+ * stream waits for it. Returns once the op is done on the device; *us (may
+ * be NULL) is the server's time for it. The server keeps the handles open
+ * until this connection closes: keep the allocations and the event alive
+ * until then. A refused or failed run returns the server's status
+ * (KJIT_EINVAL for a malformed request or a bad argument, KJIT_EUNSUPPORTED
+ * on a server without a GPU, KJIT_EINDEX, KJIT_ECUDA, ...) with its message
+ * in kjit_last_error(). */
+KJIT_API int kjit_client_run(kjit_client *c, const char *json, const void *handles, int n_handles, double *us);
+
+/* Tunes (op, hidden, dtype) on the server's GPU: kjit_tune there, whose
+ * context uses the result from then on and stores it in its tuning file.
+ * Concurrent requests for one key share one tuning. Fills *out (may be
+ * NULL) from the reply (config sources TUNED and DEFAULT). Takes seconds:
+ * allow for it with kjit_client_timeout_set. Errors as for kjit_client_run
+ * (KJIT_EUNSUPPORTED without a GPU or off the tuned path). */
+KJIT_API int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out);
+
 /* Closes the connection. NULL is a no-op. */
 KJIT_API void kjit_client_close(kjit_client *c);
 

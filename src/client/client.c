@@ -393,3 +393,127 @@ void kjit_client_compiled_free(kjit_client_compiled *r)
     free(r->kernels);
     memset(r, 0, sizeof *r);
 }
+
+/* The status of an error reply: the one its message starts with (run and
+ * tune name the library's), else the code's. */
+static int reply_status(const cJSON *root)
+{
+    const char *msg = error_field(root, "message");
+    size_t n = strcspn(msg, ":");
+#define KJIT_STATUS_OF(name, code, text)                                                    \
+    if (n == strlen("KJIT_" #name) && !strncmp(msg, "KJIT_" #name, n) && (code) != KJIT_OK) \
+        return code;
+    KJIT_ERROR_MAP(KJIT_STATUS_OF)
+#undef KJIT_STATUS_OF
+    return status_of(error_field(root, "code"));
+}
+
+/* Sends q (deleted here) with a payload; *root is the parsed reply of a
+ * request the server answered ok. */
+static int call_ok(kjit_client *c, cJSON *q, const void *payload, size_t payload_len, cJSON **root)
+{
+    char *text = cJSON_PrintUnformatted(q);
+    cJSON_Delete(q);
+    if (!text) return kjit__fail(KJIT_ENOMEM, "no memory for the request");
+    kjit_client_reply r;
+    int rc = kjit_client_request(c, text, payload, payload_len, NULL, NULL, &r);
+    cJSON_free(text);
+    if (rc) return rc;
+    *root = cJSON_Parse(r.json);
+    if (!*root) rc = kjit__fail(KJIT_EIO, "kjit server: a reply that is not JSON");
+    else if (!r.ok) rc = kjit__fail(reply_status(*root), "kjit server: %s", error_field(*root, "message"));
+    kjit_client_reply_free(&r);
+    if (rc) {
+        cJSON_Delete(*root);
+        *root = NULL;
+    }
+    return rc;
+}
+
+int kjit_client_run(kjit_client *c, const char *json, const void *handles, int n_handles, double *us)
+{
+    kjit__clear_error();
+    if (!c || !json || n_handles < 0 || (n_handles && !handles))
+        return kjit__fail(KJIT_EINVAL, "kjit_client_run: %s", !c ? "client is NULL" : !json ? "json is NULL"
+                                       : n_handles < 0 ? "n_handles < 0" : "handles is NULL");
+    if ((size_t)n_handles * 64 > KJIT_MAX_REQUEST_PAYLOAD)
+        return kjit__fail(KJIT_EINVAL, "kjit_client_run: %d handles: a request carries at most %u", n_handles,
+                          KJIT_MAX_REQUEST_PAYLOAD / 64);
+    cJSON *q = cJSON_Parse(json);
+    if (!cJSON_IsObject(q)) {
+        cJSON_Delete(q);
+        return kjit__fail(KJIT_EINVAL, "kjit_client_run: the request is not a JSON object: %.80s", json);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(q, "type");
+    cJSON_AddStringToObject(q, "type", "run");
+    cJSON *root;
+    int rc = call_ok(c, q, handles, (size_t)n_handles * 64, &root);
+    if (rc) return rc;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "us");
+    if (us) *us = cJSON_IsNumber(t) ? t->valuedouble : 0;
+    cJSON_Delete(root);
+    return KJIT_OK;
+}
+
+static double num_of(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* A config from the reply's fwd and bwd objects (kjit tune --json's). */
+static void config_of(const cJSON *root, const char *fwd, const char *bwd, kjit_config_source src, kjit_op_config *c)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, fwd), *b = cJSON_GetObjectItemCaseSensitive(root, bwd);
+    c->rpc = (int)num_of(f, "rpc");
+    c->pf = (int)num_of(f, "pf");
+    c->grid_per_sm = (int)num_of(f, "grid_per_sm");
+    c->bwd_pf = (int)num_of(b, "bwd_pf");
+    c->accs = (int)num_of(b, "accs");
+    c->source = src;
+}
+
+static int doubles_of(const cJSON *root, const char *name, double *out)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, name);
+    int n = 0;
+    for (const cJSON *v = cJSON_IsArray(a) ? a->child : NULL; v && n < KJIT_TUNE_MAX_ROW_COUNTS; v = v->next)
+        out[n++] = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    return n;
+}
+
+int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out)
+{
+    kjit__clear_error();
+    if (!c || !op) return kjit__fail(KJIT_EINVAL, "kjit_client_tune: %s is NULL", !c ? "client" : "op");
+    cJSON *q = cJSON_CreateObject(), *root;
+    cJSON_AddStringToObject(q, "type", "tune");
+    cJSON_AddStringToObject(q, "op", op);
+    cJSON_AddNumberToObject(q, "hidden", hidden);
+    cJSON_AddStringToObject(q, "dtype", kjit_dtype_name(dtype));
+    int rc = call_ok(c, q, NULL, 0, &root);
+    if (rc) return rc;
+    if (out) {
+        memset(out, 0, sizeof *out);
+        config_of(root, "fwd", "bwd", KJIT_CONFIG_TUNED, &out->config);
+        config_of(root, "default_fwd", "default_bwd", KJIT_CONFIG_DEFAULT, &out->default_config);
+        out->fwd_us = num_of(root, "fwd_us");
+        out->bwd_us = num_of(root, "bwd_us");
+        out->default_fwd_us = num_of(root, "default_fwd_us");
+        out->default_bwd_us = num_of(root, "default_bwd_us");
+        double rows[KJIT_TUNE_MAX_ROW_COUNTS];
+        out->n_rows = doubles_of(root, "rows", rows);
+        for (int i = 0; i < out->n_rows; ++i) out->rows[i] = (int64_t)rows[i];
+        doubles_of(root, "fwd_us_rows", out->fwd_us_rows);
+        doubles_of(root, "bwd_us_rows", out->bwd_us_rows);
+        doubles_of(root, "default_fwd_us_rows", out->default_fwd_us_rows);
+        doubles_of(root, "default_bwd_us_rows", out->default_bwd_us_rows);
+        out->fwd_candidates = (int)num_of(root, "fwd_candidates");
+        out->bwd_candidates = (int)num_of(root, "bwd_candidates");
+        out->seconds = num_of(root, "seconds");
+        out->compile_seconds = num_of(root, "compile_seconds");
+        out->saved = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "saved"));
+    }
+    cJSON_Delete(root);
+    return KJIT_OK;
+}
