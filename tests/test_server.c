@@ -130,19 +130,15 @@ static void test_round_trips(const char *sock)
     cJSON_Delete(r);
     kjit_client_reply_free(&rep);
 
+    /* run and tune in depth: test_server_run.c. */
     r = call(c, "{\"type\":\"tune\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\"}", NULL);
-    CHECK(!strcmp(kjit_test_err_code(r), "unsupported"));
+    CHECK(!strcmp(kjit_test_err_code(r), "bad_request") && strstr(kjit_test_err_msg(r), "'op'"));
     cJSON_Delete(r);
-    char handle[129];
-    memset(handle, 'a', 128);
-    handle[128] = '\0';
-    char run[600];
-    snprintf(run, sizeof run, "{\"type\":\"run\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\","
-                              "\"rows\":4,\"buffers\":{\"out\":{\"handle\":\"%s\",\"bytes\":2048}}}", handle);
-    r = call(c, run, NULL);
-    CHECK(!strcmp(kjit_test_err_code(r), "unsupported"));
-    if (!gpu) CHECK(strstr(kjit_test_err_msg(r), "no GPU") != NULL);
-    cJSON_Delete(r);
+    if (!gpu) {
+        r = call(c, "{\"type\":\"tune\",\"op\":\"norm_modulate\",\"hidden\":5376,\"dtype\":\"bf16\"}", NULL);
+        CHECK(!strcmp(kjit_test_err_code(r), "unsupported") && strstr(kjit_test_err_msg(r), "no GPU"));
+        cJSON_Delete(r);
+    }
     r = call(c, "{\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\",\"config\":{\"block\":256}}", NULL);
     CHECK(!strcmp(kjit_test_err_code(r), "unsupported"));
     cJSON_Delete(r);
@@ -263,8 +259,9 @@ static void test_bad_input(const char *sock)
         {"{\"id\":1,\"type\":\"prewarm\",\"ops\":\"all\",\"hidden\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24],"
          "\"dtype\":[\"fp32\",\"bf16\",\"fp16\"],\"arch\":[\"sm_80\",\"sm_90\",\"sm_100\",\"sm_120\"]}", "bad_request", "combinations"},
         {"{\"id\":1,\"type\":\"prewarm\",\"ops\":[],\"hidden\":256,\"dtype\":\"bf16\"}", "bad_request", "empty"},
-        {"{\"id\":1,\"type\":\"run\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\",\"rows\":1,"
-         "\"buffers\":{\"out\":{\"handle\":\"xyz\",\"bytes\":4}}}", "bad_request", "handle"},
+        {"{\"id\":1,\"type\":\"run\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\",\"n\":1,"
+         "\"buffers\":[{\"name\":\"t\",\"handle\":0},{\"name\":\"out\",\"handle\":0,\"stride\":256}]}", "bad_request",
+         "no payload"},
 #define KERNEL_Q(op, tmpl, expr) "{\"id\":1,\"type\":\"kernel\",\"op\":\"" op "\",\"template\":\"" tmpl "\",\"expr\":\"" expr "\"}"
         {KERNEL_Q("nope", "timestep_sinusoid.cuh", "kjit_sinusoid<float>"), "unknown_op", "nope"},
         {KERNEL_Q("timestep_sinusoid", "nope.cuh", "kjit_sinusoid<float>"), "bad_request", "'template'"},
