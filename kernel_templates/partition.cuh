@@ -10,7 +10,7 @@
 //   tile   = ((N + cap - 1) / cap + 31) / 32 * 32;  if (tile < 256) tile = 256;
 //   tiles  = (N + tile - 1) / tile                  (tiles * R <= 4194304)
 //   target = 28 MiB / ((2 * NG + (dw ? 1 : 0)) * H * 4), clamped to 16..256
-//   chunk  = (N + target - 1) / target;  if (chunk < 16) chunk = 16;
+//   chunk  = (N + target - 1) / target;  if (chunk < 32) chunk = 32;
 //   chunks = (N + chunk - 1) / chunk                (<= 256)
 //   (the host computes these: src/ops/partition.c; kernels read part.chunk)
 //   sblk   = (tiles * R + 4095) / 4096              (scan blocks)

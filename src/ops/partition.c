@@ -30,7 +30,7 @@ void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, in
     if (target > 256) target = 256;
     if (target < 16) target = 16;
     long long chunk = (N + target - 1) / target;
-    if (chunk < 16) chunk = 16;
+    if (chunk < 32) chunk = 32;
     pl->n = N;
     pl->r = R;
     pl->tile = tile;
