@@ -223,6 +223,8 @@ class Library:
                                    "package; rebuild it or point KJIT_LIBRARY at a newer one") from None
             fn.restype, fn.argtypes = PROTOTYPES[name]
             self._bound[name] = fn
+            # Later lookups find the instance attribute, not __getattr__.
+            setattr(self, name, fn)
         return fn
 
 
@@ -233,6 +235,8 @@ _library = None
 def load():
     """The process's libkjit, loaded once (see candidates() for the order)."""
     global _library
+    if _library is not None:  # the per-call path: no lock once loaded
+        return _library
     with _lock:
         if _library is None:
             tried = []

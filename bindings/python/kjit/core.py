@@ -80,6 +80,8 @@ def library_path():
 
 
 def _int(value, what):
+    if type(value) is int:  # the common case, first
+        return value
     # bool is an int subclass but never a pointer, size or stride.
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{what}: expected an int, got {type(value).__name__}")
@@ -105,12 +107,18 @@ def _strided(value, what):
     return _pointer(value[0], what + " pointer"), _int(value[1], what + " row stride")
 
 
+_dtype_codes = {}  # names the library has parsed once
+
+
 def dtype_code(dtype):
     """kjit_dtype of a name ("bf16", "bfloat16", "fp32", "int64", ...) or a code."""
     if isinstance(dtype, str):
-        out = ctypes.c_int(-1)
-        check(_lib.load().kjit_dtype_parse(dtype.encode(), ctypes.byref(out)), "kjit_dtype_parse")
-        return out.value
+        code = _dtype_codes.get(dtype)
+        if code is None:
+            out = ctypes.c_int(-1)
+            check(_lib.load().kjit_dtype_parse(dtype.encode(), ctypes.byref(out)), "kjit_dtype_parse")
+            code = _dtype_codes[dtype] = out.value
+        return code
     code = _int(dtype, "dtype")
     if code not in (_lib.F32, _lib.BF16, _lib.F16, _lib.I32, _lib.I64):
         raise ValueError(f"dtype: {code} is not a kjit_dtype (0..4)")
@@ -127,6 +135,7 @@ def dtype_size(dtype):
 
 _INDEX_CHECK = {"off": _lib.INDEX_CHECK_OFF, "sync": _lib.INDEX_CHECK_SYNC,
                 "async": _lib.INDEX_CHECK_ASYNC}
+_ADALN_STRIDED = dict(_lib.ADALN_TENSORS)  # name -> has a row stride
 _ADALN_OPS = {"norm_modulate": _lib.NORM_MODULATE, "gated_residual": _lib.GATED_RESIDUAL,
               "gated_residual_norm_modulate": _lib.GATED_RESIDUAL_NORM_MODULATE}
 
@@ -345,7 +354,7 @@ class Context:
         a.n, a.hidden, a.eps = _int(n, "n"), _int(hidden, "hidden"), float(eps)
         a.act_dtype, a.param_dtype = dtype_code(act_dtype), dtype_code(param_dtype)
         a.index = _index(index)
-        strided = dict(_lib.ADALN_TENSORS)
+        strided = _ADALN_STRIDED
         for name, value in tensors.items():
             if name not in strided:
                 raise TypeError(f"{function}: unknown argument {name!r}; kjit_adaln_args has "

@@ -24,6 +24,7 @@ _PARAM = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 _INDEX = {torch.int32: "int32", torch.int64: "int64"}
 
 _contexts = {}
+_by_device = {}  # torch.device("cuda", i) -> its Context
 _contexts_lock = threading.Lock()
 
 
@@ -31,6 +32,10 @@ def context(device=None):
     """The kjit Context of a CUDA device (an index, torch.device or None for
     the current one), created on first use. Index checking follows
     $KJIT_INDEX_CHECK ("off" by default, "sync" or "async"; see core.Context)."""
+    ctx = _by_device.get(device)  # the per-call path: a tensor's own device
+    if ctx is not None:
+        return ctx
+    key = device
     device = torch.device("cuda", torch.cuda.current_device()) if device is None else \
         torch.device(device)
     if device.type != "cuda":
@@ -43,6 +48,8 @@ def context(device=None):
             if ctx is None:
                 ctx = core.Context(ordinal, index_check=os.environ.get("KJIT_INDEX_CHECK", "off"))
                 _contexts[ordinal] = ctx
+    if isinstance(key, torch.device) and key.index is not None:
+        _by_device[key] = ctx
     return ctx
 
 
