@@ -83,6 +83,35 @@ with m.Client(sys.argv[2], timeout=120) as c:
         raise AssertionError("hidden 0 accepted")
     except m.ServerError as e:
         assert e.code == "bad_request" and "hidden" in e.message, e
+    # run and tune: refused before any GPU work when malformed; without a
+    # GPU, unsupported.
+    nm = {"op": "norm_modulate", "hidden": 5376, "dtype": "bf16", "n": 4097, "rows": 9,
+          "buffers": [{"name": "x", "handle": 0, "stride": 5376}, {"name": "shift", "handle": 1, "stride": 32256},
+                      {"name": "scale", "handle": 1, "offset": 10752, "stride": 32256},
+                      {"name": "out", "handle": 2, "stride": 5376}, {"name": "index", "handle": 3}],
+          "event": 4}
+    try:
+        c.run_raw(dict(nm, buffers=nm["buffers"][:-1]), [b"\x01" * 64] * 5)
+        raise AssertionError("a run without its index accepted")
+    except m.ServerError as e:
+        assert e.code == "bad_request" and "'index' is missing" in e.message, e
+    try:
+        c.run_raw(nm, [b"\x01" * 64] * 4)
+        raise AssertionError("an event outside the payload accepted")
+    except m.ServerError as e:
+        assert e.code == "bad_request" and "'event'" in e.message, e
+    try:
+        c.run_raw(nm, [b"\x01" * 63])
+        raise AssertionError("a 63-byte handle sent")
+    except ValueError:
+        pass
+    if not c.hello["gpu"]:
+        for call in (lambda: c.run_raw(nm, [b"\x01" * 64] * 5), lambda: c.tune("norm_modulate", 5376, "bf16")):
+            try:
+                call()
+                raise AssertionError("run or tune without a GPU accepted")
+            except m.ServerError as e:
+                assert e.code == "unsupported" and "no GPU" in e.message, e
     s = c.stats()
     assert s["compiles"] >= 1 and s["hits"] >= 0, s
 print("python client: ok")

@@ -10,8 +10,13 @@ little-endian), a JSON header, then an optional binary payload.
         reply = c.compile("norm_modulate", 5376, "bf16", arch="sm_90")
         for k in reply["kernels"]:
             print(k["lowered"], len(k["cubin"]))
+
+run() (an op on the server's GPU over this process's torch CUDA tensors,
+shared through CUDA IPC) needs torch and the CUDA driver (libcuda, through
+ctypes); everything else needs neither.
 """
 
+import ctypes
 import json
 import os
 import socket
@@ -47,6 +52,48 @@ def _with_cubins(reply, data):
     return reply
 
 
+_CU_EVENT_DISABLE_TIMING = 0x2
+_CU_EVENT_INTERPROCESS = 0x4
+_IPC_HANDLE_BYTES = 64
+_cuda = None
+
+
+def _libcuda():
+    global _cuda
+    if _cuda is None:
+        _cuda = ctypes.CDLL("libcuda.so.1")
+    return _cuda
+
+
+def _cu(result, what):
+    if result:
+        name = ctypes.c_char_p()
+        _libcuda().cuGetErrorName(result, ctypes.byref(name))
+        raise RuntimeError("%s failed: %s" % (what, (name.value or b"CUDA error %d" % result).decode()))
+
+
+def _ipc_buffer(name, t):
+    """(allocation base, CUipcMemHandle bytes, buffer entry without its
+    handle index) of a CUDA tensor."""
+    if not getattr(t, "is_cuda", False):
+        raise ValueError("buffer %r is not a CUDA tensor" % name)
+    cuda = _libcuda()
+    ptr = t.data_ptr()
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    _cu(cuda.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
+        "cuMemGetAddressRange (buffer %r)" % name)
+    handle = ctypes.create_string_buffer(_IPC_HANDLE_BYTES)
+    _cu(cuda.cuIpcGetMemHandle(handle, ctypes.c_uint64(base.value)), "cuIpcGetMemHandle (buffer %r)" % name)
+    entry = {"name": name, "offset": ptr - base.value}
+    if t.dim() == 2:
+        if t.stride(1) != 1:
+            raise ValueError("buffer %r: rows must be contiguous (stride(1) == 1)" % name)
+        entry["stride"] = t.stride(0)
+    elif t.dim() != 1 or (t.numel() > 1 and t.stride(0) != 1):
+        raise ValueError("buffer %r: expected a 2-D tensor with contiguous rows or a contiguous 1-D one" % name)
+    return base.value, handle.raw, entry
+
+
 def default_socket():
     """Where `kjit serve` listens by default."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
@@ -67,6 +114,7 @@ class Client:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
         self._next_id = 1
+        self._event = None  # (CUevent, CUipcEventHandle bytes) of run()
         try:
             self._sock.connect(self.path)
             self.hello, _ = self.request({"type": "hello", "versions": [PROTO_VERSION], "client": "kjit-py"})
@@ -75,7 +123,11 @@ class Client:
             raise
 
     def close(self):
+        """Closes the connection; the server then unmaps what run() shared."""
         self._sock.close()
+        if self._event is not None:
+            _libcuda().cuEventDestroy_v2(self._event[0])
+            self._event = None
 
     def __enter__(self):
         return self
@@ -151,6 +203,67 @@ class Client:
         if arch:
             req["arch"] = arch
         return self.request(req, on_event=on_event)[0]
+
+    def tune(self, op, hidden, dtype):
+        """Tunes (op, hidden, dtype) on the server's GPU (kjit_tune there; its
+        context uses the result from then on and stores it). The reply has
+        `kjit tune --json`'s fields: fwd, bwd, fwd_us, default_fwd_us, ...
+        Takes seconds; concurrent requests for one key share one tuning."""
+        return self.request({"type": "tune", "op": op, "hidden": hidden, "dtype": dtype})[0]
+
+    def run_raw(self, req, handles=()):
+        """A `run` request as the protocol has it: req the header (op, dir,
+        hidden, dtype, n, rows, ..., buffers [{name, handle, offset, stride}],
+        event), handles the 64-byte IPC handle records its "handle" and
+        "event" fields index, in order."""
+        handles = [bytes(h) for h in handles]
+        if any(len(h) != _IPC_HANDLE_BYTES for h in handles):
+            raise ValueError("IPC handles are %d bytes each" % _IPC_HANDLE_BYTES)
+        req = dict(req, type="run")
+        return self.request(req, b"".join(handles))[0]
+
+    def run(self, op, buffers, dir="fwd", stream=None, **fields):
+        """Runs op on the server's GPU over CUDA tensors of this process.
+
+        buffers: {name: tensor} (None values skipped) with the names the op
+        takes (docs/PROTOCOL.md): 2-D tensors with contiguous rows (their row
+        stride is sent) or contiguous 1-D ones (weight, index, t). fields: the
+        other request fields, none inferred: hidden, dtype, n, rows,
+        param_dtype, index_dtype, eps, ... Each tensor's allocation is shared
+        with cuIpcGetMemHandle (its offset there from cuMemGetAddressRange),
+        so tensors must come from cudaMalloc'd memory (torch's default
+        allocator; not expandable_segments). An interprocess event recorded
+        on `stream` (default: torch's current stream) orders the server's
+        work after this process's; the call returns once the op is done on
+        the device, with the reply ({"ok": True, "us": the server's time}).
+        The server keeps the allocations mapped until this client closes:
+        keep their memory allocated until then. One device: the current one.
+        """
+        import torch  # initializes CUDA: the current context is then torch's
+
+        if stream is None:
+            stream = torch.cuda.current_stream()
+        handles, index_of, entries = [], {}, []
+        for name, t in buffers.items():
+            if t is None:
+                continue
+            base, handle, entry = _ipc_buffer(name, t)
+            if base not in index_of:
+                index_of[base] = len(handles)
+                handles.append(handle)
+            entry["handle"] = index_of[base]
+            entries.append(entry)
+        cuda = _libcuda()
+        if self._event is None:
+            ev = ctypes.c_void_p()
+            _cu(cuda.cuEventCreate(ctypes.byref(ev), _CU_EVENT_INTERPROCESS | _CU_EVENT_DISABLE_TIMING),
+                "cuEventCreate")
+            handle = ctypes.create_string_buffer(_IPC_HANDLE_BYTES)
+            _cu(cuda.cuIpcGetEventHandle(handle, ev), "cuIpcGetEventHandle")
+            self._event = (ev, handle.raw)
+        _cu(cuda.cuEventRecord(self._event[0], ctypes.c_void_p(stream.cuda_stream)), "cuEventRecord")
+        req = dict(fields, op=op, dir=dir, buffers=entries, event=len(handles))
+        return self.run_raw(req, handles + [self._event[1]])
 
     def shutdown(self):
         return self.request({"type": "shutdown"})[0]
