@@ -509,8 +509,8 @@ static int parse_tree(const cJSON *o, uint32_t payload_len, int default_sm, kjit
     case KJIT_REQ_COMPILE: {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "config");
         if (c && !cJSON_IsNull(c) && !(cJSON_IsObject(c) && !c->child))
-            return fail(err, "unsupported", "field 'config': choosing a launch config needs the tuner, which "
-                                            "this server does not have yet (omit it or pass null)");
+            return fail(err, "unsupported", "field 'config': a launch config is the tuner's choice (the tune "
+                                            "request), not a compile option (omit it or pass null)");
         return parse_tuple(o, default_sm, 1, &r->t, err);
     }
     case KJIT_REQ_KERNEL: return parse_kernel(o, default_sm, r, err);
