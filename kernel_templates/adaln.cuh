@@ -476,19 +476,23 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
     } else {
         // A ring of PF + 1 stages in shared memory (cp.async): the next PF
         // rows of this slot are in flight while one is reduced and written.
+        // The stage is a runtime index (one copy of the loop body, so the
+        // registers stay those of PF 0); a row's index is prefetched to L1
+        // when its loads are issued and read again when it is processed.
         constexpr int RING = PF + 1, NTF = MODE == 1 ? 1 : 2;
-        unsigned char *sm = dyn_smem + (size_t)slot * RING * NTF * IT * TPR * 16 + (size_t)t * 16;
-        long long rx[RING];
+        constexpr int STAGE = NTF * IT * TPR * 16; // bytes of one stage
+        unsigned char *sm = dyn_smem + (size_t)slot * RING * STAGE + (size_t)t * 16;
         auto issue = [&](int s, long long row) {
-            rx[s] = (long long)index[row];
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(index + row));
             const TA *ar = MODE == 1 ? (const TA *)p.x + row * p.x_stride : (const TA *)p.res + row * p.res_stride;
             const TA *br = (const TA *)p.y + row * p.y_stride;
+            unsigned char *d = sm + s * STAGE;
 #pragma unroll
             for (int k = 0; k < IT; ++k)
                 if (FULL || k * TPR + t < G) {
                     const int col = (k * TPR + t) * V;
-                    cp_async16(sm + (size_t)((s * NTF) * IT + k) * TPR * 16, ar + col);
-                    if constexpr (MODE != 1) cp_async16(sm + (size_t)((s * NTF + 1) * IT + k) * TPR * 16, br + col);
+                    cp_async16(d + k * TPR * 16, ar + col);
+                    if constexpr (MODE != 1) cp_async16(d + (IT + k) * TPR * 16, br + col);
                 }
         };
 #pragma unroll
@@ -496,25 +500,24 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
             if (row0 + s * step < p.n) issue(s, row0 + s * step);
             cp_commit();
         }
-        for (long long base = row0; base < p.n; base += RING * step) {
+        int s = 0;
+#pragma unroll 1
+        for (long long row = row0; row < p.n; row += step) {
+            const long long ahead = row + PF * step;
+            if (ahead < p.n) issue(s == 0 ? PF : s - 1, ahead);
+            cp_commit();
+            cp_wait<PF>();
+            fwd_stage<MODE, TA, V, IT> st;
+            st.r = (long long)index[row];
+            const unsigned char *d = sm + s * STAGE;
 #pragma unroll
-            for (int s = 0; s < RING; ++s) {
-                const long long row = base + s * step;
-                if (row < p.n) {
-                    if (row + PF * step < p.n) issue((s + PF) % RING, row + PF * step);
-                    cp_commit();
-                    cp_wait<PF>();
-                    fwd_stage<MODE, TA, V, IT> st;
-                    st.r = rx[s];
-#pragma unroll
-                    for (int k = 0; k < IT; ++k)
-                        if (FULL || k * TPR + t < G) {
-                            ld_smem(st.a[k], sm + (size_t)((s * NTF) * IT + k) * TPR * 16);
-                            if constexpr (MODE != 1) ld_smem(st.b[k], sm + (size_t)((s * NTF + 1) * IT + k) * TPR * 16);
-                        }
-                    process(st, row);
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    ld_smem(st.a[k], d + k * TPR * 16);
+                    if constexpr (MODE != 1) ld_smem(st.b[k], d + (IT + k) * TPR * 16);
                 }
-            }
+            process(st, row);
+            s = s == PF ? 0 : s + 1;
         }
     }
 }
