@@ -529,7 +529,8 @@ def main():
     torch._dynamo.config.cache_size_limit = 64
     args.out.mkdir(parents=True, exist_ok=True)
     env = environment()
-    commit = _git("rev-parse", "HEAD")
+    # KJIT_COMMIT names the commit when the tree is an export (git archive).
+    commit = os.environ.get("KJIT_COMMIT") or _git("rev-parse", "HEAD")
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     t_all = time.time()
     for op in ops:

@@ -26,7 +26,7 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
 {
     /* Measured on the H200 at h = 5376 bf16 (kernel_templates/adaln.cuh). */
     c->rpc = 1;
-    c->pf = 0;
+    c->pf = mode == 1 ? 1 : 0;
     c->grid_per_sm = mode == 1 ? 4 : 0;
     c->bwd_pf = 1;
     c->accs = mode == 1 ? 1 : mode == 2 ? 0 : 2;
