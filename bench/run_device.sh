@@ -40,7 +40,8 @@ for s in $stages; do
     section test_torch_gpu; python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1
     summary+=("python gpu tests rc=$?")
     section h3_block; python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 15
-    summary+=("h3_block rc=${PIPESTATUS[0]}") ;;
+    summary+=("h3_block rc=${PIPESTATUS[0]}")
+    section profile_binding; python3 bench/profile_binding.py 2>&1 | tee -a "$LOG" | tail -n 30 ;;
   conformance)
     export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
     section conformance; python3 bench/conformance.py ${KJIT_CONFORMANCE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -v "^ " | tail -n 60
