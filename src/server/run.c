@@ -91,6 +91,7 @@ static void work_cb(kjit_gpu_item *it)
     j->status = execute(j);
     j->us = now_us() - t0;
     if (j->status) snprintf(j->message, sizeof j->message, "%s: %s", kjit_status_name(j->status), kjit_last_error());
+    kjit__jobs_snapshot(j->srv); /* a first run may have compiled */
 }
 
 static void done_cb(kjit_gpu_item *it)

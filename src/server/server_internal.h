@@ -133,7 +133,8 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
 void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t);
 void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r);
 size_t kjit__jobs_memo_count(const kjit_server *s);
-/* On a pool thread after a fetch: folds the library's counters into s->snap. */
+/* On a worker or the lane after a fetch, run or tune: folds the library's
+ * counters into s->snap. */
 void kjit__jobs_snapshot(kjit_server *s);
 void kjit__jobs_free(kjit_server *s);
 

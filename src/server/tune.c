@@ -34,6 +34,7 @@ static void work_cb(kjit_gpu_item *it)
     kjit_tune_job *j = (kjit_tune_job *)it;
     j->status = kjit_tune(j->srv->ctx, j->t.op, j->t.hidden, j->t.dtype, &j->res);
     if (j->status) snprintf(j->message, sizeof j->message, "%s: %s", kjit_status_name(j->status), kjit_last_error());
+    kjit__jobs_snapshot(j->srv); /* the candidates' compiles */
 }
 
 /* The reply after the id: ok, the key, the result as `kjit tune --json`
