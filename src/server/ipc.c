@@ -74,13 +74,16 @@ int kjit__ipc_mem(kjit_ipc_cache *m, const uint8_t handle[64], CUdeviceptr *base
         CUdeviceptr p = 0, start = 0;
         /* The handle shares a whole allocation: p is its base, and the size
          * bounds every buffer the run places in it. */
+        const char *what = "cuIpcOpenMemHandle";
         CUresult r = cu->IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-        if (r == CUDA_SUCCESS && (r = cu->MemGetAddressRange(&start, &e->size, p)) != CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && (r = cu->MemGetAddressRange(&start, &e->size, p)) != CUDA_SUCCESS) {
+            what = "cuMemGetAddressRange of the opened handle";
             cu->IpcCloseMemHandle(p);
+        }
         if (r != CUDA_SUCCESS) {
             /* The slot becomes free again: move the last entry into it. */
             *e = m->e[--m->n];
-            return kjit__cu_fail(r, "cuIpcOpenMemHandle");
+            return kjit__cu_fail(r, what);
         }
         if (p > start) e->size -= (size_t)(p - start);
         memcpy(e->key, handle, sizeof e->key);
