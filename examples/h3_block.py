@@ -11,8 +11,10 @@ kjit consumes the table's chunk(6) views directly and fuses the first gated
 residual with the second norm (gated_residual_norm_modulate); diffusers
 gathers the (N, 6H) rows with index_select and composes torch ops. Checks:
 the output and every gradient against the same block in float64 (kjit within
-SPEC.md's bf16 bound of 4e-3, or no worse than diffusers where the bf16
-linear layers dominate), kjit's gradients bitwise the same run after run;
+4e-3, or no worse than diffusers where the bf16 linear layers dominate, and
+at least twice as accurate as diffusers on the table's gradient and what is
+upstream of it, which diffusers sums in bf16), kjit's gradients bitwise the
+same run after run;
 prints both step (forward + backward) times.
 
     KJIT_LIBRARY=build-gpu/libkjit.so python3 examples/h3_block.py [--rows 4096]
@@ -151,9 +153,15 @@ def main():
     for name, k, d, r in [("out", k_out, d_out, r_out)] + [
             (f"d{k}", k_grads[k], d_grads[k], r_grads[k]) for k in k_grads]:
         ek, ed = ref.rel_err(k, r), ref.rel_err(d, r)
-        # The AdaLN parameters' gradients are kjit's own sums; elsewhere the
-        # bf16 linear layers round as much in both blocks.
-        bound = 4e-3 if name in ("dnorm1", "dnorm2", "dw_ada", "db_ada") else max(4e-3, 1.25 * ed)
+        # Every gradient here also carries the rounding of the bf16 linear
+        # layers around the ops (the reference is the whole block in fp64),
+        # so no bound is tighter than diffusers' own error. Where diffusers
+        # sums the table's gradient with a bf16 index_add (the table and
+        # everything upstream of it), kjit's fp32 sums must be at least twice
+        # as accurate. The ops alone are held to SPEC.md's 4e-3 against fp64
+        # on identical inputs in tests/gpu/test_adaln.
+        upstream = name in ("dw_ada", "db_ada", "dmodality", "dw_t")
+        bound = max(4e-3, 0.5 * ed) if upstream else max(4e-3, 1.25 * ed)
         ok = ek <= bound
         failures += [] if ok else [f"{name}: kjit error {ek:.2e} > {bound:.2e}"]
         print(f"  {name:<10}{ek:>10.2e}{ed:>11.2e}{'' if ok else '   <- FAIL'}")
