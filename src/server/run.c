@@ -24,6 +24,7 @@ typedef struct run_job {
     kjit_run_req req;
     int status;
     double us;
+    double t0, us_prep, us_call, us_wait; /* start; handles + event, the op's host call, the wait for the device */
     char message[1200];
     uint8_t payload[];  /* the request's handles */
 } run_job;
@@ -75,9 +76,12 @@ static int execute(run_job *j)
         if (rc) return fail_in(rc, "event", r->event);
         KJIT_CU_TRY(kjit__cu(), StreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent on the client's event");
     }
+    const double t1 = now_us();
     int flag = 0, rc = kjit__run_call(s->ctx, r, ptr, stream);
+    const double t2 = now_us();
     /* Waits for the op: the reply means done on the device. */
     if (!rc) rc = kjit_ctx_index_error(s->ctx, stream, &flag);
+    j->us_prep = t1 - j->t0, j->us_call = t2 - t1, j->us_wait = now_us() - t2;
     if (!rc && flag)
         rc = kjit__fail(KJIT_EINDEX, "%s: an index was outside [0, %lld): its rows were skipped, the others written",
                         kjit__run_op_name(r->op), (long long)r->rows);
@@ -87,9 +91,9 @@ static int execute(run_job *j)
 static void work_cb(kjit_gpu_item *it)
 {
     run_job *j = (run_job *)it;
-    double t0 = now_us();
+    j->t0 = now_us();
     j->status = execute(j);
-    j->us = now_us() - t0;
+    j->us = now_us() - j->t0;
     if (j->status) snprintf(j->message, sizeof j->message, "%s: %s", kjit_status_name(j->status), kjit_last_error());
     kjit__jobs_snapshot(j->srv); /* a first run may have compiled */
 }
@@ -105,8 +109,10 @@ static void done_cb(kjit_gpu_item *it)
         if (j->status) {
             kjit__conn_error(c, 1, j->id, kjit__status_code(j->status, "run_failed"), "%s", j->message);
         } else {
-            char text[96];
-            int n = snprintf(text, sizeof text, "{\"id\":%llu,\"ok\":true,\"us\":%.1f}", (unsigned long long)j->id, j->us);
+            char text[192];
+            int n = snprintf(text, sizeof text,
+                             "{\"id\":%llu,\"ok\":true,\"us\":%.1f,\"us_prep\":%.1f,\"us_call\":%.1f,\"us_wait\":%.1f}",
+                             (unsigned long long)j->id, j->us, j->us_prep, j->us_call, j->us_wait);
             kjit__conn_send(c, text, (size_t)n, NULL, 0, NULL, 0, 1);
         }
     }
