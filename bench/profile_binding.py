@@ -1,7 +1,9 @@
 """Where the Python binding spends host time: kjit.norm_modulate at hidden
 5376, bf16, R = 9, N rows, called as conformance.py calls it.
 
-Prints, for the forward and forward+backward step:
+Prints, for each eager path (KJIT_EAGER: the torch.library ops, and the
+torch.autograd.Function calling the same implementations), for the forward
+and the forward+backward step:
   host_us  wall time per call on the host, the GPU kept busy (no sync);
   gpu_us   CUDA-event time per call after a 256 MiB memset (conformance.py's
            method);
@@ -15,6 +17,7 @@ import time
 import torch
 
 import kjit
+from kjit import ops as kjit_ops
 
 DEV = "cuda"
 
@@ -45,7 +48,10 @@ def main():
         torch.autograd.backward([kjit.norm_modulate(xl, wl, sh, sc, idx, 1e-6)], [ones])
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEV)
-    for name, fn in (("fwd", fwd), ("fwd+bwd", step)):
+    cases = [(mode, name, fn) for mode in ("custom_op", "function")
+             for name, fn in (("fwd", fwd), ("fwd+bwd", step))]
+    for mode, name, fn in cases:
+        kjit_ops._EAGER = mode
         for _ in range(5):
             fn()
         torch.cuda.synchronize()
@@ -67,8 +73,9 @@ def main():
             samples.append((a, b))
         torch.cuda.synchronize()
         gpu = sorted(a.elapsed_time(b) * 1e3 for a, b in samples)[len(samples) // 2]
-        print(f"norm_modulate {name:8s} rows {n}: host_us {host:8.1f}  gpu_us {gpu:8.1f}")
+        print(f"norm_modulate {mode:9s} {name:8s} rows {n}: host_us {host:8.1f}  gpu_us {gpu:8.1f}")
 
+    kjit_ops._EAGER = "custom_op"
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(20):
             step()

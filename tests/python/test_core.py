@@ -305,5 +305,115 @@ class TorchFakes(unittest.TestCase):
         self.assertEqual(tuple(w.grad.shape), (self.H,))
 
 
+@unittest.skipIf(torch is None, "torch is not installed")
+class TorchEagerFunction(unittest.TestCase):
+    """The eager torch.autograd.Function path (KJIT_EAGER=function) without a
+    GPU: its implementations replaced by the float64 references on CPU, each
+    Function's gradients (saved tensors, which inputs get one, the chunk(6)
+    views' table gradient) must be the references' own."""
+
+    N, H, R, EPS = 7, 16, 3, 1e-5
+
+    def setUp(self):
+        from kjit import ops
+        from kjit import reference as ref
+        self.ops, self.ref = ops, ref
+        saved = {k: getattr(ops, k) for k in ("_norm_modulate_impl", "_norm_modulate_bwd_impl",
+                                                "_gated_residual_impl", "_gated_residual_bwd_impl",
+                                                "_fused_impl", "_fused_bwd_impl", "_gather_impl",
+                                                "_gather_bwd_impl")}
+        self.addCleanup(lambda: [setattr(ops, k, v) for k, v in saved.items()])
+
+        def grads(fn, leaves, outs_up):
+            leaves = [None if t is None else t.detach().requires_grad_() for t in leaves]
+            with torch.enable_grad():  # a backward runs without grad mode
+                outs = fn(*leaves)
+            outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+            pairs = [(o, u) for o, u in zip(outs, outs_up) if u is not None]
+            live = [t for t in leaves if t is not None]
+            got = iter(torch.autograd.grad([o for o, _ in pairs], live, [u for _, u in pairs],
+                                           allow_unused=True))
+            return [None if t is None else next(got) for t in leaves]
+
+        def nm_bwd(dout, x, w, scale, index, eps, need_dw):
+            sh = torch.zeros_like(scale)
+            g = grads(lambda x_, sh_, sc_, w_: ref.norm_modulate(x_, w_, sh_, sc_, index, eps),
+                      [x, sh, scale, w], [dout])
+            return g[0], g[3] if need_dw else scale.new_empty((0,)), g[1], g[2]
+
+        def gr_bwd(dout, y, gate, index):
+            res = torch.zeros_like(y)
+            g = grads(lambda y_, gt_: ref.gated_residual(res, y_, gt_, index), [y, gate], [dout])
+            return g[0], g[1]
+
+        def fu_bwd(dh, dout, h, y, gate, w, scale, index, eps, need_dw):
+            # h = res + gate * y with res = h - gate * y: the same h, so the
+            # same gradients through it.
+            res = (h - gate.index_select(0, index) * y).detach()
+            sh = torch.zeros_like(scale)
+            g = grads(lambda r_, y_, gt_, w_, sh_, sc_: ref.gated_residual_norm_modulate(
+                r_, y_, gt_, w_, sh_, sc_, index, eps), [res, y, gate, w, sh, scale], [dh, dout])
+            return g[0], g[1], g[2], g[3] if need_dw else scale.new_empty((0,)), g[4], g[5]
+
+        def ga_bwd(douts, index, rows):
+            tabs = [d.new_zeros((rows, d.shape[1])) for d in douts]
+            return list(grads(lambda *t: ref.adaln_row_gather(list(t), index), tabs, douts))
+
+        ops._norm_modulate_impl = lambda x, w, sh, sc, i, e: ref.norm_modulate(x, w, sh, sc, i, e)
+        ops._norm_modulate_bwd_impl = nm_bwd
+        ops._gated_residual_impl = ref.gated_residual
+        ops._gated_residual_bwd_impl = gr_bwd
+        ops._fused_impl = lambda *a: tuple(ref.gated_residual_norm_modulate(*a))
+        ops._fused_bwd_impl = fu_bwd
+        ops._gather_impl = ref.adaln_row_gather
+        ops._gather_bwd_impl = ga_bwd
+
+    def data(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        d = dict(dtype=torch.float64)
+        return (torch.randn(self.N, self.H, generator=g, **d), torch.randn(self.N, self.H, generator=g, **d),
+                torch.randn(self.R, 6 * self.H, generator=g, **d), 1 + torch.rand(self.H, generator=g, **d),
+                torch.randint(0, self.R, (self.N,), generator=g))
+
+    def compare(self, via_function, via_reference, leaves, n_out):
+        ups = [torch.randn(self.N, self.H, dtype=torch.float64, generator=torch.Generator().manual_seed(k))
+               for k in range(n_out)]
+        results = []
+        for fn in (via_function, via_reference):
+            ls = [t.detach().clone().requires_grad_() for t in leaves]
+            outs = fn(*ls)
+            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            torch.autograd.backward(outs, ups[:len(outs)])
+            results.append(([o.detach() for o in outs], [t.grad for t in ls]))
+        (o1, g1), (o2, g2) = results
+        for a, b in zip(o1 + g1, o2 + g2):
+            self.assertEqual(a is None, b is None)
+            if a is not None:
+                self.assertTrue(torch.allclose(a, b, rtol=1e-12, atol=1e-12))
+
+    def test_functions(self):
+        ops, ref, E = self.ops, self.ref, self.EPS
+        x, y, table, w, idx = self.data(1)
+        ch = lambda t: t.chunk(6, 1)
+        self.compare(lambda x, t, w: ops._NormModulateFn.apply(x, w, ch(t)[0], ch(t)[1], idx, E),
+                     lambda x, t, w: ref.norm_modulate(x, w, ch(t)[0], ch(t)[1], idx, E), [x, table, w], 1)
+        self.compare(lambda x, t: ops._NormModulateFn.apply(x, None, ch(t)[0], ch(t)[1], idx, E),
+                     lambda x, t: ref.norm_modulate(x, None, ch(t)[0], ch(t)[1], idx, E), [x, table], 1)
+        self.compare(lambda r, y, t: ops._GatedResidualFn.apply(r, y, ch(t)[2], idx),
+                     lambda r, y, t: ref.gated_residual(r, y, ch(t)[2], idx), [x, y, table], 1)
+        self.compare(lambda r, y, t, w: ops._FusedFn.apply(r, y, ch(t)[2], w, ch(t)[0], ch(t)[1], idx, E),
+                     lambda r, y, t, w: ref.gated_residual_norm_modulate(r, y, ch(t)[2], w, ch(t)[0], ch(t)[1],
+                                                                         idx, E), [x, y, table, w], 2)
+        self.compare(lambda t: ops._GatherFn.apply(idx, *ch(t)),
+                     lambda t: ref.adaln_row_gather(list(ch(t)), idx), [table], 6)
+
+    def test_mode_is_checked(self):
+        env = dict(os.environ, KJIT_EAGER="bogus", PYTHONPATH=str(ROOT / "bindings" / "python"))
+        r = subprocess.run([sys.executable, "-c", "import kjit.ops"], env=env, capture_output=True,
+                           text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("KJIT_EAGER='bogus'", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

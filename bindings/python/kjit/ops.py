@@ -27,6 +27,19 @@ _contexts = {}
 _by_device = {}  # torch.device("cuda", i) -> its Context
 _contexts_lock = threading.Lock()
 
+# How eager (not compiled) calls reach the kernels: "custom_op" through the
+# torch.library ops (the dispatcher and torch.library's autograd wrapper), or
+# "function" through a torch.autograd.Function calling the same
+# implementations directly (less host time per call; the same kernels and
+# bits). Under torch.compile the torch.library ops are always used.
+_EAGER = os.environ.get("KJIT_EAGER", "custom_op")
+if _EAGER not in ("custom_op", "function"):
+    raise ValueError(f"KJIT_EAGER={_EAGER!r}: expected 'custom_op' or 'function'")
+
+
+def _function_path():
+    return _EAGER == "function" and not torch.compiler.is_compiling()
+
 
 def context(device=None):
     """The kjit Context of a CUDA device (an index, torch.device or None for
@@ -188,8 +201,7 @@ def _placeholder(like):
 # ---- timestep_sinusoid --------------------------------------------------------------
 
 
-@torch.library.custom_op("kjit::timestep_sinusoid", mutates_args=(), device_types="cuda")
-def _sinusoid(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shift: float,
+def _sinusoid_impl(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shift: float,
               scale: float, max_period: float, out_dtype: torch.dtype) -> Tensor:
     out = torch.empty((t.shape[0], dim), dtype=out_dtype, device=t.device)
     context(t.device).timestep_sinusoid(
@@ -198,6 +210,9 @@ def _sinusoid(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shift: 
         max_period=max_period, stream=_stream(t.device))
     return out
 
+
+_sinusoid = torch.library.custom_op("kjit::timestep_sinusoid", mutates_args=(),
+                                     device_types="cuda")(_sinusoid_impl)
 
 @_sinusoid.register_fake
 def _(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype):
@@ -224,15 +239,15 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
     if half - downscale_freq_shift == 0:
         raise ValueError(f"{fn}: dim // 2 - downscale_freq_shift is 0 (dim {dim}, shift "
                          f"{downscale_freq_shift}): the frequencies are undefined")
-    return _sinusoid(t, dim, bool(flip_sin_to_cos), float(downscale_freq_shift), float(scale),
-                     float(max_period), out_dtype)
+    call = _sinusoid_impl if _function_path() else _sinusoid
+    return call(t, dim, bool(flip_sin_to_cos), float(downscale_freq_shift), float(scale),
+                float(max_period), out_dtype)
 
 
 # ---- adaln_row_gather -----------------------------------------------------------------
 
 
-@torch.library.custom_op("kjit::adaln_row_gather", mutates_args=(), device_types="cuda")
-def _gather(tables: List[Tensor], index: Tensor) -> List[Tensor]:
+def _gather_impl(tables: List[Tensor], index: Tensor) -> List[Tensor]:
     n, (rows, h) = index.shape[0], tables[0].shape
     outs = [torch.empty((n, h), dtype=t.dtype, device=index.device) for t in tables]
     if n:
@@ -242,13 +257,15 @@ def _gather(tables: List[Tensor], index: Tensor) -> List[Tensor]:
     return outs
 
 
+_gather = torch.library.custom_op("kjit::adaln_row_gather", mutates_args=(),
+                                   device_types="cuda")(_gather_impl)
+
 @_gather.register_fake
 def _(tables, index):
     return [t.new_empty((index.shape[0], t.shape[1])) for t in tables]
 
 
-@torch.library.custom_op("kjit::adaln_row_gather_bwd", mutates_args=(), device_types="cuda")
-def _gather_bwd(douts: List[Tensor], index: Tensor, rows: int) -> List[Tensor]:
+def _gather_bwd_impl(douts: List[Tensor], index: Tensor, rows: int) -> List[Tensor]:
     n, h = douts[0].shape
     if not n:
         return [d.new_zeros((rows, h)) for d in douts]
@@ -259,6 +276,9 @@ def _gather_bwd(douts: List[Tensor], index: Tensor, rows: int) -> List[Tensor]:
         [_rows(d) for d in dtables], workspace=ws_arg, stream=_stream(index.device))
     return dtables
 
+
+_gather_bwd = torch.library.custom_op("kjit::adaln_row_gather_bwd", mutates_args=(),
+                                       device_types="cuda")(_gather_bwd_impl)
 
 @_gather_bwd.register_fake
 def _(douts, index, rows):
@@ -271,15 +291,30 @@ def _gather_setup(ctx, inputs, output):
     ctx.save_for_backward(index)
 
 
-def _gather_backward(ctx, douts):
+def _gather_backward(ctx, douts, bwd=None):
     (index,) = ctx.saved_tensors
     # An output that took no part in the loss may come back as None.
     present = next(d for d in douts if d is not None)
     douts = [_row_major(d) if d is not None else torch.zeros_like(present) for d in douts]
-    return torch.ops.kjit.adaln_row_gather_bwd(douts, index, ctx.rows), None
+    return (bwd or torch.ops.kjit.adaln_row_gather_bwd)(douts, index, ctx.rows), None
 
 
 _gather.register_autograd(_gather_backward, setup_context=_gather_setup)
+
+
+class _GatherFn(torch.autograd.Function):
+    """The eager path of adaln_row_gather (tables as separate inputs)."""
+
+    @staticmethod
+    def forward(ctx, index, *tables):
+        outs = _gather_impl(list(tables), index)
+        _gather_setup(ctx, (list(tables), index), outs)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *douts):
+        dtables, _ = _gather_backward(ctx, list(douts), _gather_bwd_impl)
+        return (None, *dtables)
 
 
 def adaln_row_gather(tables, index):
@@ -296,6 +331,8 @@ def adaln_row_gather(tables, index):
     hidden = tables[0].shape[-1]
     _tables(fn, named, hidden, tables[0].device)
     _index(fn, index, None, tables[0].device)
+    if _function_path():
+        return list(_GatherFn.apply(index, *tables))
     return _gather(list(tables), index)
 
 
@@ -308,8 +345,7 @@ def _adaln_common(x, index, param, eps=1e-5):
                 index=_idx(index, param.shape[0]), eps=eps, stream=_stream(x.device))
 
 
-@torch.library.custom_op("kjit::norm_modulate", mutates_args=(), device_types="cuda")
-def _norm_modulate(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale: Tensor,
+def _norm_modulate_impl(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale: Tensor,
                    index: Tensor, eps: float) -> Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if x.shape[0]:
@@ -320,13 +356,15 @@ def _norm_modulate(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale: Te
     return out
 
 
+_norm_modulate = torch.library.custom_op("kjit::norm_modulate", mutates_args=(),
+                                          device_types="cuda")(_norm_modulate_impl)
+
 @_norm_modulate.register_fake
 def _(x, weight, shift, scale, index, eps):
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("kjit::norm_modulate_bwd", mutates_args=(), device_types="cuda")
-def _norm_modulate_bwd(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale: Tensor,
+def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale: Tensor,
                        index: Tensor, eps: float, need_dweight: bool
                        ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     n, h = x.shape
@@ -344,6 +382,9 @@ def _norm_modulate_bwd(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale:
     return dx, dweight, dshift, dscale
 
 
+_norm_modulate_bwd = torch.library.custom_op("kjit::norm_modulate_bwd", mutates_args=(),
+                                              device_types="cuda")(_norm_modulate_bwd_impl)
+
 @_norm_modulate_bwd.register_fake
 def _(dout, x, weight, scale, index, eps, need_dweight):
     rows, h = scale.shape
@@ -357,15 +398,29 @@ def _norm_modulate_setup(ctx, inputs, output):
     ctx.save_for_backward(x, weight, scale, index)
 
 
-def _norm_modulate_backward(ctx, dout):
+def _norm_modulate_backward(ctx, dout, bwd=None):
     x, weight, scale, index = ctx.saved_tensors
     need_dweight = weight is not None and ctx.needs_input_grad[1]
-    dx, dweight, dshift, dscale = torch.ops.kjit.norm_modulate_bwd(
+    dx, dweight, dshift, dscale = (bwd or torch.ops.kjit.norm_modulate_bwd)(
         _row_major(dout), x, weight, scale, index, ctx.eps, need_dweight)
     return dx, (dweight if need_dweight else None), dshift, dscale, None, None
 
 
 _norm_modulate.register_autograd(_norm_modulate_backward, setup_context=_norm_modulate_setup)
+
+
+class _NormModulateFn(torch.autograd.Function):
+    """The eager path of norm_modulate."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        out = _norm_modulate_impl(*inputs)
+        _norm_modulate_setup(ctx, inputs, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        return _norm_modulate_backward(ctx, dout, _norm_modulate_bwd_impl)
 
 
 def _check_norm_args(fn, x_named, weight, shift, scale, gate, index):
@@ -383,14 +438,14 @@ def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
     fp32 (views with any row stride, e.g. chunks of one projection); index (N,)
     int32/int64 into 0..R-1."""
     _check_norm_args("kjit.norm_modulate", [("x", x)], weight, shift, scale, None, index)
-    return _norm_modulate(x, weight, shift, scale, index, float(eps))
+    call = _NormModulateFn.apply if _function_path() else _norm_modulate
+    return call(x, weight, shift, scale, index, float(eps))
 
 
 # ---- gated_residual -------------------------------------------------------------------
 
 
-@torch.library.custom_op("kjit::gated_residual", mutates_args=(), device_types="cuda")
-def _gated_residual(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> Tensor:
+def _gated_residual_impl(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> Tensor:
     out = torch.empty_like(res, memory_format=torch.contiguous_format)
     if res.shape[0]:
         context(res.device).gated_residual_fwd(
@@ -399,13 +454,15 @@ def _gated_residual(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> Tens
     return out
 
 
+_gated_residual = torch.library.custom_op("kjit::gated_residual", mutates_args=(),
+                                           device_types="cuda")(_gated_residual_impl)
+
 @_gated_residual.register_fake
 def _(res, y, gate, index):
     return res.new_empty(res.shape)
 
 
-@torch.library.custom_op("kjit::gated_residual_bwd", mutates_args=(), device_types="cuda")
-def _gated_residual_bwd(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor
+def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor
                         ) -> tuple[Tensor, Tensor]:
     n, h = y.shape
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
@@ -420,6 +477,9 @@ def _gated_residual_bwd(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor
     return dy, dgate
 
 
+_gated_residual_bwd = torch.library.custom_op("kjit::gated_residual_bwd", mutates_args=(),
+                                               device_types="cuda")(_gated_residual_bwd_impl)
+
 @_gated_residual_bwd.register_fake
 def _(dout, y, gate, index):
     return y.new_empty(y.shape), gate.new_empty((gate.shape[0], y.shape[1]))
@@ -430,14 +490,28 @@ def _gated_residual_setup(ctx, inputs, output):
     ctx.save_for_backward(y, gate, index)
 
 
-def _gated_residual_backward(ctx, dout):
+def _gated_residual_backward(ctx, dout, bwd=None):
     y, gate, index = ctx.saved_tensors
     dout = _row_major(dout)
-    dy, dgate = torch.ops.kjit.gated_residual_bwd(dout, y, gate, index)
+    dy, dgate = (bwd or torch.ops.kjit.gated_residual_bwd)(dout, y, gate, index)
     return dout, dy, dgate, None
 
 
 _gated_residual.register_autograd(_gated_residual_backward, setup_context=_gated_residual_setup)
+
+
+class _GatedResidualFn(torch.autograd.Function):
+    """The eager path of gated_residual."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        out = _gated_residual_impl(*inputs)
+        _gated_residual_setup(ctx, inputs, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        return _gated_residual_backward(ctx, dout, _gated_residual_bwd_impl)
 
 
 def gated_residual(res, y, gate, index):
@@ -446,15 +520,14 @@ def gated_residual(res, y, gate, index):
     n, h = _activations(fn, [("res", res), ("y", y)])
     _tables(fn, [("gate", gate)], h, res.device)
     _index(fn, index, n, res.device)
-    return _gated_residual(res, y, gate, index)
+    call = _GatedResidualFn.apply if _function_path() else _gated_residual
+    return call(res, y, gate, index)
 
 
 # ---- gated_residual_norm_modulate -------------------------------------------------------
 
 
-@torch.library.custom_op("kjit::gated_residual_norm_modulate", mutates_args=(),
-                         device_types="cuda")
-def _fused(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], shift: Tensor,
+def _fused_impl(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], shift: Tensor,
            scale: Tensor, index: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     h = torch.empty_like(res, memory_format=torch.contiguous_format)
     out = torch.empty_like(res, memory_format=torch.contiguous_format)
@@ -466,14 +539,15 @@ def _fused(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], shift
     return h, out
 
 
+_fused = torch.library.custom_op("kjit::gated_residual_norm_modulate", mutates_args=(),
+                                  device_types="cuda")(_fused_impl)
+
 @_fused.register_fake
 def _(res, y, gate, weight, shift, scale, index, eps):
     return res.new_empty(res.shape), res.new_empty(res.shape)
 
 
-@torch.library.custom_op("kjit::gated_residual_norm_modulate_bwd", mutates_args=(),
-                         device_types="cuda")
-def _fused_bwd(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate: Tensor,
+def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate: Tensor,
                weight: Optional[Tensor], scale: Tensor, index: Tensor, eps: float,
                need_dweight: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     n, hidden = h.shape
@@ -495,6 +569,9 @@ def _fused_bwd(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate: T
     return dres, dy, dgate, dweight, dshift, dscale
 
 
+_fused_bwd = torch.library.custom_op("kjit::gated_residual_norm_modulate_bwd", mutates_args=(),
+                                      device_types="cuda")(_fused_bwd_impl)
+
 @_fused_bwd.register_fake
 def _(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight):
     rows, hidden = scale.shape
@@ -509,10 +586,11 @@ def _fused_setup(ctx, inputs, output):
     ctx.save_for_backward(output[0], y, gate, weight, scale, index)
 
 
-def _fused_backward(ctx, dh, dout):
+def _fused_backward(ctx, dh, dout, bwd=None):
     h, y, gate, weight, scale, index = ctx.saved_tensors
     need_dweight = weight is not None and ctx.needs_input_grad[3]
-    dres, dy, dgate, dweight, dshift, dscale = torch.ops.kjit.gated_residual_norm_modulate_bwd(
+    bwd = bwd or torch.ops.kjit.gated_residual_norm_modulate_bwd
+    dres, dy, dgate, dweight, dshift, dscale = bwd(
         None if dh is None else _row_major(dh), _row_major(dout), h, y, gate, weight, scale,
         index, ctx.eps, need_dweight)
     return dres, dy, dgate, (dweight if need_dweight else None), dshift, dscale, None, None
@@ -521,9 +599,24 @@ def _fused_backward(ctx, dh, dout):
 _fused.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 
+class _FusedFn(torch.autograd.Function):
+    """The eager path of gated_residual_norm_modulate."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        h, out = _fused_impl(*inputs)
+        _fused_setup(ctx, inputs, (h, out))
+        return h, out
+
+    @staticmethod
+    def backward(ctx, dh, dout):
+        return _fused_backward(ctx, dh, dout, _fused_bwd_impl)
+
+
 def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=1e-5):
     """h = res + gate[index] * y; out = norm_modulate(h, weight, shift, scale,
     index, eps). Returns (h, out) from one pass; h is the new residual stream."""
     fn = "kjit.gated_residual_norm_modulate"
     _check_norm_args(fn, [("res", res), ("y", y)], weight, shift, scale, gate, index)
-    return _fused(res, y, gate, weight, shift, scale, index, float(eps))
+    call = _FusedFn.apply if _function_path() else _fused
+    return call(res, y, gate, weight, shift, scale, index, float(eps))
