@@ -5,7 +5,8 @@
 # with headers) and reports.tar (the conformance JSON); a summary is printed last.
 # Usage (from the project root):
 #   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
-# Stages (default: tests bench): tests, bench, python, conformance, tune.
+# Stages (default: tests bench): tests, bench, python, conformance, tune,
+# sanitize (test_adaln's ragged hidden sizes under compute-sanitizer).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -55,6 +56,13 @@ for s in $stages; do
     summary+=("tune rc=${PIPESTATUS[0]}")
     section "tune --show"; $B/kjit tune --show 2>&1 | tee -a "$LOG"
     section "bench_ops, tuned"; $B/bench/bench_ops 2>&1 | tee -a "$LOG" ;;
+  sanitize)
+    # The ragged fast path (hidden 1000 bf16, 2000 fp32) under compute-sanitizer's memcheck.
+    section "compute-sanitizer test_adaln (KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000})"
+    KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000} timeout 300 compute-sanitizer --tool memcheck --print-limit 8 \
+      $B/tests/test_adaln >>"$LOG" 2>&1
+    summary+=("compute-sanitizer test_adaln rc=$?")
+    grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|kjit_adaln|kjit_part|kjit_gather" "$LOG" | head -30 ;;
   *) echo "unknown stage $s" ;;
   esac
 done
