@@ -18,7 +18,7 @@
 #include "tune/tune_file.h"
 
 #define DEV "NVIDIA H200"
-#define SMEM (232448 - 1024)
+#define SMEM (232448 - 4096)
 
 static kjit_tune_entry entry(const char *dev, int mode, int h, kjit_dtype dt, int rpc, int pf, int grid, int bpf,
                              int accs)

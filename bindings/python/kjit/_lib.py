@@ -33,6 +33,7 @@ class CtxOptions(ctypes.Structure):
         ("cache_dir", ctypes.c_char_p),
         ("arch", ctypes.c_char_p),
         ("index_check", _enum),
+        ("tune", ctypes.c_int),
     ]
 
 
