@@ -363,6 +363,13 @@ int kjit__cache_get(kjit_cache *c, kjit_cache_key key, const char *label, const 
     return rc;
 }
 
+void kjit__cache_counters(kjit_cache *c, kjit_cache_stats *out)
+{
+    pthread_mutex_lock(&c->mu);
+    *out = c->st;
+    pthread_mutex_unlock(&c->mu);
+}
+
 int kjit__cache_stats(kjit_cache *c, kjit_cache_stats *out)
 {
     kjit__clear_error();

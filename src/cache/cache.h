@@ -115,6 +115,9 @@ int kjit__cache_get(kjit_cache *c, kjit_cache_key key, const char *label, const 
 /* Counters plus a scan of the directory for entries/bytes (0 when
  * memory-only). Returns KJIT_EIO (counters still written) if the scan fails. */
 int kjit__cache_stats(kjit_cache *c, kjit_cache_stats *out);
+/* The counters only, without the directory scan (entries and bytes as of
+ * the last kjit__cache_stats): cheap enough for every request. */
+void kjit__cache_counters(kjit_cache *c, kjit_cache_stats *out);
 
 /* Directory-level operations for `kjit cache` (no open cache needed). dir
  * NULL resolves as in kjit__cache_open; "" is refused (no directory). The

@@ -146,7 +146,7 @@ int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out)
     kjit__clear_error();
     if (!ctx || !out) return kjit__fail(KJIT_EINVAL, "kjit_ctx_cache_counters: %s is NULL", ctx ? "out" : "ctx");
     kjit_cache_stats s;
-    kjit__cache_stats(ctx->cache, &s);
+    kjit__cache_counters(ctx->cache, &s); /* no directory scan: called per request by kjit serve */
     out->mem_hits = s.mem_hits;
     out->disk_hits = s.disk_hits;
     out->misses = s.misses;
