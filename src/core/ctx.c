@@ -189,8 +189,10 @@ int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag)
     int v = 0;
     CUresult r = cu->MemcpyDtoHAsync(&v, ctx->err_flag, sizeof v, stream);
     if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);
-    if (r == CUDA_SUCCESS && v) r = cu->MemsetD32Async(ctx->err_flag, 0, 1, stream);
-    if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);
+    if (r == CUDA_SUCCESS && v) {
+        r = cu->MemsetD32Async(ctx->err_flag, 0, 1, stream);
+        if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);
+    }
     kjit__ctx_leave(ctx, pushed);
     if (r != CUDA_SUCCESS) return kjit__cu_fail(r, "reading the index-error flag");
     *flag = v != 0;
