@@ -6,7 +6,8 @@
 # Usage (from the project root):
 #   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
 # Stages (default: tests bench): tests, bench, python, conformance, tune,
-# sanitize (test_adaln's ragged hidden sizes under compute-sanitizer).
+# sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
+# under compute-sanitizer).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -62,7 +63,13 @@ for s in $stages; do
     KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000} timeout 300 compute-sanitizer --tool memcheck --print-limit 8 \
       $B/tests/test_adaln >>"$LOG" 2>&1
     summary+=("compute-sanitizer test_adaln rc=$?")
-    grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|kjit_adaln|kjit_part|kjit_gather" "$LOG" | head -30 ;;
+    # The same through the Python binding (where the access was seen).
+    export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    section "compute-sanitizer test_torch_gpu Accuracy.test_dtypes_and_odd_shapes"
+    CUDA_LAUNCH_BLOCKING=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 8 \
+      python3 tests/python/test_torch_gpu.py Accuracy.test_dtypes_and_odd_shapes >>"$LOG" 2>&1
+    summary+=("compute-sanitizer test_torch_gpu rc=$?")
+    grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|kjit_adaln|kjit_part|kjit_gather" "$LOG" | head -40 ;;
   *) echo "unknown stage $s" ;;
   esac
 done
