@@ -1,6 +1,6 @@
 /* Tuning never changes the numbers (SPEC.md contract 3), on the GPU:
  *
- * 1. For each AdaLN op, at hidden 5376 and 3072 (bf16) and 1024 (fp32), at
+ * 1. For each AdaLN op, at hidden 5376, 3072 and 1000 (bf16) and 1024 (fp32), at
  *    1, 4097 and 9000 rows (R = 9, chunk(6) tables, weight given): every
  *    forward candidate of the tuning space gives out (and h) bitwise equal to
  *    the default config's, and every backward candidate gives dx, dy,
@@ -261,10 +261,12 @@ static double now_s(void)
 
 static void check_all_configs(kjit_ctx *ctx)
 {
-    static const struct { int h; kjit_dtype A; } shapes[] = {{5376, KJIT_BF16}, {3072, KJIT_BF16}, {1024, KJIT_F32}};
+    /* 1000 bf16: the ragged fast path (125 granules over 128 threads). */
+    static const struct { int h; kjit_dtype A; } shapes[] = {
+        {5376, KJIT_BF16}, {3072, KJIT_BF16}, {1024, KJIT_F32}, {1000, KJIT_BF16}};
     static const int64_t rows[] = {1, 4097, NMAX};
     for (int mode = 1; mode <= 3; ++mode)
-        for (int s = 0; s < 3; ++s) {
+        for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); ++s) {
             const double t0 = now_s();
             double build_s = 0;
             CHECK_STATUS(kjit__tune_prebuild(ctx, mode, shapes[s].h, shapes[s].A, 0, &build_s), KJIT_OK);
