@@ -444,7 +444,7 @@ def environment():
         "libraries": {name: _version(name) for name in LIBS},
         "kjit": {"version": kjit.__version__, "library": kjit.core.library_path(),
                  "arch": ctx.arch, "nvrtc": rt["nvrtc"], "driver_version": rt["driver_version"],
-                 "index_check": ctx.index_check},
+                 "index_check": ctx.index_check, "eager": kjit.ops._EAGER},
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "timing": "median of 100 CUDA-event samples (30 with --quick) after 3 warm-ups, L2 "
                   "flushed before each sample, inputs rotated over buffer sets > 150 MB",
