@@ -21,8 +21,6 @@
 //           0: segment constants and accumulators in registers
 //           1: segment constants in shared memory, accumulators in registers
 //           2: both in shared memory
-//           3: accumulators in shared memory, segment constants re-read
-//              (L1) and recomputed each row, identically: no smem for them
 // The fast path (H > 0) and the generic path (H = 0) of the same TPR execute
 // the same floating-point operations in the same order, so the host may pick
 // either one (by alignment) without changing a bit.
@@ -71,7 +69,7 @@
 //   grid = p.part.chunks (one CTA per chunk of the sorted-row partition),
 //   block = TPR (launch bounds: 2 CTAs per SM when TPR <= 512),
 //   dynamic smem = (PF + 1) * NT * IT * TPR * 16                (cp.async stages)
-//                  + ((ACCS == 1 || ACCS == 2 ? NTAB : 0) + (ACCS >= 2 ? NACC : 0))
+//                  + ((ACCS >= 1 ? NTAB : 0) + (ACCS == 2 ? NACC : 0))
 //                    * IT * v * TPR * 4 bytes               (H > 0)
 //                = 0                                       (H == 0; PF = ACCS = 0)
 //     IT = ceil(g / TPR); NT = 2, 2, 4, NTAB = 1, 1, 2 and NACC = 2, 1, 3 for
@@ -714,11 +712,10 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
     // state that ACCS places there.
     constexpr int STAGE_F4 = RING * NT * IT * TPR; // 16-byte units
     unsigned char *sm = dyn_smem + (size_t)t * 16;
-    constexpr bool TAB_SM = ACCS == 1 || ACCS == 2;
-    cols<NTAB, IT, V, TPR, TAB_SM> tab; // unused when ACCS == 3
-    cols<NACC, IT, V, TPR, (ACCS >= 2)> acc;
+    cols<NTAB, IT, V, TPR, (ACCS >= 1)> tab;
+    cols<NACC, IT, V, TPR, (ACCS == 2)> acc;
     tab.init((f4 *)dyn_smem + STAGE_F4);
-    acc.init((f4 *)dyn_smem + STAGE_F4 + (TAB_SM ? NTAB * IT * (V / 4) * TPR : 0));
+    acc.init((f4 *)dyn_smem + STAGE_F4 + (ACCS >= 1 ? NTAB * IT * (V / 4) * TPR : 0));
 
     // Ring of rows loaded ahead: row id, table row (registers), granules
     // (shared memory).
@@ -761,27 +758,6 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
     sg.first = sg.last = false;
     bool wfirst = true;
 
-    // Segment constant a (MODE 1, 3: 0 = w * (1 + scale); MODE 2: 0, MODE 3:
-    // 1 = gate) of granule k: kept (ACCS 0..2) or recomputed from the
-    // table row exactly as begin() computes it (ACCS 3).
-    auto tab_get = [&](int a, int k, float *o) {
-        if constexpr (ACCS == 3) {
-            const int col = (k * TPR + t) * V;
-            const long long r = sg.r;
-            if (MODE != 2 && a == 0) {
-                float s1[V], wf[V];
-                ld_nc_f32<TP, V>((const TP *)p.table.ptr[1] + r * p.table.stride[1] + col, s1);
-                if (hw) ld_nc_f32<TP, V>(wp + col, wf);
-#pragma unroll
-                for (int i = 0; i < V; ++i) o[i] = mod_of(hw, hw ? wf[i] : 1.0f, s1[i]);
-            } else {
-                ld_nc_f32<TP, V>((const TP *)p.table.ptr[2] + r * p.table.stride[2] + col, o);
-            }
-        } else {
-            tab.get(a, k, o);
-        }
-    };
-
     auto begin = [&](long long r) {
         sg.r = r;
         sg.first = ldg_i32(start + r) >= b;
@@ -797,7 +773,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                 for (int i = 0; i < V; ++i) z[i] = 0.0f;
 #pragma unroll
                 for (int a = 0; a < NACC; ++a) acc.put(a, k, z);
-                if constexpr (MODE != 2 && ACCS != 3) {
+                if constexpr (MODE != 2) {
                     float s1[V], wf[V], m[V];
                     ld_nc_f32<TP, V>(sc + col, s1);
                     if (hw) ld_nc_f32<TP, V>(wp + col, wf);
@@ -805,7 +781,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     for (int i = 0; i < V; ++i) m[i] = mod_of(hw, hw ? wf[i] : 1.0f, s1[i]);
                     tab.put(0, k, m);
                 }
-                if constexpr (MODE != 1 && ACCS != 3) {
+                if constexpr (MODE != 1) {
                     float gf[V];
                     ld_nc_f32<TP, V>(gt + col, gf);
                     tab.put(NTAB - 1, k, gf);
@@ -893,7 +869,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     float yf[V], df[V], gt[V], a[V];
                     unpack(buf[0][k], yf);
                     unpack(buf[1][k], df);
-                    tab_get(0, k, gt);
+                    tab.get(0, k, gt);
                     acc.get(0, k, a);
                     if (hdx) st_gran(dx + col, buf[1][k]);
 #pragma unroll
@@ -914,7 +890,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     float xf[V], df[V], m[V];
                     unpack(buf[0][k], xf);
                     unpack(buf[1][k], df);
-                    tab_get(0, k, m);
+                    tab.get(0, k, m);
 #pragma unroll
                     for (int i = 0; i < V; ++i) {
                         sxx[i] = __fmaf_rn(xf[i], xf[i], sxx[i]);
@@ -932,7 +908,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     float xf[V], df[V], m[V], a[NACC][V];
                     unpack(buf[0][k], xf);
                     unpack(buf[1][k], df);
-                    tab_get(0, k, m);
+                    tab.get(0, k, m);
 #pragma unroll
                     for (int j = 0; j < NACC; ++j) acc.get(j, k, a[j]);
 #pragma unroll
@@ -951,7 +927,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                             for (int i = 0; i < V; ++i) xf[i] = __fadd_rn(dh[i], xf[i]);
                         }
                         unpack(buf[3][k], yf);
-                        tab_get(1, k, gt);
+                        tab.get(1, k, gt);
 #pragma unroll
                         for (int i = 0; i < V; ++i) {
                             a[2][i] = __fmaf_rn(xf[i], yf[i], a[2][i]);
@@ -1151,7 +1127,7 @@ __global__ void __launch_bounds__(TPR, TPR <= 512 ? 2 : 1) kjit_adaln_bwd(const 
     static_assert(H >= 0 && H % 8 == 0 && H <= 16384, "fast path: H a multiple of 8 up to 16384 (0 = generic)");
     static_assert(TPR >= 32 && TPR % 32 == 0 && TPR <= 1024, "TPR: a multiple of 32 up to 1024");
     static_assert(PF >= 0 && PF <= 3, "PF: 0..3 rows ahead");
-    static_assert(ACCS >= 0 && ACCS <= 3, "ACCS: 0..3");
+    static_assert(ACCS >= 0 && ACCS <= 2, "ACCS: 0, 1 or 2");
     static_assert(H > 0 || (PF == 0 && ACCS == 0), "generic path: PF = ACCS = 0");
     if constexpr (H == 0)
         kjit::adaln::bwd_generic<MODE, TA, TP, TI, TPR>(p);

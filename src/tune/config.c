@@ -64,7 +64,7 @@ size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_co
     if (mode < 1 || mode > 3) return 0;
     const int tpr = kjit__adaln_tpr(h, act);
     const int v = 16 / (int)kjit_dtype_size(act), g = (h + v - 1) / v, it = (g + tpr - 1) / tpr;
-    const int k = (c->accs == 1 || c->accs == 2 ? ntab[mode] : 0) + (c->accs >= 2 ? nacc[mode] : 0);
+    const int k = (c->accs >= 1 ? ntab[mode] : 0) + (c->accs == 2 ? nacc[mode] : 0);
     const size_t stages = (size_t)(c->bwd_pf + 1) * (size_t)nt[mode] * (size_t)it * (size_t)tpr * 16;
     return stages + (size_t)k * (size_t)it * (size_t)v * (size_t)tpr * 4;
 }
@@ -86,7 +86,7 @@ int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_c
     if (c->grid_per_sm < 0 || c->grid_per_sm > KJIT_TUNE_MAX_GRID_PER_SM)
         BAD("grid_per_sm %d outside 0..%d", c->grid_per_sm, KJIT_TUNE_MAX_GRID_PER_SM);
     if (c->bwd_pf < 0 || c->bwd_pf > 3) BAD("bwd_pf %d outside 0..3", c->bwd_pf);
-    if (c->accs < 0 || c->accs > 3) BAD("accs %d outside 0..3", c->accs);
+    if (c->accs < 0 || c->accs > 2) BAD("accs %d outside 0..2", c->accs);
     const size_t smem = kjit__adaln_bwd_smem(mode, h, act, c), fsmem = kjit__adaln_fwd_smem(mode, h, act, c);
     if (smem_max && smem > smem_max)
         BAD("bwd_pf %d accs %d need %zu bytes of shared memory, the device allows %zu", c->bwd_pf, c->accs, smem,
@@ -123,7 +123,7 @@ int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit
     kjit__adaln_config_default(mode, h, act, &d);
     int n = 0;
     for (int pf = 0; pf <= 3; ++pf)
-        for (int a = 0; a <= 3; ++a) {
+        for (int a = 0; a <= 2; ++a) {
             kjit_adaln_config c = d;
             c.bwd_pf = pf, c.accs = a;
             /* The default stays a candidate whatever its shared memory. */

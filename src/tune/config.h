@@ -17,8 +17,7 @@ typedef struct kjit_adaln_config {
     int pf;          /* fwd: rows loaded ahead 0..3 */
     int grid_per_sm; /* fwd: CTAs per SM of a persistent grid; 0 = one CTA per row group */
     int bwd_pf;      /* bwd: rows loaded ahead 0..3 */
-    int accs;        /* bwd: 0 registers, 1 tables in smem, 2 tables + accumulators in smem,
-                        3 accumulators in smem, tables re-read each row */
+    int accs;        /* bwd: 0 registers, 1 tables in smem, 2 tables + accumulators in smem */
 } kjit_adaln_config;
 
 /* The built-in default of (mode, h, act dtype); valid for the fast path. */
@@ -37,7 +36,7 @@ void kjit__adaln_config_fit(int mode, int h, kjit_dtype act, kjit_adaln_config *
 #define KJIT_DEFAULT_SMEM (200u * 1024u)
 #define KJIT_TUNE_MAX_GRID_PER_SM 64
 #define KJIT_TUNE_MAX_FWD 33 /* rpc {1,2,4} x (grid 0 pf 0 | grid {1,2,4} x pf {0..3}), rpc 4 pf <= 1 */
-#define KJIT_TUNE_MAX_BWD 16 /* bwd_pf {0,1,2,3} x accs {0,1,2,3} */
+#define KJIT_TUNE_MAX_BWD 12 /* bwd_pf {0,1,2,3} x accs {0,1,2} */
 
 /* 1 when h takes the vector fast path (the tuned one). */
 int kjit__adaln_fast_hidden(int h);
