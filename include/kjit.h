@@ -332,9 +332,9 @@ typedef enum kjit_config_source {
 
 typedef struct kjit_op_config {
     int rpc;         /* forward: rows per CTA (1, 2, 4) */
-    int pf;          /* forward: the next row's loads issued ahead (0, 1) */
+    int pf;          /* forward: rows loaded ahead into shared memory (0..3) */
     int grid_per_sm; /* forward: CTAs per SM of a persistent grid; 0 = one CTA per row group */
-    int bwd_pf;      /* backward: rows loaded ahead (0..2) */
+    int bwd_pf;      /* backward: rows loaded ahead into shared memory (0..3) */
     int accs;        /* backward: per-column state 0 in registers, 1 tables in shared
                         memory, 2 tables and accumulators in shared memory */
     kjit_config_source source;

@@ -166,13 +166,7 @@ def _idx(index, rows):
     return index.data_ptr(), _INDEX[index.dtype], rows
 
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
 def _stream(device):
-    # The raw handle directly (no Stream object) where torch has it.
-    if _raw_stream is not None and device.index is not None:
-        return _raw_stream(device.index)
     return torch.cuda.current_stream(device).cuda_stream
 
 
