@@ -143,6 +143,15 @@ static void test_space(void)
     CHECK_EQ_INT(d.bwd_pf, 1);
     CHECK_EQ_INT(kjit__adaln_bwd_smem(1, 5376, KJIT_BF16, &d), 2 * 2 * 10752 + 5376 * 4);
     CHECK_EQ_INT(kjit__adaln_config_check(3, 16384, KJIT_BF16, &c, SMEM, NULL, 0), KJIT_EINVAL);
+    /* The forward's stages too: rpc 4, pf 3 at 16384 bf16 is 512 KiB. */
+    {
+        const kjit_adaln_config big_fwd = {4, 3, 1, 0, 0};
+        char why[160] = "";
+        CHECK_EQ_INT(kjit__adaln_fwd_smem(1, 16384, KJIT_BF16, &big_fwd), 524288);
+        CHECK_EQ_INT(kjit__adaln_config_check(1, 16384, KJIT_BF16, &big_fwd, SMEM, why, sizeof why), KJIT_EINVAL);
+        CHECK(strstr(why, "rpc 4 pf 3") != NULL);
+        CHECK_EQ_INT(kjit__adaln_config_check(1, 16384, KJIT_BF16, &big_fwd, 0, NULL, 0), KJIT_OK);
+    }
     /* Ranges. */
     const kjit_adaln_config bad[] = {{0, 0, 0, 0, 0},  {16, 0, 0, 0, 0}, {5, 0, 0, 0, 0}, {1, 4, 0, 0, 0},
                                      {1, -1, 0, 0, 0}, {1, 0, -1, 0, 0}, {1, 0, 65, 0, 0}, {1, 0, 0, 4, 0},
