@@ -439,11 +439,7 @@ void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
         send_compiled(c, id, e->text, e->text_len, e->cubins, e->n, 0);
         return;
     }
-    if (kjit__conn_park(c, id)) {
-        kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
-                         (unsigned long long)id);
-        return;
-    }
+    if (kjit__conn_park(c, id)) return;
     if (!(e = entry_for(s, t)) || add_waiter(e->job, (waiter){c, id, NULL})) {
         kjit__conn_unpark(c, id);
         kjit__conn_error(c, 1, id, "internal", "out of memory for a compile job");
@@ -465,8 +461,6 @@ void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r)
     if (kjit__conn_park(c, id)) {
         cJSON_Delete(pw->failures);
         free(pw);
-        kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
-                         (unsigned long long)id);
         return;
     }
     kjit__conn_ref(c);

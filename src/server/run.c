@@ -133,8 +133,6 @@ void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const u
     }
     if (kjit__conn_park(c, id)) {
         free(j);
-        kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
-                         (unsigned long long)id);
         return;
     }
     kjit__conn_ref(c);

@@ -110,8 +110,6 @@ void kjit__tune_request(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
     }
     if (kjit__conn_park(c, id)) {
         if (fresh) free(j);
-        kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
-                         (unsigned long long)id);
         return;
     }
     if (add_waiter(j, c, id)) {
