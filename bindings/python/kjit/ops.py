@@ -192,6 +192,26 @@ def _placeholder(like):
     return like.new_empty((0,))
 
 
+def _eager_function(name, forward, setup, backward, bwd):
+    """The eager path of an op (KJIT_EAGER=function): a torch.autograd.Function
+    that runs the torch.library op's implementation and its registered setup
+    and backward, the backward calling the implementation of the backward op
+    directly. forward and bwd are lambdas that look the implementations up
+    when called."""
+
+    def fwd(ctx, *inputs):
+        out = forward(*inputs)
+        setup(ctx, inputs, out)
+        return out
+
+    def bwd_(ctx, *grads):
+        return backward(ctx, *grads, bwd)
+
+    return type(name, (torch.autograd.Function,),
+                {"__doc__": f"The eager path of {name}.", "forward": staticmethod(fwd),
+                 "backward": staticmethod(bwd_)})
+
+
 # ---- timestep_sinusoid --------------------------------------------------------------
 
 
@@ -403,18 +423,9 @@ def _norm_modulate_backward(ctx, dout, bwd=None):
 _norm_modulate.register_autograd(_norm_modulate_backward, setup_context=_norm_modulate_setup)
 
 
-class _NormModulateFn(torch.autograd.Function):
-    """The eager path of norm_modulate."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        out = _norm_modulate_impl(*inputs)
-        _norm_modulate_setup(ctx, inputs, out)
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        return _norm_modulate_backward(ctx, dout, _norm_modulate_bwd_impl)
+_NormModulateFn = _eager_function(
+    "_NormModulateFn", lambda *a: _norm_modulate_impl(*a), _norm_modulate_setup,
+    _norm_modulate_backward, lambda *a: _norm_modulate_bwd_impl(*a))
 
 
 def _check_norm_args(fn, x_named, weight, shift, scale, gate, index):
@@ -494,18 +505,9 @@ def _gated_residual_backward(ctx, dout, bwd=None):
 _gated_residual.register_autograd(_gated_residual_backward, setup_context=_gated_residual_setup)
 
 
-class _GatedResidualFn(torch.autograd.Function):
-    """The eager path of gated_residual."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        out = _gated_residual_impl(*inputs)
-        _gated_residual_setup(ctx, inputs, out)
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        return _gated_residual_backward(ctx, dout, _gated_residual_bwd_impl)
+_GatedResidualFn = _eager_function(
+    "_GatedResidualFn", lambda *a: _gated_residual_impl(*a), _gated_residual_setup,
+    _gated_residual_backward, lambda *a: _gated_residual_bwd_impl(*a))
 
 
 def gated_residual(res, y, gate, index):
@@ -593,18 +595,8 @@ def _fused_backward(ctx, dh, dout, bwd=None):
 _fused.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 
-class _FusedFn(torch.autograd.Function):
-    """The eager path of gated_residual_norm_modulate."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        h, out = _fused_impl(*inputs)
-        _fused_setup(ctx, inputs, (h, out))
-        return h, out
-
-    @staticmethod
-    def backward(ctx, dh, dout):
-        return _fused_backward(ctx, dh, dout, _fused_bwd_impl)
+_FusedFn = _eager_function("_FusedFn", lambda *a: _fused_impl(*a), _fused_setup,
+                           _fused_backward, lambda *a: _fused_bwd_impl(*a))
 
 
 def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=1e-5):
