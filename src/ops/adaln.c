@@ -219,10 +219,9 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     kjit_adaln_config c;
     kjit__tune_config(ctx, mode, a->hidden, a->act_dtype, vec, stream, &c);
     /* Rows too long to stage in this device's shared memory: generic path. */
-    if (vec) {
-        const size_t lim = kjit__tune_table_smem_max(ctx->tune);
-        vec = kjit__adaln_bwd_smem(mode, a->hidden, a->act_dtype, &c) <= (lim ? lim : KJIT_DEFAULT_SMEM);
-    }
+    const size_t lim = kjit__tune_table_smem_max(ctx->tune);
+    size_t smem = vec ? kjit__adaln_bwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
+    if (smem > (lim ? lim : KJIT_DEFAULT_SMEM)) vec = 0, smem = 0;
     char e[224];
     bwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
     CUfunction fn;
@@ -250,7 +249,6 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     if (!with_w) p.partial_w = NULL;
     p.n = a->n, p.h = a->hidden, p.eps = a->eps;
     const int tpr = kjit__adaln_tpr(a->hidden, a->act_dtype);
-    const size_t smem = vec ? kjit__adaln_bwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
     rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)p.part.chunks, 1, 1, (unsigned)tpr, (unsigned)smem, stream, &p);
     if (rc) goto out;
     void *outs[3];
