@@ -49,6 +49,12 @@ static void log_init(void)
     log_level = (e && *e && *e != '0') ? 1 : 0;
 }
 
+int kjit__log_on(void)
+{
+    pthread_once(&log_once, log_init);
+    return log_level;
+}
+
 void kjit__log(const char *fmt, ...)
 {
     pthread_once(&log_once, log_init);

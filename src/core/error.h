@@ -11,5 +11,7 @@ int kjit__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2
 void kjit__clear_error(void);
 /* Logs to stderr when KJIT_LOG is set (1 or a level); silent otherwise. */
 void kjit__log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* 1 when KJIT_LOG is on: callers skip work that only feeds a log line. */
+int kjit__log_on(void);
 
 #endif

@@ -402,6 +402,7 @@ typedef struct cand {
  * row count, and the kernel's registers and local (spill) bytes. */
 static void log_cand(bench *b, int bwd, const cand *c, int timed)
 {
+    if (!kjit__log_on()) return;
     char fe[224], be[224], us[96] = "";
     kjit__adaln_exprs(b->mode, b->h, b->act, &c->c, fe, be, sizeof fe);
     int regs = -1, local = -1;
