@@ -60,16 +60,16 @@ for s in $stages; do
   sanitize)
     # The ragged fast path (hidden 1000 bf16, 2000 fp32) under compute-sanitizer's memcheck.
     section "compute-sanitizer test_adaln (KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000})"
-    KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000} timeout 300 compute-sanitizer --tool memcheck --print-limit 8 \
+    KJIT_LINEINFO=1 KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000} timeout 300 compute-sanitizer --tool memcheck --print-limit 8 \
       $B/tests/test_adaln >>"$LOG" 2>&1
     summary+=("compute-sanitizer test_adaln rc=$?")
     # The same through the Python binding (where the access was seen).
     export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
     section "compute-sanitizer test_torch_gpu Accuracy.test_dtypes_and_odd_shapes"
-    CUDA_LAUNCH_BLOCKING=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 8 \
+    KJIT_LINEINFO=1 CUDA_LAUNCH_BLOCKING=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 8 \
       python3 tests/python/test_torch_gpu.py Accuracy.test_dtypes_and_odd_shapes >>"$LOG" 2>&1
     summary+=("compute-sanitizer test_torch_gpu rc=$?")
-    grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|kjit_adaln|kjit_part|kjit_gather" "$LOG" | head -40 ;;
+    grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|kjit_adaln|kjit_part|kjit_gather|\.cuh:|Saved host backtrace" "$LOG" | head -40 ;;
   *) echo "unknown stage $s" ;;
   esac
 done

@@ -42,6 +42,10 @@ int kjit__jit_options(int sm, char buf[64], const char *opts[KJIT_MAX_OPTIONS])
     opts[n++] = "-std=c++17";
     opts[n++] = "-default-device";
     opts[n++] = "-DKJIT_NVRTC=1";
+    /* KJIT_LINEINFO=1: source lines in the cubin, for compute-sanitizer and
+     * profilers. It is an option like the others, so it is part of the key. */
+    const char *li = getenv("KJIT_LINEINFO");
+    if (li && *li && strcmp(li, "0") != 0) opts[n++] = "-lineinfo";
     return n;
 }
 
