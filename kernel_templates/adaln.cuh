@@ -136,11 +136,11 @@ template <class T, int V>
 __device__ __forceinline__ void ld_nc(gran<T, V> &g, const T *p)
 {
     if constexpr (gran<T, V>::NW == 2) {
-        asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(g.w[0]), "=r"(g.w[1]) : "l"(p));
+        asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(g.w[0]), "=r"(g.w[1]) : "l"(p));
     } else {
 #pragma unroll
         for (int i = 0; i < gran<T, V>::NW / 4; ++i)
-            asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+            asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
                 : "=r"(g.w[4 * i]), "=r"(g.w[4 * i + 1]), "=r"(g.w[4 * i + 2]), "=r"(g.w[4 * i + 3])
                 : "l"((const char *)p + 16 * i));
     }
@@ -151,7 +151,7 @@ template <class T, int V>
 __device__ __forceinline__ void ld_stream(gran<T, V> &g, const T *p)
 {
     static_assert(gran<T, V>::NW == 4, "activation granules are 16 bytes");
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(g.w[0]), "=r"(g.w[1]), "=r"(g.w[2]), "=r"(g.w[3]) : "l"(p));
 }
 

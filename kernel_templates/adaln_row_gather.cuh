@@ -56,7 +56,7 @@ __device__ __forceinline__ void st_vec_stream(void *p, const vec16 &v)
 __device__ __forceinline__ vec16 ldg_vec(const void *p)
 {
     vec16 v;
-    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3]) : "l"(p));
     return v;
 }

@@ -121,13 +121,13 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes()
 __device__ __forceinline__ int ldg_i32(const int *p)
 {
     int v;
-    asm("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
+    asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
 }
 __device__ __forceinline__ float ldg_f32(const float *p)
 {
     float v;
-    asm("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
 }
 
