@@ -135,6 +135,12 @@ def _op_specs():
             return lib.gated_residual_norm_modulate(res, y, gate, w, sh, sc, idx, EPS)
         return fn
 
+    def fused_ref(res, y, w, table, idx):
+        # The norm reads h as returned, rounded to bf16 (reference.py).
+        sh, sc, gate = _split(table)[:3]
+        return ref.gated_residual_norm_modulate(res, y, gate, w, sh, sc, idx, EPS,
+                                                h_dtype=torch.bfloat16)
+
     def gather(lib):
         return lambda table, idx: lib.adaln_row_gather(list(_split(table)), idx)
 
@@ -162,6 +168,7 @@ def _op_specs():
         "gated_residual_norm_modulate": dict(
             make=fused_make, rows=("res", "y", "idx"), grads=("res", "y", "w", "table"),
             views={"res": None, "y": None, "w": None, "sh": 0, "sc": 1, "gate": 2}, ops=fused,
+            ref=fused_ref,
             bytes=lambda n: (4 * n * H * 2, 6 * n * H * 2), **adaln),
     }
 

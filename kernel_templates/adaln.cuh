@@ -135,18 +135,23 @@ template <class T, int V> struct gran {
 template <class T, int V>
 __device__ __forceinline__ void ld_nc(gran<T, V> &g, const T *p)
 {
+    // __ldg, not inline asm: the compiler knows it for a load and never
+    // moves it out of the branch that guards it (it may do that to an asm).
     if constexpr (gran<T, V>::NW == 2) {
-        asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(g.w[0]), "=r"(g.w[1]) : "l"(p));
+        const uint2 v = __ldg((const uint2 *)p);
+        g.w[0] = v.x, g.w[1] = v.y;
     } else {
 #pragma unroll
-        for (int i = 0; i < gran<T, V>::NW / 4; ++i)
-            asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-                : "=r"(g.w[4 * i]), "=r"(g.w[4 * i + 1]), "=r"(g.w[4 * i + 2]), "=r"(g.w[4 * i + 3])
-                : "l"((const char *)p + 16 * i));
+        for (int i = 0; i < gran<T, V>::NW / 4; ++i) {
+            const uint4 v = __ldg((const uint4 *)p + i);
+            g.w[4 * i] = v.x, g.w[4 * i + 1] = v.y, g.w[4 * i + 2] = v.z, g.w[4 * i + 3] = v.w;
+        }
     }
 }
 
 // Activations are read once: keep them out of L1 so the tables stay there.
+// No intrinsic has the L1::no_allocate hint; volatile keeps the asm inside
+// its guard.
 template <class T, int V>
 __device__ __forceinline__ void ld_stream(gran<T, V> &g, const T *p)
 {
@@ -704,8 +709,11 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
     const int *perm = p.part.perm;
     const int *start = p.part.start;
     const TI *index = (const TI *)p.index.ptr;
-    const TP *wp = (const TP *)p.w;
-    const bool hw = wp != 0;
+    const bool hw = p.w != 0;
+    // Without a weight, w is read from the scale table (H valid columns) and
+    // ignored: the loads of w need no branch, which keeps the compiler's
+    // schedule of a segment's constants the same with and without a weight.
+    const TP *wp = hw ? (const TP *)p.w : (const TP *)p.table.ptr[1];
     const bool hdh = MODE == 3 && p.dh != 0;
 
     // Shared memory: the ring of row stages (cp.async), then the per-column
@@ -776,7 +784,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                 if constexpr (MODE != 2) {
                     float s1[V], wf[V], m[V];
                     ld_nc_f32<TP, V>(sc + col, s1);
-                    if (hw) ld_nc_f32<TP, V>(wp + col, wf);
+                    ld_nc_f32<TP, V>(wp + col, wf);
 #pragma unroll
                     for (int i = 0; i < V; ++i) m[i] = mod_of(hw, hw ? wf[i] : 1.0f, s1[i]);
                     tab.put(0, k, m);
@@ -804,7 +812,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     // out[1] holds sum dout*xhat: dw part first, then dscale.
                     float s1[V], wf[V];
                     ld_nc_f32<TP, V>(sc + col, s1);
-                    if (hw) ld_nc_f32<TP, V>(wp + col, wf);
+                    ld_nc_f32<TP, V>(wp + col, wf);
                     if (p.partial_w != 0) {
                         float dw[V];
                         float *pw = p.partial_w + c * H + col;

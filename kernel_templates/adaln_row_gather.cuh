@@ -55,9 +55,9 @@ __device__ __forceinline__ void st_vec_stream(void *p, const vec16 &v)
 // Read-only 16-byte load (tables: small, reused, kept in L1).
 __device__ __forceinline__ vec16 ldg_vec(const void *p)
 {
+    const uint4 q = __ldg((const uint4 *)p);
     vec16 v;
-    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3]) : "l"(p));
+    v.w[0] = q.x, v.w[1] = q.y, v.w[2] = q.z, v.w[3] = q.w;
     return v;
 }
 

@@ -120,15 +120,11 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes()
 // Read-only loads (data not written during the kernel).
 __device__ __forceinline__ int ldg_i32(const int *p)
 {
-    int v;
-    asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
+    return __ldg(p);
 }
 __device__ __forceinline__ float ldg_f32(const float *p)
 {
-    float v;
-    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
+    return __ldg(p);
 }
 
 // Table row of row n, or -1 when n >= n1 or the index is outside [0, r).

@@ -55,8 +55,9 @@ def case_gated(m, ch, lib):
 
 
 def case_fused(m, ch, lib):
+    kw = {"h_dtype": m["h_dtype"]} if "h_dtype" in m else {}
     return list(lib.gated_residual_norm_modulate(m["x"], m["y"], ch[2], m["weight"], ch[0], ch[1],
-                                                 m["index"]))
+                                                 m["index"], **kw))
 
 
 def case_gather(m, ch, lib):
@@ -94,6 +95,7 @@ def run_double(case, m, up_dtypes):
     """The float64 reference on the same inputs and upstream grads."""
     d = {k: (v.detach().double().requires_grad_(v.requires_grad)
              if v is not None and v.is_floating_point() else v) for k, v in m.items()}
+    d["h_dtype"] = m["x"].dtype  # the fused op's h, rounded as kjit returns it
     return run(case, d, ref, up_dtypes)
 
 

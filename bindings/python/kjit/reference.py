@@ -43,8 +43,15 @@ def gated_residual(res, y, gate, index):
     return res + gate.index_select(0, index) * y
 
 
-def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=1e-5):
+def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=1e-5,
+                                 h_dtype=None):
+    """h_dtype (float64 references): h is an output in the activation dtype
+    and the norm reads that rounded h, in kjit as in the composition above.
+    The reference rounds h's value to h_dtype and passes its gradient
+    through unchanged, so it differentiates the op as it is computed."""
     h = gated_residual(res, y, gate, index)
+    if h_dtype is not None:
+        h = h + (h.detach().to(h_dtype).to(h.dtype) - h.detach())
     return h, norm_modulate(h, weight, shift, scale, index, eps)
 
 
