@@ -53,6 +53,7 @@
     XX(EventDestroy, cuEventDestroy_v2)                     \
     XX(EventRecord, cuEventRecord)                          \
     XX(EventSynchronize, cuEventSynchronize)                \
+    XX(EventQuery, cuEventQuery)                            \
     XX(EventElapsedTime, cuEventElapsedTime_v2)             \
     XX(MemHostAlloc, cuMemHostAlloc)                        \
     XX(MemFreeHost, cuMemFreeHost)                          \

@@ -305,18 +305,36 @@ static int request_send(kjit_client *cl, request *q, CUevent ev, CUstream st, do
     return rc;
 }
 
-/* The same request without the event: this process waits for its stream
- * before sending, so the server needs no cross-process event wait. For the
- * timing only (is it the event that costs?). */
-static int request_send_synced(kjit_client *cl, request *q, CUstream st, double *us)
+/* For the timing: the run through kjit_client_request, so the reply's
+ * breakdown of the server's time is read too: f = us, us_queue, us_prep,
+ * us_call, us_wait. Without the event, this process waits for its stream
+ * first. */
+enum { F_US, F_QUEUE, F_PREP, F_CALL, F_WAIT, F_EVENT_WAIT, F_N };
+static const char *const f_name[F_N] = {"us", "us_queue", "us_prep", "us_call", "us_wait", "event_wait"};
+
+static void timed_send(kjit_client *cl, request *q, int with_event, CUevent ev, CUstream st, double f[F_N])
 {
-    cJSON *ev = cJSON_DetachItemFromObject(q->root, "event");
+    cJSON *evi = with_event ? NULL : cJSON_DetachItemFromObject(q->root, "event");
+    cJSON_AddStringToObject(q->root, "type", "run");
     char *text = cJSON_PrintUnformatted(q->root);
-    if (ev) cJSON_AddItemToObject(q->root, "event", ev);
-    CU_CHECK(cu->StreamSynchronize(st));
-    int rc = kjit_client_run(cl, text, q->rec, q->n, us);
+    cJSON_DeleteItemFromObjectCaseSensitive(q->root, "type");
+    if (evi) cJSON_AddItemToObject(q->root, "event", evi);
+    if (with_event) CU_CHECK(cu->EventRecord(ev, st));
+    else CU_CHECK(cu->StreamSynchronize(st));
+    kjit_client_reply r;
+    CHECK_STATUS(kjit_client_request(cl, text, q->rec, (size_t)q->n * 64, NULL, NULL, &r), KJIT_OK);
     cJSON_free(text);
-    return rc;
+    cJSON *root = cJSON_Parse(r.json);
+    if (!r.ok || !root) {
+        fprintf(stderr, "timed run failed: %s\n", r.json);
+        kjit_test_failures++;
+    }
+    for (int k = 0; k < F_N; ++k) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, f_name[k]);
+        f[k] = cJSON_IsNumber(v) ? v->valuedouble : cJSON_IsTrue(v) ? 1 : 0;
+    }
+    cJSON_Delete(root);
+    kjit_client_reply_free(&r);
 }
 
 /* ---- checks ------------------------------------------------------------- */
@@ -371,13 +389,15 @@ static double median(double *v, int n)
 }
 
 /* The op's own time (events around the embedded call) and the run's round
- * trip (event record, request, reply) and server time, medians. */
+ * trip (event record, request, reply) with the server's breakdown, medians:
+ * queue (loop to lane), prep (handles, event), call (the op's launches),
+ * wait (the device); "outside" is the rest (client, socket, loop). */
 static void timing(kjit_ctx *ctx, kjit_client *cl, const call *ka, request *q, CUevent ev, CUstream st)
 {
     CUevent e0, e1;
     CU_CHECK(cu->EventCreate(&e0, CU_EVENT_DEFAULT));
     CU_CHECK(cu->EventCreate(&e1, CU_EVENT_DEFAULT));
-    double op[TIMED], rt[TIMED], srv[TIMED];
+    double op[TIMED], rt[TIMED], f[F_N][TIMED], m[F_N];
     for (int i = 0; i < TIMED; ++i) {
         CU_CHECK(cu->EventRecord(e0, st));
         CHECK_STATUS(call_embedded(ctx, ka, st), KJIT_OK);
@@ -387,29 +407,26 @@ static void timing(kjit_ctx *ctx, kjit_client *cl, const call *ka, request *q, C
         CU_CHECK(cu->EventElapsedTime(&ms, e0, e1));
         op[i] = ms * 1e3;
     }
-    for (int i = 0; i < TIMED; ++i) {
-        double t0 = kjit_test_now();
-        CHECK_STATUS(request_send(cl, q, ev, st, &srv[i]), KJIT_OK);
-        rt[i] = (kjit_test_now() - t0) * 1e6;
+    const double mo = median(op, TIMED);
+    for (int with_event = 1; with_event >= 0; --with_event) {
+        for (int i = 0; i < TIMED; ++i) {
+            double one[F_N];
+            double t0 = kjit_test_now();
+            timed_send(cl, q, with_event, ev, st, one);
+            rt[i] = (kjit_test_now() - t0) * 1e6;
+            for (int k = 0; k < F_N; ++k) f[k][i] = one[k];
+        }
+        const double mr = median(rt, TIMED);
+        for (int k = 0; k < F_N; ++k) m[k] = median(f[k], TIMED);
+        printf("  %-29s %s: op %6.1f us; %s: round trip %6.1f us, %+6.1f over the op (target <= 60); server %6.1f "
+               "(queue %.1f, prep %.1f, call %.1f, wait %.1f), outside %.1f\n",
+               ka->c->op, ka->c->bwd ? "bwd" : "fwd", mo, with_event ? "event   " : "no event", mr, mr - mo, m[F_US],
+               m[F_QUEUE], m[F_PREP], m[F_CALL], m[F_WAIT], mr - m[F_US] - m[F_QUEUE]);
     }
-    const double mo = median(op, TIMED), mr = median(rt, TIMED), ms = median(srv, TIMED);
-    printf("  %-29s %s: op %8.1f us, run round trip %8.1f us (server %8.1f us): %+7.1f us over the op (target <= 60)\n",
-           ka->c->op, ka->c->bwd ? "bwd" : "fwd", mo, mr, ms, mr - mo);
-    /* Without the interprocess event (the client synchronizes first). */
-    for (int i = 0; i < TIMED; ++i) {
-        double t0 = kjit_test_now();
-        CHECK_STATUS(request_send_synced(cl, q, st, &srv[i]), KJIT_OK);
-        rt[i] = (kjit_test_now() - t0) * 1e6;
-    }
-    const double mr2 = median(rt, TIMED), ms2 = median(srv, TIMED);
-    printf("  %-29s %s: without the event: round trip %8.1f us (server %8.1f us): %+7.1f us over the op\n",
-           ka->c->op, ka->c->bwd ? "bwd" : "fwd", mr2, ms2, mr2 - mo);
     cu->EventDestroy(e0);
     cu->EventDestroy(e1);
 }
 
-/* Refusals the server finds on the device side; it serves on after each.
- * bad_idx: the index with one value out of range. */
 static void refusals(kjit_client *cl, const inputs *in, outset *b, CUdeviceptr bad_idx, const CUipcEventHandle *evh,
                      CUevent ev, CUstream st)
 {
@@ -480,6 +497,8 @@ int main(void)
 
     inputs in;
     inputs_init(&in);
+    enum { BUSY_BYTES = 1 << 30 };
+    CUdeviceptr busy = gpu_alloc(BUSY_BYTES);
     outset oa, ob;
     for (int i = 0; i < N_OUT; ++i) {
         oa.p[i] = gpu_alloc(out_bytes[i]);
@@ -498,12 +517,18 @@ int main(void)
         request q;
         request_init(&q, &kb, &evh);
         /* The server's outputs are poisoned on this stream just before the
-         * event: only a run that waits for it writes after the poison. */
+         * event, behind ~1 ms of other work: only a run that waits for the
+         * event on the device writes after the poison. */
+        for (int k = 0; k < 4; ++k) CU_CHECK(cu->MemsetD8Async(busy, (unsigned char)k, BUSY_BYTES, st));
         poison(&ob, c, st);
-        double us = -1;
-        int rc = request_send(cl, &q, ev, st, &us);
-        CHECK_STATUS(rc, KJIT_OK);
-        if (rc == KJIT_OK) compare(c, &oa, &ob);
+        double f[F_N];
+        timed_send(cl, &q, 1, ev, st, f);
+        if (f[F_EVENT_WAIT] != 1) {
+            fprintf(stderr, "%s %s: the server found the event complete; the ordering went unchecked\n", c->op,
+                    c->bwd ? "bwd" : "fwd");
+            kjit_test_failures++;
+        }
+        compare(c, &oa, &ob);
         timing(ctx, cl, &ka, &q, ev, st);
         cJSON_Delete(q.root);
     }
@@ -520,6 +545,7 @@ int main(void)
     CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
     for (int i = 0; i < N_OUT; ++i) gpu_free(oa.p[i]), gpu_free(ob.p[i]);
     gpu_free(bad_idx);
+    gpu_free(busy);
     inputs_free(&in);
     cu->EventDestroy(ev);
     cu->StreamDestroy(st);
