@@ -259,6 +259,16 @@ class TorchFakes(unittest.TestCase):
     N, H, R = 5, 32, 9
 
     def test_fake_cuda_trace(self):
+        # Both eager paths: under a tracer, KJIT_EAGER=function uses the ops too.
+        from kjit import ops
+        saved = ops._EAGER
+        self.addCleanup(setattr, ops, "_EAGER", saved)
+        for mode in ("custom_op", "function"):
+            ops._EAGER = mode
+            with self.subTest(mode=mode):
+                self.fake_cuda_trace()
+
+    def fake_cuda_trace(self):
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -303,6 +313,149 @@ class TorchFakes(unittest.TestCase):
         self.assertEqual(tuple(table.grad.shape), (self.R, 6 * self.H))
         self.assertEqual(tuple(x.grad.shape), (self.N, self.H))
         self.assertEqual(tuple(w.grad.shape), (self.H,))
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class TorchArgumentBlocks(unittest.TestCase):
+    """The torch implementations build each kjit_adaln_args themselves (no
+    per-call checks in the core): without a GPU, on CPU tensors, every launch
+    entry point is replaced by a recorder, and each block must equal the one
+    core.Context's checked path builds from the same tensors."""
+
+    N, H, R, EPS = 6, 40, 5, 1e-6
+    STREAM = 0x77
+
+    def setUp(self):
+        from kjit import ops
+        self.ops = ops
+        self.calls = []
+        lib = _lib.load()
+
+        def recorder(name):
+            def call(handle, args, *rest):
+                a = args._obj
+                block = {f: getattr(a, f) for f, _ in _lib.AdalnArgs._fields_}
+                block["index"] = (a.index.ptr, a.index.dtype, a.index.rows)
+                self.calls.append((name, block, rest))
+                return 0
+            return call
+
+        names = [f"kjit_{op}_{d}" for op in ("norm_modulate", "gated_residual",
+                                             "gated_residual_norm_modulate")
+                 for d in ("fwd", "bwd")]
+        for name in names:
+            setattr(lib, name, recorder(name))
+        # Dropping the recorders makes the library bind the real functions again.
+        self.addCleanup(lambda: [lib.__dict__.pop(name, None) for name in names])
+        self.ctx = core.Context(None, cache_dir="")
+        self.addCleanup(self.ctx.close)
+        saved = dict(ops._by_ordinal), ops._raw_stream
+        self.addCleanup(lambda: (ops._by_ordinal.clear(), ops._by_ordinal.update(saved[0]),
+                                 setattr(ops, "_raw_stream", saved[1])))
+        ops._by_ordinal[-1] = self.ctx  # get_device() of a CPU tensor
+        ops._raw_stream = lambda ordinal: self.STREAM
+
+    def data(self, act, param, index_dtype):
+        g = torch.Generator().manual_seed(3)
+        n, h, r = self.N, self.H, self.R
+        wide = torch.randn(n, 3 * h, generator=g).to(act)
+        table = torch.randn(r, 6 * h, generator=g).to(param)
+        return dict(x=wide[:, :h], y=torch.randn(n, h, generator=g).to(act),
+                    dout=torch.randn(n, h, generator=g).to(act), dh=wide[:, h:2 * h],
+                    w=torch.randn(h, generator=g).to(param), ch=table.chunk(6, 1),
+                    idx=torch.randint(0, r, (n,), generator=g).to(index_dtype))
+
+    def last(self):
+        return self.calls.pop()
+
+    def same(self, got, want, label):
+        self.assertEqual(got[0], want[0], label)
+        self.assertEqual(got[2], want[2], label)
+        for field, value in want[1].items():
+            self.assertEqual(got[1][field], value, f"{label}: {field}")
+
+    def core_call(self, method, d, act, param, index_dtype, eps, **tensors):
+        rows = lambda t: (t.data_ptr(), t.stride(0))
+        kw = {k: (v if isinstance(v, int) or v is None else rows(v)) for k, v in tensors.items()}
+        getattr(self.ctx, method)(self.N, self.H, act_dtype=act, param_dtype=param,
+                                  index=(d["idx"].data_ptr(), index_dtype, self.R), eps=eps,
+                                  stream=self.STREAM, **kw)
+        return self.last()
+
+    def test_blocks_match_the_core(self):
+        ops, E = self.ops, self.EPS
+        combos = ((torch.bfloat16, torch.bfloat16, torch.int32),
+                  (torch.float16, torch.float32, torch.int64),
+                  (torch.float32, torch.float32, torch.int64))
+        names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                 torch.int32: "int32", torch.int64: "int64"}
+        for act, param, index_dtype in combos:
+            d = self.data(act, param, index_dtype)
+            x, y, dout, dh, w, idx = (d[k] for k in ("x", "y", "dout", "dh", "w", "idx"))
+            sh, sc, gt = d["ch"][:3]
+            a, p, i = names[act], names[param], names[index_dtype]
+            label = f"{a} {p} {i}"
+            ws = lambda op: core.adaln_workspace(op, self.N, self.H, self.R)
+
+            for weight in (w, None):
+                out = ops._norm_modulate_impl(x, weight, sh, sc, idx, E)
+                got = self.last()
+                want = self.core_call("norm_modulate_fwd", d, a, p, i, E, x=x, weight=(
+                    None if weight is None else weight.data_ptr()), shift=sh, scale=sc, out=out)
+                self.same(got, want, f"norm_modulate fwd {label}")
+                for need_dw in ((True, False) if weight is not None else (False,)):
+                    dx, dw, dsh, dsc = ops._norm_modulate_bwd_impl(dout, x, weight, sc, idx, E,
+                                                                   need_dw)
+                    got = self.last()
+                    self.assertEqual(got[2][1:], (ws("norm_modulate"), self.STREAM))
+                    want = self.core_call(
+                        "norm_modulate_bwd", d, a, p, i, E, x=x,
+                        weight=None if weight is None else weight.data_ptr(), scale=sc,
+                        dout=dout, dx=dx, dweight=dw.data_ptr() if need_dw else None,
+                        dshift=dsh, dscale=dsc)
+                    self.same((got[0], got[1], ()), (want[0], want[1], ()),
+                              f"norm_modulate bwd {label}")
+                    self.assertEqual(tuple(dw.shape), (self.H,) if need_dw else (0,))
+
+            out = ops._gated_residual_impl(x, y, gt, idx)
+            got = self.last()
+            want = self.core_call("gated_residual_fwd", d, a, p, i, None, res=x, y=y, gate=gt,
+                                  out=out)
+            self.same(got, want, f"gated_residual fwd {label}")
+            dy, dg = ops._gated_residual_bwd_impl(dout, y, gt, idx)
+            got = self.last()
+            self.assertEqual(got[2][1:], (ws("gated_residual"), self.STREAM))
+            want = self.core_call("gated_residual_bwd", d, a, p, i, None, y=y, gate=gt,
+                                  dout=dout, dy=dy, dgate=dg)
+            self.same((got[0], got[1], ()), (want[0], want[1], ()), f"gated_residual bwd {label}")
+
+            h, out = ops._fused_impl(x, y, gt, w, sh, sc, idx, E)
+            got = self.last()
+            want = self.core_call("gated_residual_norm_modulate_fwd", d, a, p, i, E, res=x,
+                                  y=y, gate=gt, weight=w.data_ptr(), shift=sh, scale=sc, h=h,
+                                  out=out)
+            self.same(got, want, f"fused fwd {label}")
+            for grad_h in (dh, None):
+                dres, dy, dg, dw, dsh, dsc = ops._fused_bwd_impl(grad_h, dout, h, y, gt, w, sc,
+                                                                 idx, E, True)
+                got = self.last()
+                self.assertEqual(got[2][1:], (ws("gated_residual_norm_modulate"), self.STREAM))
+                want = self.core_call(
+                    "gated_residual_norm_modulate_bwd", d, a, p, i, E, x=h, y=y, gate=gt,
+                    weight=w.data_ptr(), scale=sc, dh=grad_h, dout=dout, dx=dres, dy=dy,
+                    dgate=dg, dweight=dw.data_ptr(), dshift=dsh, dscale=dsc)
+                self.same((got[0], got[1], ()), (want[0], want[1], ()), f"fused bwd {label}")
+        self.assertEqual(self.calls, [])
+
+    def test_direct_only_on_real_cuda_tensors(self):
+        ops = self.ops
+        self.assertFalse(ops._direct(torch.empty(2)))               # CPU
+        self.assertFalse(ops._direct(torch.empty(2, device="meta")))
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            fake = torch.empty(2, device="cuda")
+            self.assertFalse(ops._direct(fake))
+        self.assertFalse(ops._backward_direct(torch.empty(2)))
 
 
 @unittest.skipIf(torch is None, "torch is not installed")

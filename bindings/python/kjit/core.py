@@ -373,6 +373,12 @@ class Context:
             rc = fn(self.handle, ctypes.byref(a), _pointer(stream, "stream"))
         check(rc, function)
 
+    def _run(self, function, *args):
+        """`function`(handle, *args) with its arguments already in C form (an
+        argument block built and checked by the caller): the torch ops'
+        per-call path. Raises the KjitError of a failed call."""
+        check(getattr(self._lib, function)(self.handle, *args), function)
+
     # Each op below takes n, hidden, the dtypes, index=(pointer, dtype, R) and
     # its tensors by name as in kjit_adaln_args: 2-D ones as (pointer,
     # row_stride), weight and dweight as plain pointers. Backward passes take

@@ -10,6 +10,8 @@ tensors, so the chunk(6) views of one (R, 6H) projection get their gradients
 through torch's view machinery, with no copy in the forward.
 """
 
+import ctypes
+import functools
 import os
 import threading
 from typing import List, Optional
@@ -17,14 +19,19 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from . import core
+from . import _lib, core
 
 _ACT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 _PARAM = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 _INDEX = {torch.int32: "int32", torch.int64: "int64"}
+# The same as kjit_dtype codes, for the argument blocks built per call.
+_ACT_CODE = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}
+_PARAM_CODE = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16}
+_INDEX_CODE = {torch.int32: _lib.I32, torch.int64: _lib.I64}
 
 _contexts = {}
 _by_device = {}  # torch.device("cuda", i) -> its Context
+_by_ordinal = {}  # a tensor's get_device() -> its Context
 _contexts_lock = threading.Lock()
 
 # How eager (not compiled) calls reach the kernels: "custom_op" through the
@@ -37,8 +44,39 @@ if _EAGER not in ("custom_op", "function"):
     raise ValueError(f"KJIT_EAGER={_EAGER!r}: expected 'custom_op' or 'function'")
 
 
-def _function_path():
-    return _EAGER == "function" and not torch.compiler.is_compiling()
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None) or (
+    lambda: torch.utils._python_dispatch._get_current_dispatch_mode() is not None)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None) or (lambda: False)
+_tracing_state = getattr(torch._C, "_get_tracing_state", None) or (lambda: None)
+
+
+def _direct(t):
+    """True when a call on t runs for real: a plain CUDA tensor (not a meta,
+    fake or other subclass one), and no tracer (torch.compile, make_fx,
+    torch.jit.trace) nor functorch transform is active. The implementations
+    are then called directly, with the same arguments the torch.library ops
+    would pass them; anything else goes through the ops."""
+    return (type(t) is Tensor and t.is_cuda and not torch.compiler.is_compiling()
+            and not _dispatch_modes() and not _functorch_active() and _tracing_state() is None)
+
+
+def _function_path(t):
+    return _EAGER == "function" and _direct(t)
+
+
+def _backward_direct(dout):
+    """A torch.library op's backward calls the implementation of its backward
+    op directly when nothing traces it and it is not itself differentiated
+    (create_graph=True keeps the op, as before)."""
+    return not torch.is_grad_enabled() and _direct(dout)
+
+
+_any_requires_grad = getattr(torch._C, "_any_requires_grad", None) or (
+    lambda *args: any(isinstance(a, Tensor) and a.requires_grad for a in args))
+
+
+def _needs_graph(*tensors):
+    return torch.is_grad_enabled() and _any_requires_grad(*tensors)
 
 
 def context(device=None):
@@ -73,7 +111,7 @@ def context(device=None):
 def _tensor(fn, name, t):
     if not isinstance(t, Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cuda":
+    if not t.is_cuda:
         raise ValueError(f"{fn}: {name} is on {t.device}; kjit runs on CUDA tensors")
     return t
 
@@ -96,11 +134,12 @@ def _rows_layout(fn, name, t, rows=None, hidden=None):
         raise ValueError(f"{fn}: {name} has {r} rows, expected {rows}")
     if hidden is not None and h != hidden:
         raise ValueError(f"{fn}: {name} has hidden size {h}, expected {hidden}")
-    if h > 1 and t.stride(1) != 1:
-        raise ValueError(f"{fn}: {name} has column stride {t.stride(1)}; kjit needs each row "
+    row_stride, col_stride = t.stride()
+    if h > 1 and col_stride != 1:
+        raise ValueError(f"{fn}: {name} has column stride {col_stride}; kjit needs each row "
                          "contiguous (stride(1) == 1): pass .contiguous()")
-    if r > 1 and t.stride(0) < h:
-        raise ValueError(f"{fn}: {name} has row stride {t.stride(0)} < hidden {h} (overlapping "
+    if r > 1 and row_stride < h:
+        raise ValueError(f"{fn}: {name} has row stride {row_stride} < hidden {h} (overlapping "
                          "or broadcast rows): pass .contiguous()")
 
 
@@ -159,15 +198,28 @@ def _activations(fn, named):
 
 def _rows(t):
     """(pointer, row stride); a single row's stride is never read."""
-    return t.data_ptr(), (t.stride(0) if t.shape[0] > 1 else t.shape[1])
+    r, h = t.shape
+    return t.data_ptr(), (t.stride(0) if r > 1 else h)
 
 
 def _idx(index, rows):
     return index.data_ptr(), _INDEX[index.dtype], rows
 
 
-def _stream(device):
-    return torch.cuda.current_stream(device).cuda_stream
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _launch_on(t):
+    """(Context, stream) for a launch on t's device: the context by the
+    tensor's device ordinal, and torch's current stream there (its raw
+    handle, read with no Stream object where torch has the query)."""
+    ordinal = t.get_device()
+    ctx = _by_ordinal.get(ordinal)
+    if ctx is None:
+        ctx = _by_ordinal[ordinal] = context(t.device)
+    if _raw_stream is not None:
+        return ctx, _raw_stream(ordinal)
+    return ctx, torch.cuda.current_stream(t.device).cuda_stream
 
 
 def _workspace(nbytes, device):
@@ -176,15 +228,22 @@ def _workspace(nbytes, device):
     return ws, (ws.data_ptr(), nbytes)
 
 
+# Workspace bytes per (op, n, hidden, R): a pure function of the shape,
+# asked of the library once per shape.
+_adaln_workspace = functools.lru_cache(maxsize=512)(core.adaln_workspace)
+
+
 def _row_major(g):
     """Incoming gradients can be expanded or transposed (e.g. out.sum()'s)."""
     ok = (g.shape[1] <= 1 or g.stride(1) == 1) and (g.shape[0] <= 1 or g.stride(0) >= g.shape[1])
     return g if ok else g.contiguous()
 
 
-def _param_grad(like, shape, n):
-    """A parameter gradient the kernels write whole; with no rows, zeros."""
-    return like.new_empty(shape) if n else like.new_zeros(shape)
+def _param_grad(like, n, *size):
+    """A parameter gradient the kernels write whole (every table row, those
+    no index selects as zeros); with no rows (no launch), zeros. The sizes go
+    as separate ints, which torch parses faster than a tuple."""
+    return like.new_empty(*size) if n else like.new_zeros(size)
 
 
 def _placeholder(like):
@@ -218,10 +277,11 @@ def _eager_function(name, forward, setup, backward, bwd):
 def _sinusoid_impl(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shift: float,
               scale: float, max_period: float, out_dtype: torch.dtype) -> Tensor:
     out = torch.empty((t.shape[0], dim), dtype=out_dtype, device=t.device)
-    context(t.device).timestep_sinusoid(
+    ctx, stream = _launch_on(t)
+    ctx.timestep_sinusoid(
         t.data_ptr(), t.shape[0], dim, out.data_ptr(), dim, _ACT[out_dtype],
         flip_sin_to_cos=flip_sin_to_cos, downscale_freq_shift=downscale_freq_shift, scale=scale,
-        max_period=max_period, stream=_stream(t.device))
+        max_period=max_period, stream=stream)
     return out
 
 
@@ -253,7 +313,7 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
     if half - downscale_freq_shift == 0:
         raise ValueError(f"{fn}: dim // 2 - downscale_freq_shift is 0 (dim {dim}, shift "
                          f"{downscale_freq_shift}): the frequencies are undefined")
-    call = _sinusoid_impl if _function_path() else _sinusoid
+    call = _sinusoid_impl if _function_path(t) else _sinusoid
     return call(t, dim, bool(flip_sin_to_cos), float(downscale_freq_shift), float(scale),
                 float(max_period), out_dtype)
 
@@ -265,9 +325,10 @@ def _gather_impl(tables: List[Tensor], index: Tensor) -> List[Tensor]:
     n, (rows, h) = index.shape[0], tables[0].shape
     outs = [torch.empty((n, h), dtype=t.dtype, device=index.device) for t in tables]
     if n:
-        context(index.device).adaln_row_gather_fwd(
+        ctx, stream = _launch_on(index)
+        ctx.adaln_row_gather_fwd(
             n, h, _PARAM[tables[0].dtype], _idx(index, rows), [_rows(t) for t in tables],
-            [_rows(o) for o in outs], stream=_stream(index.device))
+            [_rows(o) for o in outs], stream=stream)
     return outs
 
 
@@ -285,9 +346,10 @@ def _gather_bwd_impl(douts: List[Tensor], index: Tensor, rows: int) -> List[Tens
         return [d.new_zeros((rows, h)) for d in douts]
     dtables = [d.new_empty((rows, h)) for d in douts]
     ws, ws_arg = _workspace(core.row_gather_workspace(n, h, len(douts), rows), index.device)
-    context(index.device).adaln_row_gather_bwd(
+    ctx, stream = _launch_on(index)
+    ctx.adaln_row_gather_bwd(
         n, h, _PARAM[douts[0].dtype], _idx(index, rows), [_rows(d) for d in douts],
-        [_rows(d) for d in dtables], workspace=ws_arg, stream=_stream(index.device))
+        [_rows(d) for d in dtables], workspace=ws_arg, stream=stream)
     return dtables
 
 
@@ -310,7 +372,10 @@ def _gather_backward(ctx, douts, bwd=None):
     # An output that took no part in the loss may come back as None.
     present = next(d for d in douts if d is not None)
     douts = [_row_major(d) if d is not None else torch.zeros_like(present) for d in douts]
-    return (bwd or torch.ops.kjit.adaln_row_gather_bwd)(douts, index, ctx.rows), None
+    if bwd is None:
+        bwd = (_gather_bwd_impl if _backward_direct(present)
+               else torch.ops.kjit.adaln_row_gather_bwd)
+    return bwd(douts, index, ctx.rows), None
 
 
 _gather.register_autograd(_gather_backward, setup_context=_gather_setup)
@@ -345,7 +410,7 @@ def adaln_row_gather(tables, index):
     hidden = tables[0].shape[-1]
     _tables(fn, named, hidden, tables[0].device)
     _index(fn, index, None, tables[0].device)
-    if _function_path():
+    if _function_path(index):
         return list(_GatherFn.apply(index, *tables))
     return _gather(list(tables), index)
 
@@ -353,20 +418,32 @@ def adaln_row_gather(tables, index):
 # ---- norm_modulate --------------------------------------------------------------------
 
 
-def _adaln_common(x, index, param, eps=1e-5):
-    n, h = x.shape
-    return dict(n=n, hidden=h, act_dtype=_ACT[x.dtype], param_dtype=_PARAM[param.dtype],
-                index=_idx(index, param.shape[0]), eps=eps, stream=_stream(x.device))
+def _adaln_args(x, index, param, eps=0.0):
+    """A kjit_adaln_args with n, hidden, the dtypes, the index (R: param's
+    rows) and eps set, every tensor NULL: each implementation sets the
+    fields its op reads and writes (core.Context's checks, done here by the
+    public functions, are not repeated per call)."""
+    a = _lib.AdalnArgs()
+    a.n, a.hidden = x.shape
+    a.eps = eps
+    a.act_dtype = _ACT_CODE[x.dtype]
+    a.param_dtype = _PARAM_CODE[param.dtype]
+    a.index = _lib.Index(index.data_ptr(), _INDEX_CODE[index.dtype], param.shape[0])
+    return a
 
 
 def _norm_modulate_impl(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale: Tensor,
                    index: Tensor, eps: float) -> Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if x.shape[0]:
-        context(x.device).norm_modulate_fwd(
-            **_adaln_common(x, index, shift, eps), x=_rows(x),
-            weight=None if weight is None else weight.data_ptr(), shift=_rows(shift),
-            scale=_rows(scale), out=_rows(out))
+        a = _adaln_args(x, index, shift, eps)
+        a.x, a.x_stride = _rows(x)
+        a.weight = None if weight is None else weight.data_ptr()
+        a.shift, a.shift_stride = _rows(shift)
+        a.scale, a.scale_stride = _rows(scale)
+        a.out, a.out_stride = _rows(out)
+        ctx, stream = _launch_on(x)
+        ctx._run("kjit_norm_modulate_fwd", ctypes.byref(a), stream)
     return out
 
 
@@ -384,15 +461,22 @@ def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], s
     n, h = x.shape
     rows = scale.shape[0]
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
-    dweight = _param_grad(weight, (h,), n) if need_dweight else _placeholder(scale)
-    dshift, dscale = _param_grad(scale, (rows, h), n), _param_grad(scale, (rows, h), n)
+    dweight = _param_grad(weight, n, h) if need_dweight else _placeholder(scale)
+    dshift, dscale = _param_grad(scale, n, rows, h), _param_grad(scale, n, rows, h)
     if n:
-        ws, ws_arg = _workspace(core.adaln_workspace("norm_modulate", n, h, rows), x.device)
-        context(x.device).norm_modulate_bwd(
-            **_adaln_common(x, index, scale, eps), workspace=ws_arg, x=_rows(x),
-            weight=None if weight is None else weight.data_ptr(), scale=_rows(scale),
-            dout=_rows(dout), dx=_rows(dx), dweight=dweight.data_ptr() if need_dweight else None,
-            dshift=_rows(dshift), dscale=_rows(dscale))
+        nbytes = _adaln_workspace("norm_modulate", n, h, rows)
+        ws = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+        a = _adaln_args(x, index, scale, eps)
+        a.x, a.x_stride = _rows(x)
+        a.weight = None if weight is None else weight.data_ptr()
+        a.scale, a.scale_stride = _rows(scale)
+        a.dout, a.dout_stride = _rows(dout)
+        a.dx, a.dx_stride = _rows(dx)
+        a.dweight = dweight.data_ptr() if need_dweight else None
+        a.dshift, a.dshift_stride = _rows(dshift)
+        a.dscale, a.dscale_stride = _rows(dscale)
+        ctx, stream = _launch_on(x)
+        ctx._run("kjit_norm_modulate_bwd", ctypes.byref(a), ws.data_ptr(), nbytes, stream)
     return dx, dweight, dshift, dscale
 
 
@@ -415,8 +499,11 @@ def _norm_modulate_setup(ctx, inputs, output):
 def _norm_modulate_backward(ctx, dout, bwd=None):
     x, weight, scale, index = ctx.saved_tensors
     need_dweight = weight is not None and ctx.needs_input_grad[1]
-    dx, dweight, dshift, dscale = (bwd or torch.ops.kjit.norm_modulate_bwd)(
-        _row_major(dout), x, weight, scale, index, ctx.eps, need_dweight)
+    dout = _row_major(dout)
+    if bwd is None:  # the torch.library op's backward
+        bwd = (_norm_modulate_bwd_impl if _backward_direct(dout)
+               else torch.ops.kjit.norm_modulate_bwd)
+    dx, dweight, dshift, dscale = bwd(dout, x, weight, scale, index, ctx.eps, need_dweight)
     return dx, (dweight if need_dweight else None), dshift, dscale, None, None
 
 
@@ -443,8 +530,12 @@ def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
     fp32 (views with any row stride, e.g. chunks of one projection); index (N,)
     int32/int64 into 0..R-1."""
     _check_norm_args("kjit.norm_modulate", [("x", x)], weight, shift, scale, None, index)
-    call = _NormModulateFn.apply if _function_path() else _norm_modulate
-    return call(x, weight, shift, scale, index, float(eps))
+    eps = float(eps)
+    if not _function_path(x):
+        return _norm_modulate(x, weight, shift, scale, index, eps)
+    if _needs_graph(x, weight, shift, scale):
+        return _NormModulateFn.apply(x, weight, shift, scale, index, eps)
+    return _norm_modulate_impl(x, weight, shift, scale, index, eps)
 
 
 # ---- gated_residual -------------------------------------------------------------------
@@ -453,9 +544,13 @@ def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
 def _gated_residual_impl(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> Tensor:
     out = torch.empty_like(res, memory_format=torch.contiguous_format)
     if res.shape[0]:
-        context(res.device).gated_residual_fwd(
-            **_adaln_common(res, index, gate), res=_rows(res), y=_rows(y), gate=_rows(gate),
-            out=_rows(out))
+        a = _adaln_args(res, index, gate)
+        a.res, a.res_stride = _rows(res)
+        a.y, a.y_stride = _rows(y)
+        a.gate, a.gate_stride = _rows(gate)
+        a.out, a.out_stride = _rows(out)
+        ctx, stream = _launch_on(res)
+        ctx._run("kjit_gated_residual_fwd", ctypes.byref(a), stream)
     return out
 
 
@@ -471,14 +566,19 @@ def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tenso
                         ) -> tuple[Tensor, Tensor]:
     n, h = y.shape
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dgate = _param_grad(gate, (gate.shape[0], h), n)
+    dgate = _param_grad(gate, n, gate.shape[0], h)
     if n:
-        ws, ws_arg = _workspace(core.adaln_workspace("gated_residual", n, h, gate.shape[0]),
-                                y.device)
+        nbytes = _adaln_workspace("gated_residual", n, h, gate.shape[0])
+        ws = torch.empty(nbytes, dtype=torch.uint8, device=y.device)
         # dres is dout itself: dx stays NULL and no copy is made.
-        context(y.device).gated_residual_bwd(
-            **_adaln_common(y, index, gate), workspace=ws_arg, y=_rows(y), gate=_rows(gate),
-            dout=_rows(dout), dy=_rows(dy), dgate=_rows(dgate))
+        a = _adaln_args(y, index, gate)
+        a.y, a.y_stride = _rows(y)
+        a.gate, a.gate_stride = _rows(gate)
+        a.dout, a.dout_stride = _rows(dout)
+        a.dy, a.dy_stride = _rows(dy)
+        a.dgate, a.dgate_stride = _rows(dgate)
+        ctx, stream = _launch_on(y)
+        ctx._run("kjit_gated_residual_bwd", ctypes.byref(a), ws.data_ptr(), nbytes, stream)
     return dy, dgate
 
 
@@ -498,7 +598,10 @@ def _gated_residual_setup(ctx, inputs, output):
 def _gated_residual_backward(ctx, dout, bwd=None):
     y, gate, index = ctx.saved_tensors
     dout = _row_major(dout)
-    dy, dgate = (bwd or torch.ops.kjit.gated_residual_bwd)(dout, y, gate, index)
+    if bwd is None:
+        bwd = (_gated_residual_bwd_impl if _backward_direct(dout)
+               else torch.ops.kjit.gated_residual_bwd)
+    dy, dgate = bwd(dout, y, gate, index)
     return dout, dy, dgate, None
 
 
@@ -516,8 +619,11 @@ def gated_residual(res, y, gate, index):
     n, h = _activations(fn, [("res", res), ("y", y)])
     _tables(fn, [("gate", gate)], h, res.device)
     _index(fn, index, n, res.device)
-    call = _GatedResidualFn.apply if _function_path() else _gated_residual
-    return call(res, y, gate, index)
+    if not _function_path(res):
+        return _gated_residual(res, y, gate, index)
+    if _needs_graph(res, y, gate):
+        return _GatedResidualFn.apply(res, y, gate, index)
+    return _gated_residual_impl(res, y, gate, index)
 
 
 # ---- gated_residual_norm_modulate -------------------------------------------------------
@@ -528,10 +634,17 @@ def _fused_impl(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], 
     h = torch.empty_like(res, memory_format=torch.contiguous_format)
     out = torch.empty_like(res, memory_format=torch.contiguous_format)
     if res.shape[0]:
-        context(res.device).gated_residual_norm_modulate_fwd(
-            **_adaln_common(res, index, shift, eps), res=_rows(res), y=_rows(y),
-            gate=_rows(gate), weight=None if weight is None else weight.data_ptr(),
-            shift=_rows(shift), scale=_rows(scale), h=_rows(h), out=_rows(out))
+        a = _adaln_args(res, index, shift, eps)
+        a.res, a.res_stride = _rows(res)
+        a.y, a.y_stride = _rows(y)
+        a.gate, a.gate_stride = _rows(gate)
+        a.weight = None if weight is None else weight.data_ptr()
+        a.shift, a.shift_stride = _rows(shift)
+        a.scale, a.scale_stride = _rows(scale)
+        a.h, a.h_stride = _rows(h)
+        a.out, a.out_stride = _rows(out)
+        ctx, stream = _launch_on(res)
+        ctx._run("kjit_gated_residual_norm_modulate_fwd", ctypes.byref(a), stream)
     return h, out
 
 
@@ -550,18 +663,29 @@ def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, ga
     rows = scale.shape[0]
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dgate, dshift, dscale = (_param_grad(scale, (rows, hidden), n) for _ in range(3))
-    dweight = _param_grad(weight, (hidden,), n) if need_dweight else _placeholder(scale)
+    dgate, dshift, dscale = (_param_grad(scale, n, rows, hidden) for _ in range(3))
+    dweight = _param_grad(weight, n, hidden) if need_dweight else _placeholder(scale)
     if n:
-        ws, ws_arg = _workspace(
-            core.adaln_workspace("gated_residual_norm_modulate", n, hidden, rows), h.device)
-        context(h.device).gated_residual_norm_modulate_bwd(
-            **_adaln_common(h, index, scale, eps), workspace=ws_arg, x=_rows(h), y=_rows(y),
-            gate=_rows(gate), weight=None if weight is None else weight.data_ptr(),
-            scale=_rows(scale), dh=None if dh is None else _rows(dh), dout=_rows(dout),
-            dx=_rows(dres), dy=_rows(dy), dgate=_rows(dgate),
-            dweight=dweight.data_ptr() if need_dweight else None, dshift=_rows(dshift),
-            dscale=_rows(dscale))
+        nbytes = _adaln_workspace("gated_residual_norm_modulate", n, hidden, rows)
+        ws = torch.empty(nbytes, dtype=torch.uint8, device=h.device)
+        a = _adaln_args(h, index, scale, eps)
+        a.x, a.x_stride = _rows(h)
+        a.y, a.y_stride = _rows(y)
+        a.gate, a.gate_stride = _rows(gate)
+        a.weight = None if weight is None else weight.data_ptr()
+        a.scale, a.scale_stride = _rows(scale)
+        if dh is not None:
+            a.dh, a.dh_stride = _rows(dh)
+        a.dout, a.dout_stride = _rows(dout)
+        a.dx, a.dx_stride = _rows(dres)
+        a.dy, a.dy_stride = _rows(dy)
+        a.dgate, a.dgate_stride = _rows(dgate)
+        a.dweight = dweight.data_ptr() if need_dweight else None
+        a.dshift, a.dshift_stride = _rows(dshift)
+        a.dscale, a.dscale_stride = _rows(dscale)
+        ctx, stream = _launch_on(h)
+        ctx._run("kjit_gated_residual_norm_modulate_bwd", ctypes.byref(a), ws.data_ptr(), nbytes,
+                 stream)
     return dres, dy, dgate, dweight, dshift, dscale
 
 
@@ -585,10 +709,13 @@ def _fused_setup(ctx, inputs, output):
 def _fused_backward(ctx, dh, dout, bwd=None):
     h, y, gate, weight, scale, index = ctx.saved_tensors
     need_dweight = weight is not None and ctx.needs_input_grad[3]
-    bwd = bwd or torch.ops.kjit.gated_residual_norm_modulate_bwd
+    dout = _row_major(dout)
+    if bwd is None:
+        bwd = (_fused_bwd_impl if _backward_direct(dout)
+               else torch.ops.kjit.gated_residual_norm_modulate_bwd)
     dres, dy, dgate, dweight, dshift, dscale = bwd(
-        None if dh is None else _row_major(dh), _row_major(dout), h, y, gate, weight, scale,
-        index, ctx.eps, need_dweight)
+        None if dh is None else _row_major(dh), dout, h, y, gate, weight, scale, index, ctx.eps,
+        need_dweight)
     return dres, dy, dgate, (dweight if need_dweight else None), dshift, dscale, None, None
 
 
@@ -604,5 +731,9 @@ def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=
     index, eps). Returns (h, out) from one pass; h is the new residual stream."""
     fn = "kjit.gated_residual_norm_modulate"
     _check_norm_args(fn, [("res", res), ("y", y)], weight, shift, scale, gate, index)
-    call = _FusedFn.apply if _function_path() else _fused
-    return call(res, y, gate, weight, shift, scale, index, float(eps))
+    eps = float(eps)
+    if not _function_path(res):
+        return _fused(res, y, gate, weight, shift, scale, index, eps)
+    if _needs_graph(res, y, gate, weight, shift, scale):
+        return _FusedFn.apply(res, y, gate, weight, shift, scale, index, eps)
+    return _fused_impl(res, y, gate, weight, shift, scale, index, eps)
