@@ -35,10 +35,13 @@ _by_ordinal = {}  # a tensor's get_device() -> its Context
 _contexts_lock = threading.Lock()
 
 # How eager (not compiled) calls reach the kernels: "custom_op" through the
-# torch.library ops (the dispatcher and torch.library's autograd wrapper), or
+# torch.library ops (the dispatcher and torch.library's autograd wrapper; the
+# registered backward calls the backward op's implementation itself), or
 # "function" through a torch.autograd.Function calling the same
-# implementations directly (less host time per call; the same kernels and
-# bits). Under torch.compile the torch.library ops are always used.
+# implementations directly, or the forward implementation alone when no
+# input needs a gradient (less host time per call; the same kernels and
+# bits). Under torch.compile, or any other tracer (_direct), the
+# torch.library ops are always used.
 _EAGER = os.environ.get("KJIT_EAGER", "custom_op")
 if _EAGER not in ("custom_op", "function"):
     raise ValueError(f"KJIT_EAGER={_EAGER!r}: expected 'custom_op' or 'function'")
@@ -66,8 +69,9 @@ def _function_path(t):
 
 def _backward_direct(dout):
     """A torch.library op's backward calls the implementation of its backward
-    op directly when nothing traces it and it is not itself differentiated
-    (create_graph=True keeps the op, as before)."""
+    op directly when nothing traces it and it is not itself differentiated:
+    under create_graph=True it calls the op, whose backward raises a clear
+    error (it has no autograd formula) instead of giving wrong gradients."""
     return not torch.is_grad_enabled() and _direct(dout)
 
 
