@@ -184,6 +184,62 @@ class Determinism(unittest.TestCase):
 
 
 @unittest.skipUnless(CUDA, "no CUDA device")
+class EagerPaths(unittest.TestCase):
+    """The two eager paths (KJIT_EAGER): the torch.library ops, and the
+    torch.autograd.Function (the implementation itself when nothing needs a
+    gradient) launch the same kernels with the same arguments, so outputs and
+    gradients are bitwise the same, on any stream."""
+
+    def setUp(self):
+        from kjit import ops
+        self.ops = ops
+        self.addCleanup(setattr, ops, "_EAGER", ops._EAGER)
+
+    def both(self, fn):
+        got = {}
+        for mode in ("custom_op", "function"):
+            self.ops._EAGER = mode
+            got[mode] = fn()
+        return got["custom_op"], got["function"]
+
+    def assert_same(self, a, b, label):
+        for u, v in zip(a, b):
+            self.assertEqual(u is None, v is None, label)
+            if u is not None:
+                self.assertTrue(torch.equal(u, v), label)
+
+    def test_same_bits(self):
+        for name, case in CASES.items():
+            for weight in ("grad", "frozen", None):
+                m = make(1027, 5376, weight=weight is not None)
+                if weight == "frozen":
+                    m["weight"] = m["weight"].detach()
+                label = f"{name} weight {weight}"
+                (o1, g1), (o2, g2) = self.both(lambda: run(case, m))
+                self.assert_same(o1 + g1, o2 + g2, label)
+
+                def forward():
+                    with torch.no_grad():
+                        outs = case(m, m["table"].chunk(6, 1), kjit)
+                    return outs if isinstance(outs, list) else [outs]
+                f1, f2 = self.both(forward)
+                self.assert_same(f1, o1, f"{label} custom_op no_grad")
+                self.assert_same(f2, o1, f"{label} function no_grad")
+
+    def test_side_stream(self):
+        m = make(1024, 5376)
+        want, want_g = run(case_fused, m)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            (o1, g1), (o2, g2) = self.both(lambda: run(case_fused, m))
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        self.assert_same(o1 + g1, want + want_g, "custom_op on a side stream")
+        self.assert_same(o2 + g2, want + want_g, "function on a side stream")
+
+
+@unittest.skipUnless(CUDA, "no CUDA device")
 class TorchIntegration(unittest.TestCase):
     def test_opcheck(self):
         m = make(64, 256)
