@@ -277,6 +277,13 @@ class TorchIntegration(unittest.TestCase):
         for a, b in zip(gg, gw):
             self.assertLessEqual(ref.rel_err(a, b), 1e-2)
 
+    def test_compile_fullgraph_function_path(self):
+        # KJIT_EAGER=function: dynamo still traces the torch.library ops.
+        from kjit import ops
+        self.addCleanup(setattr, ops, "_EAGER", ops._EAGER)
+        ops._EAGER = "function"
+        self.test_compile_fullgraph()
+
     def test_cuda_graph_replay(self):
         m = make(512, 5376)
         args = [m["x"].detach(), m["y"].detach(), m["table"].detach(), m["weight"].detach(),

@@ -59,7 +59,7 @@ def _direct(t):
     torch.jit.trace) nor functorch transform is active. The implementations
     are then called directly, with the same arguments the torch.library ops
     would pass them; anything else goes through the ops."""
-    return (type(t) is Tensor and t.is_cuda and not torch.compiler.is_compiling()
+    return (not torch.compiler.is_compiling() and type(t) is Tensor and t.is_cuda
             and not _dispatch_modes() and not _functorch_active() and _tracing_state() is None)
 
 
