@@ -41,8 +41,8 @@ for s in $stages; do
     export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
     section test_torch_gpu; python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1
     summary+=("python gpu tests rc=$?")
-    section "test_torch_gpu, KJIT_EAGER=function"; KJIT_EAGER=function python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1
-    summary+=("python gpu tests (KJIT_EAGER=function) rc=$?")
+    section "test_torch_gpu, KJIT_EAGER=custom_op"; KJIT_EAGER=custom_op python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1
+    summary+=("python gpu tests (KJIT_EAGER=custom_op) rc=$?")
     section h3_block; python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 15
     summary+=("h3_block rc=${PIPESTATUS[0]}")
     section profile_binding; python3 bench/profile_binding.py 2>&1 | tee -a "$LOG" | tail -n 30 ;;

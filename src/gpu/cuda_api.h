@@ -53,7 +53,6 @@
     XX(EventDestroy, cuEventDestroy_v2)                     \
     XX(EventRecord, cuEventRecord)                          \
     XX(EventSynchronize, cuEventSynchronize)                \
-    XX(EventQuery, cuEventQuery)                            \
     XX(EventElapsedTime, cuEventElapsedTime_v2)             \
     XX(MemHostAlloc, cuMemHostAlloc)                        \
     XX(MemFreeHost, cuMemFreeHost)                          \

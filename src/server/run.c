@@ -27,7 +27,6 @@ typedef struct run_job {
     /* Queued by the loop; started on the lane; then handles + event, the
      * op's host call, the wait for the device. */
     double t_queued, t0, us_queue, us_prep, us_call, us_wait;
-    int event_wait; /* 1: the client's event was pending, the device waited on it */
     char message[1200];
     uint8_t payload[];  /* the request's handles */
 } run_job;
@@ -77,15 +76,11 @@ static int execute(run_job *j)
         CUevent ev;
         int rc = kjit__ipc_event(j->ipc, j->payload + (size_t)r->event * KJIT_RUN_HANDLE_BYTES, &ev);
         if (rc) return fail_in(rc, "event", r->event);
-        /* An event that has completed orders nothing: the device-side wait
-         * on another process's event is skipped (it costs ~150 us on the
-         * H200). One still pending is waited for on the device. */
-        CUresult q = kjit__cu()->EventQuery(ev);
-        if (q == CUDA_ERROR_NOT_READY) {
-            KJIT_CU_TRY(kjit__cu(), StreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent on the client's event");
-            j->event_wait = 1;
-        } else if (q != CUDA_SUCCESS)
-            return kjit__cu_fail(q, "cuEventQuery on the client's event");
+        /* Always a device-side wait: cuEventQuery on the opened handle
+         * reported the client's event complete with ~1 ms of the client's
+         * work still queued before it (H200, 2026-11-30), so the host's
+         * view of another process's event is not trusted for ordering. */
+        KJIT_CU_TRY(kjit__cu(), StreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent on the client's event");
     }
     const double t1 = now_us();
     int flag = 0, rc = kjit__run_call(s->ctx, r, ptr, stream);
@@ -124,9 +119,8 @@ static void done_cb(kjit_gpu_item *it)
             char text[224];
             int n = snprintf(text, sizeof text,
                              "{\"id\":%llu,\"ok\":true,\"us\":%.1f,\"us_queue\":%.1f,\"us_prep\":%.1f,"
-                             "\"us_call\":%.1f,\"us_wait\":%.1f,\"event_wait\":%s}",
-                             (unsigned long long)j->id, j->us, j->us_queue, j->us_prep, j->us_call, j->us_wait,
-                             j->event_wait ? "true" : "false");
+                             "\"us_call\":%.1f,\"us_wait\":%.1f}",
+                             (unsigned long long)j->id, j->us, j->us_queue, j->us_prep, j->us_call, j->us_wait);
             kjit__conn_send(c, text, (size_t)n, NULL, 0, NULL, 0, 1);
         }
     }
