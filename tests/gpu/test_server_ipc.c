@@ -321,9 +321,12 @@ static void timed_send(kjit_client *cl, request *q, int with_event, CUevent ev, 
     if (evi) cJSON_AddItemToObject(q->root, "event", evi);
     if (with_event) CU_CHECK(cu->EventRecord(ev, st));
     else CU_CHECK(cu->StreamSynchronize(st));
-    kjit_client_reply r;
-    CHECK_STATUS(kjit_client_request(cl, text, q->rec, (size_t)q->n * 64, NULL, NULL, &r), KJIT_OK);
+    kjit_client_reply r = {0};
+    const int rc = kjit_client_request(cl, text, q->rec, (size_t)q->n * 64, NULL, NULL, &r);
     cJSON_free(text);
+    for (int k = 0; k < F_N; ++k) f[k] = 0;
+    CHECK_STATUS(rc, KJIT_OK);
+    if (rc != KJIT_OK) return;
     cJSON *root = cJSON_Parse(r.json);
     if (!r.ok || !root) {
         fprintf(stderr, "timed run failed: %s\n", r.json);

@@ -560,6 +560,31 @@ class TorchEagerFunction(unittest.TestCase):
         self.compare(lambda t: ops._GatherFn.apply(idx, *ch(t)),
                      lambda t: ref.adaln_row_gather(list(ch(t)), idx), [table], 6)
 
+    def test_double_backward_raises(self):
+        # The kernels' gradients have no autograd history. Under
+        # create_graph=True the Functions use the torch.library backward ops,
+        # which have no autograd formula: a second derivative raises (on a
+        # GPU when it is taken; here already at the first backward, the ops
+        # having no CPU kernel) instead of silently leaving kjit's part out.
+        ops, E = self.ops, self.EPS
+        x, y, table, w, idx = self.data(2)
+        ch = lambda t: t.chunk(6, 1)
+        calls = [lambda x_, t_: ops._NormModulateFn.apply(x_, w, ch(t_)[0], ch(t_)[1], idx, E),
+                 lambda x_, t_: ops._GatedResidualFn.apply(x_, y, ch(t_)[2], idx),
+                 lambda x_, t_: ops._FusedFn.apply(x_, y, ch(t_)[2], w, ch(t_)[0], ch(t_)[1], idx, E)[1],
+                 lambda x_, t_: ops._GatherFn.apply(idx, *ch(t_))[0] * x_]
+        for k, fn in enumerate(calls):
+            x_, t_ = x.clone().requires_grad_(), table.clone().requires_grad_()
+            with self.assertRaises(RuntimeError, msg=f"call {k}"):
+                g = torch.autograd.grad(fn(x_, t_).sum(), [x_, t_], create_graph=True)
+                # A loss that also depends on x_ directly backpropagates even
+                # when g carries no history: only a raise shows the second
+                # derivative was refused.
+                ((g[1] if k == 3 else g[0]) ** 2 + x_ ** 2).sum().backward()
+            # Without create_graph the Functions' own backward runs.
+            x_, t_ = x.clone().requires_grad_(), table.clone().requires_grad_()
+            torch.autograd.grad(fn(x_, t_).sum(), [x_, t_])
+
     def test_mode_is_checked(self):
         env = dict(os.environ, KJIT_EAGER="bogus", PYTHONPATH=str(ROOT / "bindings" / "python"))
         r = subprocess.run([sys.executable, "-c", "import kjit.ops"], env=env, capture_output=True,

@@ -208,6 +208,24 @@ class EagerPaths(unittest.TestCase):
             if u is not None:
                 self.assertTrue(torch.equal(u, v), label)
 
+    def test_double_backward_raises(self):
+        # kjit's gradients have no autograd history: a second derivative
+        # through them must raise on both paths, not drop kjit's part.
+        for mode in ("custom_op", "function"):
+            self.ops._EAGER = mode
+            for name, case in CASES.items():
+                m = make(33, 256)
+                ch = m["table"].chunk(6, 1)
+                outs = case(m, ch, kjit)
+                out = outs[-1] if isinstance(outs, list) else outs
+                # The gradient that kjit's backward computes: the gather's
+                # is the table's, the others' the row input's.
+                leaf = m["table"] if name == "adaln_row_gather" else m["x"]
+                with self.assertRaises(RuntimeError, msg=f"{mode} {name}"):
+                    g = torch.autograd.grad((out.float() * m["x"].float()).sum(), [leaf],
+                                            create_graph=True)[0]
+                    (g.float() ** 2).sum().backward()
+
     def test_same_bits(self):
         for name, case in CASES.items():
             for weight in ("grad", "frozen", None):

@@ -267,8 +267,12 @@ def _eager_function(name, forward, setup, backward, bwd):
         setup(ctx, inputs, out)
         return out
 
+    # Under create_graph=True (grad mode on in the backward) the backward
+    # goes through the torch.library backward op, as the ops path does: it
+    # has no autograd formula, so differentiating kjit's gradients again
+    # raises instead of silently leaving kjit's part out.
     def bwd_(ctx, *grads):
-        return backward(ctx, *grads, bwd)
+        return backward(ctx, *grads, None if torch.is_grad_enabled() else bwd)
 
     return type(name, (torch.autograd.Function,),
                 {"__doc__": f"The eager path of {name}.", "forward": staticmethod(fwd),
@@ -396,7 +400,9 @@ class _GatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *douts):
-        dtables, _ = _gather_backward(ctx, list(douts), _gather_bwd_impl)
+        # create_graph=True: through the op, as in _eager_function.
+        dtables, _ = _gather_backward(ctx, list(douts),
+                                      None if torch.is_grad_enabled() else _gather_bwd_impl)
         return (None, *dtables)
 
 
