@@ -63,8 +63,12 @@ def _direct(t):
             and not _dispatch_modes() and not _functorch_active() and _tracing_state() is None)
 
 
-def _function_path(t):
-    return _EAGER == "function" and _direct(t)
+def _function_path(t, *others):
+    """The Function path: t as _direct wants it and every other tensor
+    argument a plain Tensor too (a subclass, e.g. a DTensor weight, goes
+    through the ops and their dispatch)."""
+    return (_EAGER == "function" and _direct(t)
+            and all(o is None or type(o) is Tensor for o in others))
 
 
 def _backward_direct(dout):
@@ -420,7 +424,7 @@ def adaln_row_gather(tables, index):
     hidden = tables[0].shape[-1]
     _tables(fn, named, hidden, tables[0].device)
     _index(fn, index, None, tables[0].device)
-    if _function_path(index):
+    if _function_path(index, *tables):
         return list(_GatherFn.apply(index, *tables))
     return _gather(list(tables), index)
 
@@ -541,7 +545,7 @@ def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
     int32/int64 into 0..R-1."""
     _check_norm_args("kjit.norm_modulate", [("x", x)], weight, shift, scale, None, index)
     eps = float(eps)
-    if not _function_path(x):
+    if not _function_path(x, weight, shift, scale, index):
         return _norm_modulate(x, weight, shift, scale, index, eps)
     if _needs_graph(x, weight, shift, scale):
         return _NormModulateFn.apply(x, weight, shift, scale, index, eps)
@@ -629,7 +633,7 @@ def gated_residual(res, y, gate, index):
     n, h = _activations(fn, [("res", res), ("y", y)])
     _tables(fn, [("gate", gate)], h, res.device)
     _index(fn, index, n, res.device)
-    if not _function_path(res):
+    if not _function_path(res, y, gate, index):
         return _gated_residual(res, y, gate, index)
     if _needs_graph(res, y, gate):
         return _GatedResidualFn.apply(res, y, gate, index)
@@ -742,7 +746,7 @@ def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=
     fn = "kjit.gated_residual_norm_modulate"
     _check_norm_args(fn, [("res", res), ("y", y)], weight, shift, scale, gate, index)
     eps = float(eps)
-    if not _function_path(res):
+    if not _function_path(res, y, gate, weight, shift, scale, index):
         return _fused(res, y, gate, weight, shift, scale, index, eps)
     if _needs_graph(res, y, gate, weight, shift, scale):
         return _FusedFn.apply(res, y, gate, weight, shift, scale, index, eps)
