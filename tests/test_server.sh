@@ -140,6 +140,28 @@ mkdir -m 700 "$T/x"; touch "$T/x/kjit.sock"
 out=$("$KJIT" serve --socket "$T/x/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "not a socket" || fail "serve over a regular file: $rc $out"
 [ -f "$T/x/kjit.sock" ] || fail "the regular file was removed"
+# A directory that exists keeps its mode (the server never chmods what it
+# did not create); one writable by others without the sticky bit is refused.
+mkdir -m 755 "$T/d755"
+"$KJIT" serve --socket "$T/d755/kjit.sock" --cache-dir "$T/cache" 2>"$T/s4.log" & P4=$!; pids+=($P4)
+wait_sock "$T/d755/kjit.sock" || fail "serve in an existing 0755 directory: $(cat "$T/s4.log")"
+[ "$(stat -c %a "$T/d755")" = 755 ] || fail "the server changed an existing directory to $(stat -c %a "$T/d755")"
+[ "$(stat -c %a "$T/d755/kjit.sock")" = 600 ] || fail "socket mode in an existing directory"
+kill -TERM $P4; wait $P4
+mkdir -m 777 "$T/d777"; chmod 777 "$T/d777"
+out=$(timeout 20 "$KJIT" serve --socket "$T/d777/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "writable by others" || fail "serve in a world-writable directory: $rc $out"
+[ "$(stat -c %a "$T/d777")" = 777 ] || fail "the refused server changed the directory's mode"
+chmod 1777 "$T/d777"
+"$KJIT" serve --socket "$T/d777/kjit.sock" --cache-dir "$T/cache" 2>"$T/s5.log" & P5=$!; pids+=($P5)
+wait_sock "$T/d777/kjit.sock" || fail "serve in a sticky world-writable directory: $(cat "$T/s5.log")"
+[ "$(stat -c %a "$T/d777")" = 1777 ] || fail "the server changed a sticky directory to $(stat -c %a "$T/d777")"
+kill -TERM $P5; wait $P5
+mkdir -m 700 "$T/d700"
+out=$(timeout 20 "$KJIT" serve --socket "$T/d700/kjit.sock" --allow-uid 4242 --cache-dir "$T/cache" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "o+x" || fail "shared serve in an existing 0700 directory: $rc $out"
+[ "$(stat -c %a "$T/d700")" = 700 ] || fail "the refused shared server changed the directory's mode"
+
 # A socket directory that belongs to someone else is refused (root can make one).
 if [ "$(id -u)" = 0 ]; then
   mkdir -m 700 "$T/theirs"; chown 65534 "$T/theirs"

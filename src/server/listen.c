@@ -29,10 +29,15 @@
  * decides. Without them the file system already keeps everyone else out. */
 static int shared(const kjit_server *s) { return s->cfg.n_allow_uid || s->cfg.n_allow_gid; }
 
+/* A directory the server creates gets exactly 0700 (0711 when shared). One
+ * that exists keeps its mode (it may be /tmp or a home directory): it must
+ * be the server's user's, not writable by others unless sticky (nobody else
+ * can then replace the socket), and searchable by others when shared. */
 static int prepare_dir(const kjit_server *s, const char *dir)
 {
-    mode_t mode = shared(s) ? 0711 : 0700;
-    if (mkdir(dir, mode) && errno != EEXIST)
+    const mode_t mode = shared(s) ? 0711 : 0700;
+    const int created = mkdir(dir, mode) == 0;
+    if (!created && errno != EEXIST)
         return kjit__fail(KJIT_EIO, "cannot create socket directory %s: %s", dir, strerror(errno));
     struct stat st;
     if (lstat(dir, &st)) return kjit__fail(KJIT_EIO, "socket directory %s: %s", dir, strerror(errno));
@@ -40,9 +45,21 @@ static int prepare_dir(const kjit_server *s, const char *dir)
     if (st.st_uid != geteuid())
         return kjit__fail(KJIT_EPERM, "socket directory %s belongs to uid %u, not to this user (uid %u): "
                                       "refusing to serve from it", dir, (unsigned)st.st_uid, (unsigned)geteuid());
-    if ((st.st_mode & 0777) != mode && chmod(dir, mode))
-        return kjit__fail(KJIT_EPERM, "cannot set socket directory %s to mode %o: %s", dir, (unsigned)mode,
-                          strerror(errno));
+    if (created) {
+        /* mkdir's mode went through the umask. */
+        if ((st.st_mode & 0777) != mode && chmod(dir, mode))
+            return kjit__fail(KJIT_EPERM, "cannot set socket directory %s to mode %o: %s", dir, (unsigned)mode,
+                              strerror(errno));
+        return KJIT_OK;
+    }
+    if ((st.st_mode & 0022) && !(st.st_mode & S_ISVTX))
+        return kjit__fail(KJIT_EPERM, "socket directory %s is writable by others (mode %o) without the sticky bit: "
+                                      "another user could replace the socket; fix: chmod go-w %s",
+                          dir, (unsigned)(st.st_mode & 07777), dir);
+    if (shared(s) && !(st.st_mode & 0001))
+        return kjit__fail(KJIT_EPERM, "socket directory %s (mode %o) does not let the allowed users reach the "
+                                      "socket; fix: chmod o+x %s, or name a socket in a directory kjit creates",
+                          dir, (unsigned)(st.st_mode & 07777), dir);
     return KJIT_OK;
 }
 
