@@ -24,6 +24,32 @@ int main(void)
     CHECK_STATUS(kjit__arch_parse("banana", &sm), KJIT_EINVAL);
     CHECK_STATUS(kjit__arch_parse("", &sm), KJIT_EINVAL);
 
+    /* KJIT_LINEINFO=1 adds -lineinfo to the options (so to the cache key),
+     * and a cubin with source lines still compiles; 0 or unset: not. */
+    {
+        char buf[64];
+        const char *opts[KJIT_MAX_OPTIONS];
+        unsetenv("KJIT_LINEINFO");
+        int n0 = kjit__jit_options(90, buf, opts), has = 0;
+        for (int i = 0; i < n0; ++i) has |= strcmp(opts[i], "-lineinfo") == 0;
+        CHECK(!has);
+        setenv("KJIT_LINEINFO", "0", 1);
+        CHECK_EQ_INT(kjit__jit_options(90, buf, opts), n0);
+        setenv("KJIT_LINEINFO", "1", 1);
+        int n1 = kjit__jit_options(90, buf, opts);
+        CHECK_EQ_INT(n1, n0 + 1);
+        CHECK(n1 > 0 && strcmp(opts[n1 - 1], "-lineinfo") == 0);
+        char *lowered = NULL;
+        void *cubin = NULL;
+        size_t len = 0;
+        CHECK_STATUS(kjit__jit_compile("timestep_sinusoid.cuh", "kjit_sinusoid<float>", 90, &lowered, &cubin, &len),
+                     KJIT_OK);
+        CHECK(len > 4 && cubin && memcmp(cubin, "\177ELF", 4) == 0);
+        free(lowered);
+        free(cubin);
+        unsetenv("KJIT_LINEINFO");
+    }
+
     /* Every registered op's kernels, for two hidden sizes and every dtype, both archs. */
     const int archs[] = {90, 100};
     const kjit_dtype dts[] = {KJIT_BF16, KJIT_F32, KJIT_F16};
