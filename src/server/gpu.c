@@ -10,10 +10,13 @@
  *
  * After an item the lane polls for the next one for LANE_SPIN_US before it
  * sleeps: a client that sends its next run right after a reply finds the
- * lane awake, without a futex wake-up (tens of us) on its path. */
+ * lane awake, without a futex wake-up (tens of us) on its path. On a host
+ * with fewer than 4 CPUs it does not poll: there the loop thread that
+ * queues the next run would compete with it. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/ctx.h"
 #include "core/error.h"
@@ -27,6 +30,7 @@ struct kjit_gpu {
     kjit_gpu_item *head, *tail;           /* queued for the lane */
     kjit_gpu_item *done_head, *done_tail; /* back to the loop */
     unsigned queued;                      /* items ever submitted (atomic) */
+    int spin_us;                          /* LANE_SPIN_US, or 0 on small hosts */
     int stop;                             /* written under mu, read atomically */
     uv_async_t async;
     int async_open;
@@ -53,7 +57,8 @@ static double mono_us(void)
  * told to stop, or LANE_SPIN_US pass. */
 static void spin(kjit_gpu *g, unsigned seen)
 {
-    const double end = mono_us() + LANE_SPIN_US;
+    if (g->spin_us <= 0) return;
+    const double end = mono_us() + g->spin_us;
     while (__atomic_load_n(&g->queued, __ATOMIC_ACQUIRE) == seen && !__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE))
         if (mono_us() > end) return;
 }
@@ -107,6 +112,7 @@ int kjit__gpu_start(kjit_server *s)
     kjit_gpu *g = calloc(1, sizeof *g);
     if (!g) return kjit__fail(KJIT_ENOMEM, "out of memory for the GPU lane");
     g->srv = s;
+    g->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? LANE_SPIN_US : 0;
     int pushed, rc = kjit__ctx_enter(s->ctx, &pushed);
     if (rc) {
         free(g);
