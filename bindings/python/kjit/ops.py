@@ -241,6 +241,18 @@ def _workspace(nbytes, device):
 _adaln_workspace = functools.lru_cache(maxsize=512)(core.adaln_workspace)
 
 
+def _adaln_bwd_launch(op, a, t, n, h, rows):
+    """Launches kjit_<op>_bwd with argument block a on t's device and stream,
+    with a workspace from torch's allocator (alive until the call returns)."""
+    ws, ws_arg = _workspace(_adaln_workspace(op, n, h, rows), t.device)
+    ctx, stream = _launch_on(t)
+    ctx._run(_BWD_FN[op], ctypes.byref(a), *ws_arg, stream)
+
+
+_BWD_FN = {op: f"kjit_{op}_bwd" for op in ("norm_modulate", "gated_residual",
+                                             "gated_residual_norm_modulate")}
+
+
 def _row_major(g):
     """Incoming gradients can be expanded or transposed (e.g. out.sum()'s)."""
     ok = (g.shape[1] <= 1 or g.stride(1) == 1) and (g.shape[0] <= 1 or g.stride(0) >= g.shape[1])
@@ -478,8 +490,6 @@ def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], s
     dweight = _param_grad(weight, n, h) if need_dweight else _placeholder(scale)
     dshift, dscale = _param_grad(scale, n, rows, h), _param_grad(scale, n, rows, h)
     if n:
-        nbytes = _adaln_workspace("norm_modulate", n, h, rows)
-        ws = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
         a = _adaln_args(x, index, scale, eps)
         a.x, a.x_stride = _rows(x)
         a.weight = None if weight is None else weight.data_ptr()
@@ -489,8 +499,7 @@ def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], s
         a.dweight = dweight.data_ptr() if need_dweight else None
         a.dshift, a.dshift_stride = _rows(dshift)
         a.dscale, a.dscale_stride = _rows(dscale)
-        ctx, stream = _launch_on(x)
-        ctx._run("kjit_norm_modulate_bwd", ctypes.byref(a), ws.data_ptr(), nbytes, stream)
+        _adaln_bwd_launch("norm_modulate", a, x, n, h, rows)
     return dx, dweight, dshift, dscale
 
 
@@ -582,8 +591,6 @@ def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tenso
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
     dgate = _param_grad(gate, n, gate.shape[0], h)
     if n:
-        nbytes = _adaln_workspace("gated_residual", n, h, gate.shape[0])
-        ws = torch.empty(nbytes, dtype=torch.uint8, device=y.device)
         # dres is dout itself: dx stays NULL and no copy is made.
         a = _adaln_args(y, index, gate)
         a.y, a.y_stride = _rows(y)
@@ -591,8 +598,7 @@ def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tenso
         a.dout, a.dout_stride = _rows(dout)
         a.dy, a.dy_stride = _rows(dy)
         a.dgate, a.dgate_stride = _rows(dgate)
-        ctx, stream = _launch_on(y)
-        ctx._run("kjit_gated_residual_bwd", ctypes.byref(a), ws.data_ptr(), nbytes, stream)
+        _adaln_bwd_launch("gated_residual", a, y, n, h, gate.shape[0])
     return dy, dgate
 
 
@@ -680,8 +686,6 @@ def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, ga
     dgate, dshift, dscale = (_param_grad(scale, n, rows, hidden) for _ in range(3))
     dweight = _param_grad(weight, n, hidden) if need_dweight else _placeholder(scale)
     if n:
-        nbytes = _adaln_workspace("gated_residual_norm_modulate", n, hidden, rows)
-        ws = torch.empty(nbytes, dtype=torch.uint8, device=h.device)
         a = _adaln_args(h, index, scale, eps)
         a.x, a.x_stride = _rows(h)
         a.y, a.y_stride = _rows(y)
@@ -697,9 +701,7 @@ def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, ga
         a.dweight = dweight.data_ptr() if need_dweight else None
         a.dshift, a.dshift_stride = _rows(dshift)
         a.dscale, a.dscale_stride = _rows(dscale)
-        ctx, stream = _launch_on(h)
-        ctx._run("kjit_gated_residual_norm_modulate_bwd", ctypes.byref(a), ws.data_ptr(), nbytes,
-                 stream)
+        _adaln_bwd_launch("gated_residual_norm_modulate", a, h, n, hidden, rows)
     return dres, dy, dgate, dweight, dshift, dscale
 
 
