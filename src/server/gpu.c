@@ -46,7 +46,7 @@ static void push(kjit_gpu_item **head, kjit_gpu_item **tail, kjit_gpu_item *it)
 
 enum { LANE_SPIN_US = 250 };
 
-static double mono_us(void)
+double kjit__now_us(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -58,9 +58,9 @@ static double mono_us(void)
 static void spin(kjit_gpu *g, unsigned seen)
 {
     if (g->spin_us <= 0) return;
-    const double end = mono_us() + g->spin_us;
+    const double end = kjit__now_us() + g->spin_us;
     while (__atomic_load_n(&g->queued, __ATOMIC_ACQUIRE) == seen && !__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE))
-        if (mono_us() > end) return;
+        if (kjit__now_us() > end) return;
 }
 
 static void *lane(void *arg)

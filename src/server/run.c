@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/error.h"
 #include "server/server_internal.h"
@@ -31,12 +30,6 @@ typedef struct run_job {
     uint8_t payload[];  /* the request's handles */
 } run_job;
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
 
 /* kjit__fail with a prefix in front of the thread's current message. */
 static int fail_in(int status, const char *what, int handle)
@@ -82,12 +75,12 @@ static int execute(run_job *j)
          * view of another process's event is not trusted for ordering. */
         KJIT_CU_TRY(kjit__cu(), StreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent on the client's event");
     }
-    const double t1 = now_us();
+    const double t1 = kjit__now_us();
     int flag = 0, rc = kjit__run_call(s->ctx, r, ptr, stream);
-    const double t2 = now_us();
+    const double t2 = kjit__now_us();
     /* Waits for the op: the reply means done on the device. */
     if (!rc) rc = kjit_ctx_index_error(s->ctx, stream, &flag);
-    j->us_prep = t1 - j->t0, j->us_call = t2 - t1, j->us_wait = now_us() - t2;
+    j->us_prep = t1 - j->t0, j->us_call = t2 - t1, j->us_wait = kjit__now_us() - t2;
     if (!rc && flag)
         rc = kjit__fail(KJIT_EINDEX, "%s: an index was outside [0, %lld): its rows were skipped, the others written",
                         kjit__run_op_name(r->op), (long long)r->rows);
@@ -97,10 +90,10 @@ static int execute(run_job *j)
 static void work_cb(kjit_gpu_item *it)
 {
     run_job *j = (run_job *)it;
-    j->t0 = now_us();
+    j->t0 = kjit__now_us();
     j->us_queue = j->t0 - j->t_queued;
     j->status = execute(j);
-    j->us = now_us() - j->t0;
+    j->us = kjit__now_us() - j->t0;
     if (j->status) snprintf(j->message, sizeof j->message, "%s: %s", kjit_status_name(j->status), kjit_last_error());
     kjit__jobs_snapshot(j->srv); /* a first run may have compiled */
 }
@@ -154,6 +147,6 @@ void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const u
     j->req = *r;
     memcpy(j->payload, payload, plen);
     s->jobs++;
-    j->t_queued = now_us();
+    j->t_queued = kjit__now_us();
     kjit__gpu_submit(s, &j->item);
 }

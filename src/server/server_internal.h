@@ -147,6 +147,8 @@ void kjit__kernel_request(kjit_conn *c, uint64_t id, const kjit_kernel_spec *spe
 int kjit__gpu_start(kjit_server *s);
 void kjit__gpu_submit(kjit_server *s, kjit_gpu_item *it);
 CUstream kjit__gpu_stream(const kjit_server *s);
+/* CLOCK_MONOTONIC in microseconds (the lane's polling, run timings). */
+double kjit__now_us(void);
 /* Closes the lane's loop handle (once no item with done() is left). */
 void kjit__gpu_close(kjit_server *s);
 /* After the loop: runs what is queued, ends the thread, frees the lane. */
