@@ -30,7 +30,6 @@ typedef struct run_job {
     uint8_t payload[];  /* the request's handles */
 } run_job;
 
-
 /* kjit__fail with a prefix in front of the thread's current message. */
 static int fail_in(int status, const char *what, int handle)
 {
