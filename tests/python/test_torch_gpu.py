@@ -218,9 +218,10 @@ class EagerPaths(unittest.TestCase):
                 ch = m["table"].chunk(6, 1)
                 outs = case(m, ch, kjit)
                 out = outs[-1] if isinstance(outs, list) else outs
-                # The gradient that kjit's backward computes: the gather's
-                # is the table's, the others' the row input's.
-                leaf = m["table"] if name == "adaln_row_gather" else m["x"]
+                # A gradient that kjit's backward computes: the gather's is
+                # the table's, gated_residual's is dy (its dres is dout
+                # itself, which autograd differentiates), the norms' is dx.
+                leaf = {"adaln_row_gather": m["table"], "gated_residual": m["y"]}.get(name, m["x"])
                 with self.assertRaises(RuntimeError, msg=f"{mode} {name}"):
                     g = torch.autograd.grad((out.float() * m["x"].float()).sum(), [leaf],
                                             create_graph=True)[0]
