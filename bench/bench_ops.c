@@ -10,7 +10,14 @@
  * the (small) tables, weight and index counted too; floor = bytes / 4.25 TB/s.
  * bench/peers_ops.py measures the same computations in PyTorch and prints the
  * same table. Exits 77 without a GPU (after printing the workspace sizes,
- * which need none). */
+ * which need none).
+ *
+ *   bench_ops [--ops LIST] [--rows LIST] [--sweep]
+ * --ops: op names (default all four), --rows: row counts (default 4097,32768);
+ * --sweep: for norm_modulate, gated_residual and the fused op, also time every
+ * forward and every backward candidate of the tuning space with this
+ * benchmark's method (forward alone; forward + backward with the default
+ * forward), so the tuner's choice can be checked against it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +27,8 @@
 #include "gpu_util.h"
 #include "kjit.h"
 #include "ref.h"
+#include "tune/config.h"
+#include "tune/tune.h"
 
 #define HID 5376
 #define TROWS 9
@@ -249,8 +258,70 @@ static void print_workspaces(void)
     printf("\n");
 }
 
-int main(void)
+/* Every candidate of op's tuning space at n rows, timed like the table. */
+static void sweep(int op, int64_t n, const bset *sets, int nsets)
 {
+    kjit_adaln_config c[KJIT_TUNE_MAX_FWD > KJIT_TUNE_MAX_BWD ? KJIT_TUNE_MAX_FWD : KJIT_TUNE_MAX_BWD];
+    for (int bwd = 0; bwd < 2; ++bwd) {
+        const int k = bwd ? kjit__adaln_space_bwd(op, HID, KJIT_BF16, KJIT_DEFAULT_SMEM, c)
+                          : kjit__adaln_space_fwd(op, HID, KJIT_BF16, c);
+        for (int i = 0; i < k; ++i) {
+            KJ_CHECK(kjit__tune_force(ctx, op_names[op], HID, KJIT_BF16, &c[i]));
+            const double us = time_op(op, bwd, n, sets, nsets);
+            printf("sweep %-28s %6lld %s rpc %d pf %d grid %d bwd_pf %d accs %d: %8.1f us%s\n", op_names[op],
+                   (long long)n, bwd ? "fwd+bwd" : "fwd    ", c[i].rpc, c[i].pf, c[i].grid_per_sm, c[i].bwd_pf,
+                   c[i].accs, us, i == 0 ? " (default)" : "");
+        }
+    }
+    fflush(stdout);
+    KJ_CHECK(kjit__tune_force(ctx, op_names[op], HID, KJIT_BF16, NULL));
+}
+
+/* Comma-separated names or numbers into a mask (ops) or a list (rows). */
+static int parse_ops(const char *arg)
+{
+    int mask = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        int k = 0;
+        while (k < NOPS && strcmp(t, op_names[k]) != 0) ++k;
+        if (k == NOPS) {
+            fprintf(stderr, "bench_ops: unknown op '%s'\n", t);
+            exit(2);
+        }
+        mask |= 1 << k;
+    }
+    return mask;
+}
+
+int main(int argc, char **argv)
+{
+    int op_mask = (1 << NOPS) - 1, do_sweep = 0, n_rows = 2;
+    int64_t rows[8] = {4097, 32768};
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
+            op_mask = parse_ops(argv[++i]);
+        } else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
+            n_rows = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            for (char *t = strtok(buf, ","); t && n_rows < 8; t = strtok(NULL, ",")) {
+                rows[n_rows] = strtoll(t, NULL, 10);
+                if (rows[n_rows] < 1 || rows[n_rows] > 65536) {
+                    fprintf(stderr, "bench_ops: --rows: %s is not in 1..65536\n", t);
+                    return 2;
+                }
+                ++n_rows;
+            }
+        } else if (!strcmp(argv[i], "--sweep")) {
+            do_sweep = 1;
+        } else {
+            fprintf(stderr, "usage: bench_ops [--ops LIST] [--rows LIST] [--sweep]\n"
+                            "  ops: adaln_row_gather,norm_modulate,gated_residual,gated_residual_norm_modulate\n");
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
+    }
     _Static_assert((int)OP_NM == (int)KJIT_NORM_MODULATE && (int)OP_GR == (int)KJIT_GATED_RESIDUAL &&
                    (int)OP_FUSED == (int)KJIT_GATED_RESIDUAL_NORM_MODULATE, "op numbering");
     print_workspaces();
@@ -292,26 +363,28 @@ int main(void)
         gpu_upload(weight, h, HID * 2);
         free(h);
     }
-    const int64_t rows[2] = {4097, 32768};
+    int64_t n_max = 0;
+    for (int i = 0; i < n_rows; ++i) n_max = rows[i] > n_max ? rows[i] : n_max;
     {
-        int32_t *ix = malloc(sizeof(int32_t) * (size_t)rows[1]);
-        for (int64_t i = 0; i < rows[1]; ++i) ix[i] = (int32_t)ref_rng_below(&g, TROWS);
-        didx = gpu_alloc(sizeof(int32_t) * (size_t)rows[1]);
-        gpu_upload(didx, ix, sizeof(int32_t) * (size_t)rows[1]);
+        int32_t *ix = malloc(sizeof(int32_t) * (size_t)n_max);
+        for (int64_t i = 0; i < n_max; ++i) ix[i] = (int32_t)ref_rng_below(&g, TROWS);
+        didx = gpu_alloc(sizeof(int32_t) * (size_t)n_max);
+        gpu_upload(didx, ix, sizeof(int32_t) * (size_t)n_max);
         free(ix);
     }
     for (int op = 0; op < NOPS; ++op) {
-        size_t b = op_workspace(op, rows[1], TROWS);
+        size_t b = op_workspace(op, n_max, TROWS);
         if (b > ws_bytes) ws_bytes = b;
     }
     ws = gpu_alloc(ws_bytes);
 
-    double t_fwd[NOPS][2], t_fb[NOPS][2];
+    double t_fwd[NOPS][8], t_fb[NOPS][8];
     printf("%-54s %6s %10s %10s %10s %10s %9s %9s %7s %7s %12s %8s\n", "op", "rows", "fwd_us", "fwd_bwd_us", "fwd_MB",
            "bwd_MB", "fwd_floor", "fb_floor", "fwd_frac", "fb_frac", "bwd_ws_bytes", "rot_MB");
     uint64_t seed = 1;
-    for (int ni = 0; ni < 2; ++ni)
+    for (int ni = 0; ni < n_rows; ++ni)
         for (int op = 0; op < NOPS; ++op) {
+            if (!(op_mask & (1 << op))) continue;
             const int64_t n = rows[ni];
             bset sets[16];
             size_t set_bytes = set_alloc(op, n, &sets[0], &seed);
@@ -329,10 +402,12 @@ int main(void)
                    (long long)n, t_fwd[op][ni], t_fb[op][ni], bf / 1e6, bb / 1e6, ff, fb, ff / t_fwd[op][ni],
                    fb / t_fb[op][ni], op_workspace(op, n, TROWS), (double)set_bytes * nsets / 1e6);
             fflush(stdout);
+            if (do_sweep && op != OP_GATHER) sweep(op, n, sets, nsets);
             for (int s = 0; s < nsets; ++s) set_free(&sets[s]);
         }
     printf("\n");
-    for (int ni = 0; ni < 2; ++ni) {
+    const int pair = (1 << OP_NM) | (1 << OP_GR) | (1 << OP_FUSED);
+    for (int ni = 0; ni < n_rows && (op_mask & pair) == pair; ++ni) {
         const double uf = t_fwd[OP_GR][ni] + t_fwd[OP_NM][ni], ub = t_fb[OP_GR][ni] + t_fb[OP_NM][ni];
         printf("fused vs gated_residual+norm_modulate, rows %lld: fwd %.2fx (%.1f + %.1f = %.1f us vs %.1f us), "
                "fwd+bwd %.2fx (%.1f + %.1f = %.1f us vs %.1f us; the unfused backward also needs dh + dx, not "
