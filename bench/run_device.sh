@@ -7,7 +7,8 @@
 #   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
 # Stages (default: tests bench): tests, bench, python, conformance, tune,
 # sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
-# under compute-sanitizer).
+# under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
+# profile (ncu: each backward kernel's time and DRAM bytes).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -57,6 +58,21 @@ for s in $stages; do
     summary+=("tune rc=${PIPESTATUS[0]}")
     section "tune --show"; $B/kjit tune --show 2>&1 | tee -a "$LOG"
     section "bench_ops, tuned"; $B/bench/bench_ops 2>&1 | tee -a "$LOG" ;;
+  sweep)
+    # Every tuning candidate of the norm ops, timed by the benchmark itself.
+    section "bench_ops --sweep"; $B/bench/bench_ops --ops ${KJIT_SWEEP_OPS:-norm_modulate,gated_residual_norm_modulate} \
+      --rows ${KJIT_SWEEP_ROWS:-4097,32768} --sweep 2>&1 | tee -a "$LOG" | grep -v "^#" ;;
+  profile)
+    # Per-kernel device time of each op's backward (ncu, clocks left alone).
+    for op in ${KJIT_PROFILE_OPS:-norm_modulate gated_residual_norm_modulate}; do
+      for n in ${KJIT_PROFILE_ROWS:-4097 32768}; do
+        section "ncu $op $n"
+        timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes.sum,launch__registers_per_thread \
+          -k regex:'kjit_(part|adaln|colsum)' --launch-skip 300 --launch-count 14 \
+          $B/bench/bench_ops --ops $op --rows $n >>"$LOG" 2>&1
+        grep -E "^  kjit_|gpu__time|dram__bytes" "$LOG" | tail -n 42 | sed -E 's/\(kjit_[a-z_]+_params\).*//; s/ +/ /g' 
+      done
+    done ;;
   sanitize)
     # The ragged fast path (hidden 1000 bf16, 2000 fp32) under compute-sanitizer's memcheck.
     section "compute-sanitizer test_adaln (KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000})"
