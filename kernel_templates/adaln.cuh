@@ -100,8 +100,8 @@
 //   this chunk ("tail"), slot 0 when it started earlier ("head"). dw (MODE 1,
 //   3, when p.partial_w != NULL): partial_w[c*h + col] = sum over the chunk's
 //   segment parts, in order, of (1 + scale[r]) * sum dout*xhat (written by
-//   every chunk that holds rows). kjit_part_finish / kjit_colsum_finish add
-//   the partials in chunk order. Rows with an out-of-range index are not in
+//   every chunk that holds rows). kjit_part_finish adds the partials in chunk
+//   order. Rows with an out-of-range index are not in
 //   perm (kjit_part_count leaves them out and raises *err), so the backward
 //   neither reads through nor writes for them.
 //   rstd is recomputed exactly as the forward computes it; p.rstd is not read.
@@ -1110,6 +1110,7 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
 __global__ void __launch_bounds__(TPR *RPC) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
 {
+    kjit::grid_dep_sync();
     static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");
     static_assert(sizeof(TA) == 2 || sizeof(TA) == 4, "TA: kjit::f32, kjit::bf16 or kjit::f16");
     static_assert(sizeof(TP) == 2 || sizeof(TP) == 4, "TP: kjit::f32 or kjit::bf16");
@@ -1128,6 +1129,7 @@ __global__ void __launch_bounds__(TPR *RPC) kjit_adaln_fwd(const __grid_constant
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>
 __global__ void __launch_bounds__(TPR, TPR <= 512 ? 2 : 1) kjit_adaln_bwd(const __grid_constant__ kjit_adaln_bwd_params p)
 {
+    kjit::grid_dep_sync();
     static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");
     static_assert(sizeof(TA) == 2 || sizeof(TA) == 4, "TA: kjit::f32, kjit::bf16 or kjit::f16");
     static_assert(sizeof(TP) == 2 || sizeof(TP) == 4, "TP: kjit::f32 or kjit::bf16");

@@ -105,6 +105,7 @@ template <class T> struct gcell<T, false> {
 template <class TP, class TI, bool VEC>
 __global__ void kjit_gather_fwd(const __grid_constant__ kjit_gather_fwd_params p)
 {
+    kjit::grid_dep_sync();
     static_assert(kjit::same_type<TI, int>::value || kjit::same_type<TI, long long>::value, "index is int or long long");
     typedef kjit::gcell<TP, VEC> C;
     const int U = KJIT_GATHER_FWD_UNROLL;
@@ -150,6 +151,7 @@ __global__ void kjit_gather_fwd(const __grid_constant__ kjit_gather_fwd_params p
 template <class TP, class TI, bool VEC>
 __global__ void kjit_gather_bwd(const __grid_constant__ kjit_gather_bwd_params p)
 {
+    kjit::grid_dep_sync();
     static_assert(kjit::same_type<TI, int>::value || kjit::same_type<TI, long long>::value, "index is int or long long");
     typedef kjit::gcell<TP, VEC> C;
     const int U = KJIT_GATHER_BWD_UNROLL;

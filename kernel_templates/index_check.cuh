@@ -6,6 +6,7 @@
 //   report->pos = the smallest row whose index is outside [0, r) (integer
 //   atomicMin: exact); report->pos must be ~0 before the launch. The host
 //   reads the bad value itself from index[pos].
+#include "common/kjit_types.cuh"
 #include "common/kjit_params.h"
 
 typedef struct kjit_index_report_dev {
@@ -18,6 +19,7 @@ typedef struct kjit_index_report_dev {
 template <class TI>
 __global__ void kjit_index_check(const __grid_constant__ kjit_index_check_params p)
 {
+    kjit::grid_dep_sync();
     kjit_index_report_dev *rep = (kjit_index_report_dev *)p.report;
     const TI *ix = (const TI *)p.index;
     for (long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x; n < p.n;

@@ -10,7 +10,7 @@
 //   tile   = ((N + cap - 1) / cap + 31) / 32 * 32;  if (tile < 256) tile = 256;
 //   tiles  = (N + tile - 1) / tile                  (tiles * R <= 4194304)
 //   target = 28 MiB / ((2 * NG + (dw ? 1 : 0)) * H * 4), clamped to 16..256
-//   chunk  = (N + target - 1) / target;  if (chunk < 32) chunk = 32;
+//   chunk  = (N + target - 1) / target;  if (chunk < 16) chunk = 16;
 //   chunks = (N + chunk - 1) / chunk                (<= 256)
 //   (the host computes these: src/ops/partition.c; kernels read part.chunk)
 //   sblk   = (tiles * R + 4095) / 4096              (scan blocks)
@@ -79,16 +79,17 @@
 //
 // Finishers (launch after the backward kernel, same stream):
 //   kjit_part_finish<TP>     TP = kjit::bf16 | kjit::f16 | kjit::f32
-//       kjit_finish_params; grid (X, Y, ng), block B (multiple of 32, <= 1024),
-//       smem 0. X, Y >= 1 and B are launch-only (columns and work items are
-//       grid-strided; a block takes rows y, y + Y, ...). Suggested B = 256,
-//       X = ceil(h / 256), Y = min(R, 32).
-//       For each row whose segment crosses chunks (c0 = start[r] / chunk !=
-//       c1 = (start[r+1] - 1) / chunk): tail(c0) + head(c0+1) + ... +
-//       head(c1), rounded once; for each empty row: 0; other rows untouched.
-//   kjit_colsum_finish<TP>   out[col] = partial_w[0][col] + ... in chunk order
-//       over the chunks that hold rows (c < ceil(start[R] / chunk)); 0 if none.
-//       kjit_colsum_params; grid ceil(h / B), block B, smem 0; B launch-only.
+//       kjit_finish_params; grid (X, Y, ng + (partial_w ? 1 : 0)), block B
+//       (multiple of 32, <= 1024), smem 0. X, Y >= 1 and B are launch-only
+//       (columns and work items are grid-strided; a block takes rows y, y + Y,
+//       ...). Suggested B = 256, X = ceil(h / 256), Y = min(R, 32).
+//       z < ng: for each row whose segment crosses chunks (c0 = start[r] /
+//       chunk != c1 = (start[r+1] - 1) / chunk): tail(c0) + head(c0+1) + ...
+//       + head(c1), rounded once; for each empty row: 0; other rows untouched.
+//       z == ng (column sums, e.g. dw): dw[col] = partial_w[0][col] + ... in
+//       chunk order over the chunks that hold rows (c < ceil(start[R] /
+//       chunk)); 0 if none. The X * Y blocks of that plane take 32 columns
+//       each (one warp), so the serial sums spread over many SMs.
 #pragma once
 
 #include "common/kjit_types.cuh"
@@ -234,6 +235,7 @@ __device__ __forceinline__ bool seg_next(const kjit_partition &pt, seg &s)
 template <class TI>
 __global__ void kjit_part_count(const __grid_constant__ kjit_part_build_params p)
 {
+    kjit::grid_dep_sync();
     static_assert(kjit::same_type<TI, int>::value || kjit::same_type<TI, long long>::value, "index is int or long long");
     extern __shared__ int kjit_part_smem[];
     const kjit_partition &pt = p.part;
@@ -295,6 +297,7 @@ __device__ __forceinline__ int warp_incl_scan(int x)
 template <int B>
 __global__ void __launch_bounds__(B) kjit_part_scan(const __grid_constant__ kjit_part_build_params p)
 {
+    kjit::grid_dep_sync();
     static_assert(B == 128 || B == 256 || B == 512 || B == 1024, "block is 128, 256, 512 or 1024");
     const int SPAN = KJIT_PART_SCAN_SPAN, ITEMS = SPAN / B, WARPS = B / 32;
     __shared__ int buf[SPAN + SPAN / 32]; // padded: element i at i + i / 32
@@ -387,6 +390,7 @@ __global__ void __launch_bounds__(B) kjit_part_scan(const __grid_constant__ kjit
 template <class TI>
 __global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params p)
 {
+    kjit::grid_dep_sync();
     static_assert(kjit::same_type<TI, int>::value || kjit::same_type<TI, long long>::value, "index is int or long long");
     extern __shared__ int kjit_part_smem[];
     const kjit_partition &pt = p.part;
@@ -430,20 +434,58 @@ __global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params
     }
 }
 
+namespace kjit {
+// Sum over m >= 0 strided fp32 partials, strictly in order, with up to U
+// loads in flight per thread.
+__device__ __forceinline__ float sum_strided(const float *q, long long m, long long stride, float acc)
+{
+    const int U = 64;
+    for (; m >= U; m -= U, q += U * stride) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = ldg_f32(q + u * stride);
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc += v[u];
+    }
+    if (m > 0) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = u < m ? ldg_f32(q + u * stride) : 0.f;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (u < m) acc += v[u];
+    }
+    return acc;
+}
+} // namespace kjit
+
 template <class TP>
 __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
 {
+    kjit::grid_dep_sync();
     __shared__ int list_r[1024], list_c0[1024], list_m[1024];
     __shared__ int n_list;
     const int g = blockIdx.z;
-    if (g >= p.ng) return;
     const kjit_partition &pt = p.part;
     const long long chunk = pt.chunk;
+    if (g == p.ng) {
+        // Column sums: one warp per block, blocks over the (x, y) plane.
+        if (p.partial_w == 0 || threadIdx.x >= 32) return;
+        const long long total = kjit::ldg_i32(pt.start + pt.r);
+        const long long m = (total + chunk - 1) / chunk; // chunks holding rows
+        const int blk = blockIdx.y * gridDim.x + blockIdx.x, nblk = gridDim.x * gridDim.y;
+        for (long long col = (long long)blk * 32 + threadIdx.x; col < p.h; col += (long long)nblk * 32) {
+            const float *q = p.partial_w + col;
+            const float acc = m > 0 ? kjit::sum_strided(q + p.h, m - 1, p.h, kjit::ldg_f32(q)) : 0.f;
+            kjit::st_f32((TP *)p.dw + col, acc);
+        }
+        return;
+    }
+    if (g > p.ng) return;
     const long long cstride = 2ll * p.ng * p.h; // one chunk's partials
     TP *out = (TP *)p.out[g];
     const long long os = p.out_stride[g];
     const int col0 = blockIdx.x * blockDim.x + threadIdx.x, cstep = gridDim.x * blockDim.x;
-    const int U = 64; // loads in flight per thread: the adds stay in chunk order
     // This block owns rows r = blockIdx.y + i * gridDim.y. Its threads find
     // in parallel the rows needing work (crossing or empty); the list order
     // does not matter (one output row per entry).
@@ -471,59 +513,11 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
                 if (heads >= 0) {
                     acc = kjit::ldg_f32(p.partial + ((c0 * 2 + KJIT_SEG_TAIL) * p.ng + g) * (long long)p.h + col);
                     const float *q = p.partial + (((c0 + 1) * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h + col;
-                    int m = heads;
-                    for (; m >= U; m -= U, q += U * cstride) {
-                        float v[U];
-#pragma unroll
-                        for (int u = 0; u < U; ++u) v[u] = kjit::ldg_f32(q + u * cstride);
-#pragma unroll
-                        for (int u = 0; u < U; ++u) acc += v[u];
-                    }
-                    if (m > 0) {
-                        float v[U];
-#pragma unroll
-                        for (int u = 0; u < U; ++u) v[u] = u < m ? kjit::ldg_f32(q + u * cstride) : 0.f;
-#pragma unroll
-                        for (int u = 0; u < U; ++u)
-                            if (u < m) acc += v[u];
-                    }
+                    acc = kjit::sum_strided(q, heads, cstride, acc);
                 }
                 kjit::st_f32(out + rr * os + col, acc);
             }
         }
         __syncthreads();
     }
-}
-
-template <class TP>
-__global__ void kjit_colsum_finish(const __grid_constant__ kjit_colsum_params p)
-{
-    const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= p.h) return;
-    const long long total = kjit::ldg_i32(p.part.start + p.part.r);
-    long long m = (total + p.part.chunk - 1) / p.part.chunk; // chunks holding rows
-    float acc = 0.f;
-    const float *q = p.partial_w + col;
-    if (m > 0) {
-        acc = kjit::ldg_f32(q);
-        q += p.h;
-        --m;
-    }
-    const int U = 64; // loads in flight per thread: the adds stay in chunk order
-    for (; m >= U; m -= U, q += (long long)U * p.h) {
-        float v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = kjit::ldg_f32(q + (long long)u * p.h);
-#pragma unroll
-        for (int u = 0; u < U; ++u) acc += v[u];
-    }
-    if (m > 0) {
-        float v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = u < m ? kjit::ldg_f32(q + (long long)u * p.h) : 0.f;
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (u < m) acc += v[u];
-    }
-    kjit::st_f32((TP *)p.out + col, acc);
 }

@@ -14,6 +14,7 @@
 template <class T>
 __global__ void kjit_sinusoid(const __grid_constant__ kjit_sinusoid_params p)
 {
+    kjit::grid_dep_sync();
     const long long half = p.d / 2;
     const long long pairs = half > 0 ? half : 1;
     const long long total = p.n * pairs;

@@ -73,23 +73,19 @@ typedef struct kjit_part_build_params {
 } kjit_part_build_params;
 
 /* kjit_part_finish: completes the rows whose segment crosses chunks (and
- * zeroes empty rows) of NG = ng gradient outputs out[g] (r, h) row-strided. */
+ * zeroes empty rows) of NG = ng gradient outputs out[g] (r, h) row-strided;
+ * with partial_w, also dw[col] = sum over used chunks c of partial_w[c][col]
+ * (grid z = ng + 1). */
 typedef struct kjit_finish_params {
     void *out[KJIT_MAX_TABLES];
     long long out_stride[KJIT_MAX_TABLES];
-    const float *partial; /* [chunks][2][ng][h] fp32 */
+    const float *partial;   /* [chunks][2][ng][h] fp32 */
+    const float *partial_w; /* [chunks][h] fp32, or NULL */
+    void *dw;               /* [h], written when partial_w != NULL */
     kjit_partition part;
     int h;
     int ng;
 } kjit_finish_params;
-
-/* kjit_colsum_finish: out[col] = sum over used chunks c of partial_w[c][col]. */
-typedef struct kjit_colsum_params {
-    const float *partial_w; /* [chunks][h] fp32 */
-    void *out;              /* [h] */
-    kjit_partition part;
-    int h;
-} kjit_colsum_params;
 
 /* Synchronous index check (kernel_templates/index_check.cuh). */
 typedef struct kjit_index_check_params {
@@ -150,7 +146,7 @@ typedef struct kjit_adaln_bwd_params {
     const void *dh;   long long dh_stride;   /* fused: grad of h (NULL = zeros) */
     void *dx;   long long dx_stride;         /* norm_modulate: dx; gated: dres (gated_residual: NULL skips) */
     void *dy;   long long dy_stride;         /* gated ops */
-    void *dw;                                /* [h], optional, written by kjit_colsum_finish */
+    void *dw;                                /* [h], optional, written by kjit_part_finish */
     kjit_table_set dtable;                   /* dshift, dscale, dgate (const-cast) */
     kjit_partition part;
     float *partial;                          /* [chunks][2][ng][h] fp32 */

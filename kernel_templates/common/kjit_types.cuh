@@ -5,6 +5,20 @@
 
 namespace kjit {
 
+// Programmatic dependent launch (sm_90+; the host launches with programmatic
+// stream serialization there). Every kernel calls this first: it waits until
+// the grids before it in the stream have completed and their writes are
+// visible, then lets the next grid launch (its blocks wait the same way), so
+// launch latency overlaps this grid's work. A no-op on older targets and for
+// grids launched without the attribute.
+__device__ __forceinline__ void grid_dep_sync()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 struct bf16 { unsigned short x; };
 struct f16 { unsigned short x; };
 typedef float f32;

@@ -37,6 +37,10 @@ static int open_device(kjit_ctx *ctx)
     KJIT_CU_TRY(cu, DeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->dev),
                 "cuDeviceGetAttribute");
     if (!ctx->sm) ctx->sm = major * 10 + minor;
+    {
+        const char *e = getenv("KJIT_PDL");
+        ctx->pdl = major >= 9 && ctx->sm >= 90 && cu->LaunchKernelEx && !(e && !strcmp(e, "0"));
+    }
     KJIT_CU_TRY(cu, DevicePrimaryCtxRetain(&ctx->cuctx, ctx->dev), "cuDevicePrimaryCtxRetain");
     ctx->has_gpu = 1;
     /* Like the CUDA runtime: a thread with no current context gets the
@@ -350,11 +354,27 @@ int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label
     return KJIT_OK;
 }
 
-int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                 CUstream stream, void *params, const char *what)
+int kjit__launch(const kjit_ctx *ctx, CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                 unsigned smem, CUstream stream, void *params, const char *what)
 {
     void *args[] = {params};
     const kjit_cu_api *cu = kjit__cu();
+    if (ctx->pdl) {
+        CUlaunchAttribute at;
+        memset(&at, 0, sizeof at);
+        at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        at.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig lc;
+        memset(&lc, 0, sizeof lc);
+        lc.gridDimX = gx, lc.gridDimY = gy, lc.gridDimZ = gz;
+        lc.blockDimX = bx, lc.blockDimY = 1, lc.blockDimZ = 1;
+        lc.sharedMemBytes = smem;
+        lc.hStream = stream;
+        lc.attrs = &at;
+        lc.numAttrs = 1;
+        KJIT_CU_TRY(cu, LaunchKernelEx(&lc, fn, args, NULL), what);
+        return KJIT_OK;
+    }
     KJIT_CU_TRY(cu, LaunchKernel(fn, gx, gy, gz, bx, 1, 1, smem, stream, args, NULL), what);
     return KJIT_OK;
 }

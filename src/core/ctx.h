@@ -27,6 +27,12 @@ struct kjit_ctx {
     CUdevice dev;
     CUcontext cuctx;
     int sm_count;
+    /* Launch with programmatic stream serialization (sm_90+ device and
+     * target, driver has cuLaunchKernelEx, KJIT_PDL not "0"): each kernel
+     * waits for its predecessors with griddepcontrol.wait at its top
+     * (kernel_templates/common/kjit_types.cuh), so the next launch overlaps
+     * the tail of the one before. */
+    int pdl;
     kjit_cache *cache;
     kjit_index_check index_check;
     CUdeviceptr err_flag; /* kjit_index_report on the device */
@@ -65,9 +71,10 @@ int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label
 int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
                     const char *name_expr, int sm, kjit_kernel_image *out);
 
-/* cuLaunchKernel with one params block (the kernel's only argument). */
-int kjit__launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                 CUstream stream, void *params, const char *what);
+/* Launches fn with one params block (the kernel's only argument); with
+ * ctx->pdl, as a programmatic dependent launch. */
+int kjit__launch(const kjit_ctx *ctx, CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                 unsigned smem, CUstream stream, void *params, const char *what);
 
 /* The context's own workspace of at least `bytes` (grown on demand). */
 int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUdeviceptr *out);

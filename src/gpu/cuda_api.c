@@ -30,6 +30,7 @@ static void load(void)
     }
     KJIT_CU_FUNCS(KJIT_CU_LOAD)
 #undef KJIT_CU_LOAD
+    api.LaunchKernelEx = (__typeof__(api.LaunchKernelEx))dlsym(h, "cuLaunchKernelEx");
     CUresult r = api.Init(0);
     if (r != CUDA_SUCCESS) {
         const char *name = NULL;

@@ -68,6 +68,9 @@ typedef struct kjit_cu_api {
 #define KJIT_CU_FIELD(name, sym) __typeof__(&sym) name;
     KJIT_CU_FUNCS(KJIT_CU_FIELD)
 #undef KJIT_CU_FIELD
+    /* Optional (NULL when the driver lacks it): launches with attributes,
+     * used for programmatic dependent launch on sm_90+. */
+    __typeof__(&cuLaunchKernelEx) LaunchKernelEx;
     int driver_version; /* e.g. 13000 */
 } kjit_cu_api;
 

@@ -73,12 +73,7 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
         n = kjit__spec_add(out, max, n, m->desc, "kjit_index_check<%s>", kjit__dtype_cxx(idx[i]));
         if (n <= max) out[n - 1].template_file = "index_check.cuh";
     }
-    n = kjit__part_specs(m->name, par, out, max, n);
-    if (mode != 2) {
-        n = kjit__spec_add(out, max, n, m->desc, "kjit_colsum_finish<%s>", kjit__dtype_cxx(par));
-        if (n <= max) out[n - 1].template_file = "partition.cuh";
-    }
-    return n;
+    return kjit__part_specs(m->name, par, out, max, n);
 }
 
 static int nm_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return adaln_kernels(1, h, d, o, max); }
@@ -226,7 +221,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     bwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
     CUfunction fn;
     if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
-    if ((rc = kjit__part_preload(ctx, op, a->index.dtype, a->param_dtype, with_w))) goto out;
+    if ((rc = kjit__part_preload(ctx, op, a->index.dtype, a->param_dtype))) goto out;
     if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
     if ((rc = kjit__workspace(ctx, op, ws, ws_bytes, pl.bytes, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
@@ -259,8 +254,8 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
         outs[k] = a->dscale, strides[k++] = a->dscale_stride;
     }
     if (mode != 1) outs[k] = a->dgate, strides[k++] = a->dgate_stride;
-    rc = kjit__part_finish(ctx, op, &p.part, p.partial, ng, a->hidden, outs, strides, a->param_dtype, stream);
-    if (!rc && with_w) rc = kjit__colsum_finish(ctx, op, &p.part, p.partial_w, a->hidden, a->dweight, a->param_dtype, stream);
+    rc = kjit__part_finish(ctx, op, &p.part, p.partial, ng, a->hidden, outs, strides, p.partial_w,
+                           with_w ? a->dweight : NULL, a->param_dtype, stream);
 out:
     kjit__ctx_leave(ctx, pushed);
     return rc;

@@ -122,7 +122,7 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
     CUfunction fn;
     /* Everything loaded before anything is written. */
     if ((rc = kjit__ctx_kernel(ctx, GATHER_TEMPLATE, OP, e, &fn))) goto out;
-    if ((rc = kjit__part_preload(ctx, OP, a->index.dtype, a->dtype, 0))) goto out;
+    if ((rc = kjit__part_preload(ctx, OP, a->index.dtype, a->dtype))) goto out;
     if ((rc = kjit__index_prepare(ctx, OP, &a->index, a->n, stream, &ix))) goto out;
     if ((rc = kjit__workspace(ctx, OP, ws, ws_bytes, pl.bytes, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, NULL);
@@ -139,7 +139,8 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
         void *outs[KJIT_MAX_TABLES];
         long long strides[KJIT_MAX_TABLES];
         for (int k = 0; k < a->num_tables; ++k) outs[k] = a->dtable[k], strides[k] = a->dtable_stride[k];
-        rc = kjit__part_finish(ctx, OP, &p.part, p.partial, a->num_tables, a->hidden, outs, strides, a->dtype, stream);
+        rc = kjit__part_finish(ctx, OP, &p.part, p.partial, a->num_tables, a->hidden, outs, strides, NULL, NULL,
+                               a->dtype, stream);
     }
 out:
     kjit__ctx_leave(ctx, pushed);

@@ -30,7 +30,7 @@ void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, in
     if (target > 256) target = 256;
     if (target < 16) target = 16;
     long long chunk = (N + target - 1) / target;
-    if (chunk < 32) chunk = 32;
+    if (chunk < 16) chunk = 16;
     pl->n = N;
     pl->r = R;
     pl->tile = tile;
@@ -77,7 +77,7 @@ void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition
 
 /* The name expressions of a backward's partition kernels. */
 typedef struct part_names {
-    char count[64], scatter[64], finish[64], colsum[64];
+    char count[64], scatter[64], finish[64];
 } part_names;
 
 static void names(part_names *nm, kjit_dtype index_dtype, kjit_dtype tp)
@@ -86,16 +86,15 @@ static void names(part_names *nm, kjit_dtype index_dtype, kjit_dtype tp)
     snprintf(nm->count, sizeof nm->count, "kjit_part_count<%s>", ti);
     snprintf(nm->scatter, sizeof nm->scatter, "kjit_part_scatter<%s>", ti);
     snprintf(nm->finish, sizeof nm->finish, "kjit_part_finish<%s>", kjit__dtype_cxx(tp));
-    snprintf(nm->colsum, sizeof nm->colsum, "kjit_colsum_finish<%s>", kjit__dtype_cxx(tp));
 }
 
-int kjit__part_preload(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, kjit_dtype tp, int with_colsum)
+int kjit__part_preload(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, kjit_dtype tp)
 {
     part_names nm;
     names(&nm, index_dtype, tp);
-    const char *all[] = {nm.count, "kjit_part_scan<256>", nm.scatter, nm.finish, nm.colsum};
+    const char *all[] = {nm.count, "kjit_part_scan<256>", nm.scatter, nm.finish};
     CUfunction fn;
-    for (int i = 0; i < 4 + (with_colsum != 0); ++i) {
+    for (int i = 0; i < 4; ++i) {
         int rc = kjit__ctx_kernel(ctx, PART_TEMPLATE, label, all[i], &fn);
         if (rc) return rc;
     }
@@ -120,7 +119,8 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
 }
 
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
-                      int h, void *const out[], const long long out_stride[], kjit_dtype tp, CUstream stream)
+                      int h, void *const out[], const long long out_stride[], const float *partial_w, void *dw,
+                      kjit_dtype tp, CUstream stream)
 {
     kjit_finish_params p = {0};
     for (int g = 0; g < ng; ++g) {
@@ -128,25 +128,16 @@ int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *pa
         p.out_stride[g] = out_stride[g];
     }
     p.partial = partial;
+    p.partial_w = dw ? partial_w : NULL;
+    p.dw = dw;
     p.part = *part;
     p.h = h;
     p.ng = ng;
     part_names nm;
     names(&nm, KJIT_I32, tp);
-    const char *expr = nm.finish;
     const long long y = part->r < 32 ? part->r : 32;
-    return kjit__run(ctx, PART_TEMPLATE, label, expr, (unsigned)((h + 255) / 256), (unsigned)y, (unsigned)ng, 256, 0,
-                     stream, &p);
-}
-
-int kjit__colsum_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial_w, int h,
-                        void *out, kjit_dtype tp, CUstream stream)
-{
-    kjit_colsum_params p = {partial_w, out, *part, h};
-    part_names nm;
-    names(&nm, KJIT_I32, tp);
-    const char *expr = nm.colsum;
-    return kjit__run(ctx, PART_TEMPLATE, label, expr, (unsigned)((h + 255) / 256), 1, 1, 256, 0, stream, &p);
+    return kjit__run(ctx, PART_TEMPLATE, label, nm.finish, (unsigned)((h + 255) / 256), (unsigned)y,
+                     (unsigned)(ng + (p.partial_w ? 1 : 0)), 256, 0, stream, &p);
 }
 
 int kjit__part_specs(const char *op, kjit_dtype tp, kjit_kernel_spec *out, int max, int n)

@@ -22,19 +22,19 @@ void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, in
 /* Points part / partial / partial_w into the workspace at base. */
 void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition *part, float **partial,
                       float **partial_w);
-/* Loads every partition kernel a backward will launch (and colsum when
- * asked) before the backward writes anything: a failure to load one must not
- * leave outputs half written. */
-int kjit__part_preload(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, kjit_dtype tp, int with_colsum);
+/* Loads every partition kernel a backward will launch before the backward
+ * writes anything: a failure to load one must not leave outputs half
+ * written. */
+int kjit__part_preload(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, kjit_dtype tp);
 /* The build: count, scan, scatter (graph capturable). */
 int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
                      kjit_dtype index_dtype, CUstream stream);
-/* Finishes ng row-strided gradient outputs of dtype tp from the partials. */
+/* Finishes ng row-strided gradient outputs of dtype tp from the partials,
+ * and with partial_w != NULL also dw[h] = the sum of partial_w over the
+ * chunks, in chunk order: one launch. */
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
-                      int h, void *const out[], const long long out_stride[], kjit_dtype tp, CUstream stream);
-/* out[h] = sum of partial_w over the chunks, in chunk order. */
-int kjit__colsum_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial_w, int h,
-                        void *out, kjit_dtype tp, CUstream stream);
+                      int h, void *const out[], const long long out_stride[], const float *partial_w, void *dw,
+                      kjit_dtype tp, CUstream stream);
 
 /* The partition kernels' name expressions (for prewarm). */
 int kjit__part_specs(const char *op, kjit_dtype tp, kjit_kernel_spec *out, int max, int n);

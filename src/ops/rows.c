@@ -61,7 +61,7 @@ int kjit__run(kjit_ctx *ctx, const char *template_file, const char *label, const
         const kjit_cu_api *cu = kjit__cu();
         KJIT_CU_TRY(cu, FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), name_expr);
     }
-    return kjit__launch(fn, gx, gy, gz, bx, smem, stream, params, name_expr);
+    return kjit__launch(ctx, fn, gx, gy, gz, bx, smem, stream, params, name_expr);
 }
 
 /* Runs the check kernel and reads back the first bad row (~0: none). */

@@ -85,7 +85,7 @@ int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, int d, void
         const int64_t pairs = half > 0 ? half : 1;
         int64_t blocks = (n * pairs + 255) / 256;
         if (blocks > 65535 * 8) blocks = 65535 * 8;
-        rc = kjit__launch(fn, (unsigned)blocks, 1, 1, 256, 0, stream, &p, "timestep_sinusoid launch");
+        rc = kjit__launch(ctx, fn, (unsigned)blocks, 1, 1, 256, 0, stream, &p, "timestep_sinusoid launch");
     }
     kjit__ctx_leave(ctx, pushed);
     return rc;
