@@ -86,10 +86,11 @@
 //       z < ng: for each row whose segment crosses chunks (c0 = start[r] /
 //       chunk != c1 = (start[r+1] - 1) / chunk): tail(c0) + head(c0+1) + ...
 //       + head(c1), rounded once; for each empty row: 0; other rows untouched.
-//       z == ng (column sums, e.g. dw): dw[col] = partial_w[0][col] + ... in
-//       chunk order over the chunks that hold rows (c < ceil(start[R] /
-//       chunk)); 0 if none. The X * Y blocks of that plane take 32 columns
-//       each (one warp), so the serial sums spread over many SMs.
+//       z == ng (column sums, e.g. dw): dw[col] = the sum of partial_w[c][col]
+//       over the chunks that hold rows (c < ceil(start[R] / chunk)), 0 if
+//       none, in a fixed order: groups of 32 consecutive chunks, each summed
+//       in chunk order, then the group sums in group order. The X * Y blocks
+//       of that plane take 32 columns each, their warps the groups.
 #pragma once
 
 #include "common/kjit_types.cuh"
@@ -228,6 +229,7 @@ __device__ __forceinline__ bool seg_next(const kjit_partition &pt, seg &s)
 } // namespace kjit
 
 #define KJIT_PART_STEPS 8
+#define KJIT_COLSUM_GROUP 32
 #define KJIT_PART_SCAN_SPAN 4096
 #define KJIT_PART_FLAG_AGG 1ull
 #define KJIT_PART_FLAG_INCL 2ull
@@ -469,15 +471,37 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
     const kjit_partition &pt = p.part;
     const long long chunk = pt.chunk;
     if (g == p.ng) {
-        // Column sums: one warp per block, blocks over the (x, y) plane.
-        if (p.partial_w == 0 || threadIdx.x >= 32) return;
+        // Column sums. The chunks are cut into groups of KJIT_COLSUM_GROUP
+        // consecutive chunks (at most 8 groups: chunks <= 256); each group is
+        // summed in chunk order, then the group sums in group order: a fixed
+        // order (independent of the launch) with one round of loads in
+        // flight. A block takes 32 columns; its warps take the groups.
+        __shared__ float grp[8][32];
+        if (p.partial_w == 0) return;
         const long long total = kjit::ldg_i32(pt.start + pt.r);
         const long long m = (total + chunk - 1) / chunk; // chunks holding rows
+        const int ngrp = (int)((m + KJIT_COLSUM_GROUP - 1) / KJIT_COLSUM_GROUP);
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
         const int blk = blockIdx.y * gridDim.x + blockIdx.x, nblk = gridDim.x * gridDim.y;
-        for (long long col = (long long)blk * 32 + threadIdx.x; col < p.h; col += (long long)nblk * 32) {
-            const float *q = p.partial_w + col;
-            const float acc = m > 0 ? kjit::sum_strided(q + p.h, m - 1, p.h, kjit::ldg_f32(q)) : 0.f;
-            kjit::st_f32((TP *)p.dw + col, acc);
+        for (long long c0 = (long long)blk * 32; c0 < p.h; c0 += (long long)nblk * 32) {
+            const long long col = c0 + lane;
+            if (col < p.h)
+                for (int j = warp; j < ngrp; j += warps) {
+                    const long long a = (long long)j * KJIT_COLSUM_GROUP;
+                    const long long k = m - a < KJIT_COLSUM_GROUP ? m - a : KJIT_COLSUM_GROUP;
+                    const float *q = p.partial_w + a * p.h + col;
+                    grp[j][lane] = kjit::sum_strided(q + p.h, k - 1, p.h, kjit::ldg_f32(q));
+                }
+            __syncthreads();
+            if (warp == 0 && col < p.h) {
+                float acc = 0.f;
+                if (ngrp > 0) {
+                    acc = grp[0][lane];
+                    for (int j = 1; j < ngrp; ++j) acc += grp[j][lane];
+                }
+                kjit::st_f32((TP *)p.dw + col, acc);
+            }
+            __syncthreads();
         }
         return;
     }
