@@ -428,6 +428,17 @@ int main(int argc, char **argv)
                "counted)\n",
                (long long)rows[ni], uf / t_fwd[OP_FUSED][ni], t_fwd[OP_GR][ni], t_fwd[OP_NM][ni], uf,
                t_fwd[OP_FUSED][ni], ub / t_fb[OP_FUSED][ni], t_fb[OP_GR][ni], t_fb[OP_NM][ni], ub, t_fb[OP_FUSED][ni]);
+        /* In a model, the pair's backward also adds the two gradients of h
+         * (dh from the residual stream, dx from norm_modulate) before
+         * gated_residual's backward: an elementwise add of two (N, H) tensors
+         * into a third, the bytes and the kernel shape of a gated_residual
+         * forward, whose measured time stands in for it. The fused backward
+         * does that add in its pass. */
+        const double ua = ub + t_fwd[OP_GR][ni];
+        printf("fused vs gated_residual+norm_modulate with the dh + dx add, rows %lld: fwd+bwd %.2fx (%.1f + %.1f + "
+               "%.1f = %.1f us vs %.1f us; the add timed as a gated_residual forward, same bytes)\n",
+               (long long)rows[ni], ua / t_fb[OP_FUSED][ni], t_fb[OP_GR][ni], t_fb[OP_NM][ni], t_fwd[OP_GR][ni], ua,
+               t_fb[OP_FUSED][ni]);
     }
 
     for (int i = 0; i < ITERS; ++i) cu->EventDestroy(ev_start[i]), cu->EventDestroy(ev_end[i]);

@@ -54,11 +54,11 @@
 //   grid  = any value in [1, ceil(n / RPC)] (and <= 2^31-1): the row groups
 //           grid-stride, so a persistent grid (a few CTAs per SM) and a full
 //           grid give the same bits. n = 0: do not launch. H = 0: PF = 0.
-//   Measured on the H200 (h = 5376 bf16, N = 32768, kjit tune, 2026-11-30):
-//   MODE 1 RPC 1 PF 0 grid 4 * SMs (196 us, 71 registers); MODE 2 RPC 1 PF 0
-//   full grid (258 us); MODE 3 RPC 1 PF 0 full grid (377 us). PF > 0 raises
-//   the registers to 100-128 and was slower. Every RPC / PF / grid gives the
-//   same bits. RPC 4 at h = 5376 spills (896 threads cap registers at 72).
+//   Measured on the H200 (h = 5376 bf16, N = 32768, bench_ops --sweep,
+//   2026-11-30): MODE 1 RPC 4 PF 1 grid 1 * SMs (180 us, 72 registers, no
+//   spills); MODE 2 RPC 1 PF 0 full grid (258 us); MODE 3 within 1% for
+//   every config (about 385 us). Every RPC / PF / grid gives the same bits.
+//   Launch bounds: kjit::adaln::fwd_min_ctas below.
 //   Reads p.x (MODE 1) or p.res, p.y (MODE 2, 3); writes p.out, and p.h_out
 //   (MODE 3). p.rstd (optional, [n] fp32) receives rstd (MODE 1, 3).
 //   In place is allowed: out may alias x (MODE 1) or res (MODE 2), h_out may
@@ -1104,11 +1104,25 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
     }
 }
 
+// Forward CTAs per SM the register allocation must allow (launch bounds):
+// up to 4 rows per SM, as many as an estimate of the registers a thread needs
+// (2 per element + 4 per granule + 12, + 12 for the fused op) leaves room
+// for. It keeps the look-ahead variants (PF > 0) at the registers of PF 0
+// (at 5376 bf16: 72, four 224-thread rows per SM) instead of one CTA fewer.
+template <int MODE, class TA, int H, int TPR, int RPC> constexpr int fwd_min_ctas()
+{
+    constexpr int V = 16 / (int)sizeof(TA);
+    constexpr int IT = H > 0 ? (H / V + TPR - 1) / TPR : 1;
+    constexpr int need = 2 * IT * V + 4 * IT + (MODE == 3 ? 24 : 12);
+    constexpr int fit = 65536 / (TPR * RPC * need), most = 4 / RPC > 1 ? 4 / RPC : 1;
+    return H == 0 || fit < 1 ? 1 : fit < most ? fit : most;
+}
+
 } // namespace adaln
 } // namespace kjit
 
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
-__global__ void __launch_bounds__(TPR *RPC) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
+__global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, H, TPR, RPC>())) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
 {
     kjit::grid_dep_sync();
     static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");

@@ -115,7 +115,8 @@ int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_c
 int kjit__adaln_space_fwd(int mode, int h, kjit_dtype act, kjit_adaln_config *out)
 {
     /* A full grid (one row group per CTA) has nothing to look ahead to: pf 0
-     * only. rpc 4 with pf >= 2 holds 12+ rows per CTA in registers: left out. */
+     * only. Rows loaded ahead sit in shared memory: configs needing more
+     * than KJIT_DEFAULT_SMEM are left out. */
     static const int rpcs[] = {1, 2, 4}, grids[] = {0, 1, 2, 4};
     kjit_adaln_config d;
     kjit__adaln_config_default(mode, h, act, &d);
@@ -123,9 +124,9 @@ int kjit__adaln_space_fwd(int mode, int h, kjit_dtype act, kjit_adaln_config *ou
     for (int r = 0; r < 3; ++r)
         for (int g = 0; g < 4; ++g)
             for (int pf = 0; pf <= (grids[g] ? 3 : 0); ++pf) {
-                if (rpcs[r] == 4 && pf >= 2) continue;
                 kjit_adaln_config c = d;
                 c.rpc = rpcs[r], c.pf = pf, c.grid_per_sm = grids[g];
+                if (kjit__adaln_fwd_smem(mode, h, act, &c) > KJIT_DEFAULT_SMEM) continue;
                 if (kjit__adaln_config_check(mode, h, act, &c, 0, NULL, 0) == KJIT_OK && n < KJIT_TUNE_MAX_FWD)
                     out[n++] = c;
             }

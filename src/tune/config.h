@@ -35,7 +35,7 @@ void kjit__adaln_config_fit(int mode, int h, kjit_dtype act, kjit_adaln_config *
  * allow 227 KiB); on a device with less, kjit__tune_config fits it. */
 #define KJIT_DEFAULT_SMEM (200u * 1024u)
 #define KJIT_TUNE_MAX_GRID_PER_SM 64
-#define KJIT_TUNE_MAX_FWD 33 /* rpc {1,2,4} x (grid 0 pf 0 | grid {1,2,4} x pf {0..3}), rpc 4 pf <= 1 */
+#define KJIT_TUNE_MAX_FWD 39 /* rpc {1,2,4} x (grid 0 pf 0 | grid {1,2,4} x pf {0..3}), within KJIT_DEFAULT_SMEM */
 #define KJIT_TUNE_MAX_BWD 12 /* bwd_pf {0,1,2,3} x accs {0,1,2} */
 
 /* 1 when h takes the vector fast path (the tuned one). */
