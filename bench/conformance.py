@@ -21,8 +21,11 @@ kjit goes through them with the reports' three input seeds; peers with one
 on an H200.
 accuracy_latency: max|err|/max|ref| vs the float64 computation on the same
 inputs (forward, and each gradient under the same upstream gradient); fwd_us
-and fwd_bwd_us the median of CUDA-event samples, the L2 cache flushed before
-each and the inputs rotated over buffer sets larger than L2, at 4097 and
+and fwd_bwd_us the median of CUDA-event samples of device time (the L2 cache
+flushed and the GPU held by a sleep kernel before each, so the host has
+queued the whole call: no host gap is timed), fwd_host_us and
+fwd_bwd_host_us the median host time of enqueueing the call, the inputs
+rotated over buffer sets larger than L2, at 4097 and
 32768 rows, hidden 5376, bf16, R = 9 table rows (the (R, 6H) projection
 chunked into six views). The copy floor is the op's bytes read + written at
 4.25 TB/s (the H200's measured device-to-device copy).
@@ -351,24 +354,35 @@ _flush = None
 
 
 def _time_us(fn, arg_sets, iters):
-    """Median of CUDA-event samples; before each, the L2 cache is flushed (a
-    256 MiB memset, which also keeps the GPU busy while the host launches)."""
+    """Device time: the median of CUDA-event samples around fn, and the host
+    time: the median wall time of enqueueing it. Before each sample the L2
+    cache is flushed (a 256 MiB memset) and the GPU is held by a ~5 ms sleep
+    kernel, so the host has queued all of fn before the start event runs and
+    no host gap is timed (on a slow host an eager step's launches would
+    otherwise be). Every candidate is timed the same way."""
     global _flush
     if _flush is None:
         _flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEV)
+    sleep = getattr(torch.cuda, "_sleep", None)
     for k in range(3):
         fn(arg_sets[k % len(arg_sets)])
     torch.cuda.synchronize()
-    events = []
+    events, host = [], []
     for i in range(iters):
         _flush.zero_()
+        if sleep is not None:
+            sleep(10_000_000)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        t0 = time.perf_counter()
         fn(arg_sets[i % len(arg_sets)])
+        host.append((time.perf_counter() - t0) * 1e6)
         end.record()
         events.append((start, end))
+        if i % 8 == 7:
+            torch.cuda.synchronize()  # keep the queue short: the sleep must start after the host returns
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in events)
+    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in events), statistics.median(host)
 
 
 def _named_grads(cand, grads):
@@ -406,14 +420,14 @@ def accuracy_latency(cand, quick):
         one = sum(v.numel() * v.element_size() for v in inputs.values())
         sets = [inputs] + [cand["make"](12 + k, n) for k in range(max(1, min(7, (150 << 20) // one)))]
         iters = 30 if quick else 100
-        row["fwd_us"] = _time_us(lambda a: cand["fn"](**a), sets, iters)
+        row["fwd_us"], row["fwd_host_us"] = _time_us(lambda a: cand["fn"](**a), sets, iters)
         if cand["grads"]:
             ones = [torch.ones_like(o) for o in _flat(cand["fn"](**sets[0]))]
 
             def step(a):
                 lv = {k: a[k].detach().requires_grad_() if k in cand["grads"] else a[k] for k in a}
                 torch.autograd.backward(_flat(cand["fn"](**lv)), ones)
-            row["fwd_bwd_us"] = _time_us(step, sets, iters)
+            row["fwd_bwd_us"], row["fwd_bwd_host_us"] = _time_us(step, sets, iters)
         result[str(n)] = row
         del sets, inputs
         torch.cuda.empty_cache()
@@ -512,8 +526,14 @@ def print_table(op, report, seeds_report):
             line += (f"{_fmt(a.get('fwd_us'), 'us'):>11}{_fmt(a.get('fwd_bwd_us'), 'us'):>13}"
                      f"{frac:>8}")
         print(line)
-    print("inv: batch_invariant; rep: params_repeatable; errors at the first size; times in us; "
-          "floor%: the copy floor's share of fwd_bwd (fwd where there is no backward)")
+    for name, e in rows:
+        al = e["accuracy_latency"]
+        hosts = [f"{_fmt(al.get(s, {}).get('fwd_host_us'), 'us')}/{_fmt(al.get(s, {}).get('fwd_bwd_host_us'), 'us')}"
+                 f"@{s}" for s in sizes if al.get(s, {}).get("fwd_host_us") is not None]
+        if hosts:
+            print(f"  host us (fwd/fwd+bwd enqueue) {name}: " + ", ".join(hosts))
+    print("inv: batch_invariant; rep: params_repeatable; errors at the first size; times in us of device "
+          "time (host queued ahead); floor%: the copy floor's share of fwd_bwd (fwd where there is no backward)")
 
 
 def main():
