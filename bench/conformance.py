@@ -467,8 +467,10 @@ def environment():
                  "arch": ctx.arch, "nvrtc": rt["nvrtc"], "driver_version": rt["driver_version"],
                  "index_check": ctx.index_check, "eager": kjit.ops._EAGER},
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "timing": "median of 100 CUDA-event samples (30 with --quick) after 3 warm-ups, L2 "
-                  "flushed before each sample, inputs rotated over buffer sets > 150 MB",
+        "timing": "median of 100 CUDA-event samples (30 with --quick) of device time after 3 warm-ups, L2 "
+                  "flushed and the GPU held by a ~5 ms sleep kernel before each sample (the host has queued the "
+                  "whole call: no host gap timed), inputs rotated over buffer sets > 150 MB; *_host_us: the "
+                  "median host time of enqueueing the call",
         "rel_err": "max|out - ref| / max|ref|, ref in float64 on the same inputs",
         "mode_environment": {"plain": {}},
     }

@@ -10,7 +10,9 @@
 //   tile   = ((N + cap - 1) / cap + 31) / 32 * 32;  if (tile < 256) tile = 256;
 //   tiles  = (N + tile - 1) / tile                  (tiles * R <= 4194304)
 //   target = 28 MiB / ((2 * NG + (dw ? 1 : 0)) * H * 4), clamped to 16..256
-//   chunk  = (N + target - 1) / target;  if (chunk < 16) chunk = 16;
+//   chunk  = (N + target - 1) / target;  if (chunk < MIN) chunk = MIN;
+//            (MIN: 32 for the fused op, whose backward fits one CTA per SM,
+//            so more chunks than SMs run in two waves; 16 for the others)
 //   chunks = (N + chunk - 1) / chunk                (<= 256)
 //   (the host computes these: src/ops/partition.c; kernels read part.chunk)
 //   sblk   = (tiles * R + 4095) / 4096              (scan blocks)

@@ -19,13 +19,20 @@ typedef struct mode_info {
     const char *name;
     const kjit_op_desc *desc;
     int ng; /* table gradients: 1 shift, scale; 2 gate; 3 shift, scale, gate */
+    /* Fewest rows per backward chunk (part of the partition, so of the
+     * bits). 16 gives two CTAs per SM at 4097 rows; the fused backward fits
+     * one CTA per SM, where more chunks than SMs run in two waves: 32 (H200,
+     * 2026-11-30, 4097 rows: its backward 109 us with 32 and 136 us with 16
+     * in the tuner; bench_ops forward+backward 162.5 us with 32, 170.2 us
+     * with 16 and the other changes of 81b907b..c3deb3f). */
+    int min_chunk;
 } mode_info;
 
 static const mode_info modes[4] = {
     {0},
-    {"norm_modulate", &kjit__op_norm_modulate, 2},
-    {"gated_residual", &kjit__op_gated_residual, 1},
-    {"gated_residual_norm_modulate", &kjit__op_gated_residual_norm_modulate, 3},
+    {"norm_modulate", &kjit__op_norm_modulate, 2, 16},
+    {"gated_residual", &kjit__op_gated_residual, 1, 16},
+    {"gated_residual_norm_modulate", &kjit__op_gated_residual_norm_modulate, 3, 32},
 };
 
 static kjit_dtype param_for(kjit_dtype act) { return act == KJIT_F16 ? KJIT_F32 : act; }
@@ -203,7 +210,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
      * so every gradient's bits, must not depend on whether dw is asked for. */
     const int ng = modes[mode].ng, with_w = mode != 2 && a->dweight;
     kjit_part_plan pl;
-    kjit__part_plan(&pl, a->n, a->index.rows, ng, a->hidden, mode != 2);
+    kjit__part_plan(&pl, a->n, a->index.rows, ng, a->hidden, mode != 2, modes[mode].min_chunk);
     if (ws && ws_bytes < pl.bytes)
         return kjit__fail(KJIT_EINVAL, "%s backward: workspace of %zu bytes, %zu needed (kjit_adaln_workspace)", op,
                           ws_bytes, pl.bytes);
@@ -290,7 +297,7 @@ int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, 
         return kjit__fail(KJIT_EINVAL, "kjit_adaln_workspace: n = %lld, hidden = %d or rows = %lld out of range",
                           (long long)n, hidden, (long long)rows);
     kjit_part_plan pl;
-    kjit__part_plan(&pl, n, rows, modes[op].ng, hidden, op != KJIT_GATED_RESIDUAL);
+    kjit__part_plan(&pl, n, rows, modes[op].ng, hidden, op != KJIT_GATED_RESIDUAL, modes[op].min_chunk);
     *bytes = pl.bytes;
     return KJIT_OK;
 }

@@ -14,7 +14,7 @@
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w)
+void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w, int min_chunk)
 {
     const long long N = n > 0 ? n : 1, R = r;
     long long cap = 4194304 / R;
@@ -30,7 +30,7 @@ void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, in
     if (target > 256) target = 256;
     if (target < 16) target = 16;
     long long chunk = (N + target - 1) / target;
-    if (chunk < 16) chunk = 16;
+    if (chunk < min_chunk) chunk = min_chunk;
     pl->n = N;
     pl->r = R;
     pl->tile = tile;

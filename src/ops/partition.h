@@ -17,8 +17,9 @@ typedef struct kjit_part_plan {
 } kjit_part_plan;
 
 /* Sizes and workspace layout for n rows, r table rows, ng gradients of h
- * columns, with or without a weight gradient (partial_w). */
-void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w);
+ * columns, with or without a weight gradient (partial_w), chunks of at
+ * least min_chunk rows (fixed per op). */
+void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w, int min_chunk);
 /* Points part / partial / partial_w into the workspace at base. */
 void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition *part, float **partial,
                       float **partial_w);
