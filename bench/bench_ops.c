@@ -278,7 +278,7 @@ static void sweep(int op, int64_t n, const bset *sets, int nsets)
     KJ_CHECK(kjit__tune_force(ctx, op_names[op], HID, KJIT_BF16, NULL));
 }
 
-/* Comma-separated names or numbers into a mask (ops) or a list (rows). */
+/* Comma-separated op names into a mask. */
 static int parse_ops(const char *arg)
 {
     int mask = 0;
@@ -307,13 +307,18 @@ int main(int argc, char **argv)
             n_rows = 0;
             char buf[256];
             snprintf(buf, sizeof buf, "%s", argv[++i]);
-            for (char *t = strtok(buf, ","); t && n_rows < 8; t = strtok(NULL, ",")) {
-                rows[n_rows] = strtoll(t, NULL, 10);
-                if (rows[n_rows] < 1 || rows[n_rows] > 65536) {
-                    fprintf(stderr, "bench_ops: --rows: %s is not in 1..65536\n", t);
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                char *end = NULL;
+                const long long v = strtoll(t, &end, 10);
+                if (!end || *end || v < 1 || v > 65536) {
+                    fprintf(stderr, "bench_ops: --rows: '%s' is not a row count in 1..65536\n", t);
                     return 2;
                 }
-                ++n_rows;
+                if (n_rows == 8) {
+                    fprintf(stderr, "bench_ops: --rows: at most 8 row counts\n");
+                    return 2;
+                }
+                rows[n_rows++] = v;
             }
         } else if (!strcmp(argv[i], "--sweep")) {
             do_sweep = 1;
@@ -373,10 +378,13 @@ int main(int argc, char **argv)
         gpu_upload(didx, ix, sizeof(int32_t) * (size_t)n_max);
         free(ix);
     }
-    for (int op = 0; op < NOPS; ++op) {
-        size_t b = op_workspace(op, n_max, TROWS);
-        if (b > ws_bytes) ws_bytes = b;
-    }
+    /* The workspace is not monotonic in n (one chunk more, one chunk's
+     * partials more): size it for every requested row count. */
+    for (int i = 0; i < n_rows; ++i)
+        for (int op = 0; op < NOPS; ++op) {
+            size_t b = op_workspace(op, rows[i], TROWS);
+            if (b > ws_bytes) ws_bytes = b;
+        }
     ws = gpu_alloc(ws_bytes);
 
     double t_fwd[NOPS][8], t_fb[NOPS][8];

@@ -100,8 +100,8 @@
 //   this chunk ("tail"), slot 0 when it started earlier ("head"). dw (MODE 1,
 //   3, when p.partial_w != NULL): partial_w[c*h + col] = sum over the chunk's
 //   segment parts, in order, of (1 + scale[r]) * sum dout*xhat (written by
-//   every chunk that holds rows). kjit_part_finish adds the partials in chunk
-//   order. Rows with an out-of-range index are not in
+//   every chunk that holds rows). kjit_part_finish adds the partials in a fixed
+//   order (partition.cuh). Rows with an out-of-range index are not in
 //   perm (kjit_part_count leaves them out and raises *err), so the backward
 //   neither reads through nor writes for them.
 //   rstd is recomputed exactly as the forward computes it; p.rstd is not read.
@@ -1104,25 +1104,37 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
     }
 }
 
-// Forward CTAs per SM the register allocation must allow (launch bounds):
-// up to 4 rows per SM, as many as an estimate of the registers a thread needs
-// (2 per element + 4 per granule + 12, + 12 for the fused op) leaves room
-// for. It keeps the look-ahead variants (PF > 0) at the registers of PF 0
-// (at 5376 bf16: 72, four 224-thread rows per SM) instead of one CTA fewer.
-template <int MODE, class TA, int H, int TPR, int RPC> constexpr int fwd_min_ctas()
+// Forward CTAs per SM the register allocation must allow (the launch
+// bounds' second argument; 0 leaves it to the compiler, as without it).
+// Only for the norm ops (MODE 1, 3) with 2-byte activations and tables, and
+// only where it is a tight cap: up to 4 rows per SM, as many as an estimate
+// of the registers a thread needs (2 per element + 4 per granule + 12, + 32
+// for the fused op) leaves room for, when that cap is at most 100 registers
+// and the estimate within 85% of it. At 5376 bf16 (the measured case) it
+// keeps the look-ahead variants (PF > 0) at PF 0's 72 registers instead of
+// one CTA per SM fewer, and the fused forward at 80 (352 vs 383 us at 32768
+// rows, H200, 2026-11-30). A loose minimum lets the compiler take more
+// registers than its own choice (fewer CTAs per SM), a wrong one spills:
+// elsewhere 0.
+template <int MODE, class TA, class TP, int H, int TPR, int RPC> constexpr int fwd_min_ctas()
 {
     constexpr int V = 16 / (int)sizeof(TA);
     constexpr int IT = H > 0 ? (H / V + TPR - 1) / TPR : 1;
-    constexpr int need = 2 * IT * V + 4 * IT + (MODE == 3 ? 24 : 12);
+    constexpr int need = 2 * IT * V + 4 * IT + (MODE == 3 ? 32 : 12);
     constexpr int fit = 65536 / (TPR * RPC * need), most = 4 / RPC > 1 ? 4 / RPC : 1;
-    return H == 0 || fit < 1 ? 1 : fit < most ? fit : most;
+    constexpr int m = fit < most ? fit : most;
+    constexpr int cap = m >= 1 ? 65536 / (m * TPR * RPC) : 0;
+    return H > 0 && MODE != 2 && sizeof(TA) == 2 && sizeof(TP) == 2 && m >= 1 && cap <= 100 &&
+                   100 * need >= 85 * cap
+               ? m
+               : 0;
 }
 
 } // namespace adaln
 } // namespace kjit
 
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
-__global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, H, TPR, RPC>())) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
+__global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, TP, H, TPR, RPC>())) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
 {
     kjit::grid_dep_sync();
     static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");

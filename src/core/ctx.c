@@ -38,8 +38,13 @@ static int open_device(kjit_ctx *ctx)
                 "cuDeviceGetAttribute");
     if (!ctx->sm) ctx->sm = major * 10 + minor;
     {
+        /* On by default where it ran (sm_90) and for sm_100, with a driver
+         * that captures it into graphs (12.3+); KJIT_PDL=0 turns it off,
+         * KJIT_PDL=1 on for any sm_90+ device and target. */
         const char *e = getenv("KJIT_PDL");
-        ctx->pdl = major >= 9 && ctx->sm >= 90 && cu->LaunchKernelEx && !(e && !strcmp(e, "0"));
+        const int able = major >= 9 && ctx->sm >= 90 && cu->LaunchKernelEx;
+        const int dflt = (major == 9 || major == 10) && cu->driver_version >= 12030;
+        ctx->pdl = able && (e && *e ? strcmp(e, "0") != 0 : dflt);
     }
     KJIT_CU_TRY(cu, DevicePrimaryCtxRetain(&ctx->cuctx, ctx->dev), "cuDevicePrimaryCtxRetain");
     ctx->has_gpu = 1;

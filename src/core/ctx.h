@@ -27,8 +27,9 @@ struct kjit_ctx {
     CUdevice dev;
     CUcontext cuctx;
     int sm_count;
-    /* Launch with programmatic stream serialization (sm_90+ device and
-     * target, driver has cuLaunchKernelEx, KJIT_PDL not "0"): each kernel
+    /* Launch with programmatic stream serialization (sm_90 / sm_100 device
+     * and target, driver 12.3+ with cuLaunchKernelEx; KJIT_PDL=0 off,
+     * KJIT_PDL=1 on for any sm_90+): each kernel
      * waits for its predecessors with griddepcontrol.wait at its top
      * (kernel_templates/common/kjit_types.cuh), so the next launch overlaps
      * the tail of the one before. */

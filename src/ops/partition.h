@@ -32,7 +32,8 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
                      kjit_dtype index_dtype, CUstream stream);
 /* Finishes ng row-strided gradient outputs of dtype tp from the partials,
  * and with partial_w != NULL also dw[h] = the sum of partial_w over the
- * chunks, in chunk order: one launch. */
+ * chunks (groups of 32 chunks in chunk order, then the groups in order:
+ * kernel_templates/partition.cuh): one launch. */
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
                       int h, void *const out[], const long long out_stride[], const float *partial_w, void *dw,
                       kjit_dtype tp, CUstream stream);
