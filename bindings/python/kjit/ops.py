@@ -481,6 +481,16 @@ def _(x, weight, shift, scale, index, eps):
     return x.new_empty(x.shape)
 
 
+def _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dscale):
+    """The argument-block fields the two norm backwards share."""
+    a.weight = None if weight is None else weight.data_ptr()
+    a.scale, a.scale_stride = _rows(scale)
+    a.dout, a.dout_stride = _rows(dout)
+    a.dweight = dweight.data_ptr() if need_dweight else None
+    a.dshift, a.dshift_stride = _rows(dshift)
+    a.dscale, a.dscale_stride = _rows(dscale)
+
+
 def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale: Tensor,
                        index: Tensor, eps: float, need_dweight: bool
                        ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -492,13 +502,8 @@ def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], s
     if n:
         a = _adaln_args(x, index, scale, eps)
         a.x, a.x_stride = _rows(x)
-        a.weight = None if weight is None else weight.data_ptr()
-        a.scale, a.scale_stride = _rows(scale)
-        a.dout, a.dout_stride = _rows(dout)
         a.dx, a.dx_stride = _rows(dx)
-        a.dweight = dweight.data_ptr() if need_dweight else None
-        a.dshift, a.dshift_stride = _rows(dshift)
-        a.dscale, a.dscale_stride = _rows(dscale)
+        _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dscale)
         _adaln_bwd_launch("norm_modulate", a, x, n, h, rows)
     return dx, dweight, dshift, dscale
 
@@ -690,17 +695,12 @@ def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, ga
         a.x, a.x_stride = _rows(h)
         a.y, a.y_stride = _rows(y)
         a.gate, a.gate_stride = _rows(gate)
-        a.weight = None if weight is None else weight.data_ptr()
-        a.scale, a.scale_stride = _rows(scale)
         if dh is not None:
             a.dh, a.dh_stride = _rows(dh)
-        a.dout, a.dout_stride = _rows(dout)
         a.dx, a.dx_stride = _rows(dres)
         a.dy, a.dy_stride = _rows(dy)
         a.dgate, a.dgate_stride = _rows(dgate)
-        a.dweight = dweight.data_ptr() if need_dweight else None
-        a.dshift, a.dshift_stride = _rows(dshift)
-        a.dscale, a.dscale_stride = _rows(dscale)
+        _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dscale)
         _adaln_bwd_launch("gated_residual_norm_modulate", a, h, n, hidden, rows)
     return dres, dy, dgate, dweight, dshift, dscale
 
