@@ -323,9 +323,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--sweep")) {
             do_sweep = 1;
         } else {
-            fprintf(stderr, "usage: bench_ops [--ops LIST] [--rows LIST] [--sweep]\n"
-                            "  ops: adaln_row_gather,norm_modulate,gated_residual,gated_residual_norm_modulate\n");
-            return strcmp(argv[i], "--help") ? 2 : 0;
+            const int help = !strcmp(argv[i], "--help");
+            fprintf(help ? stdout : stderr, "usage: bench_ops [--ops LIST] [--rows LIST] [--sweep]\n"
+                    "  ops: adaln_row_gather,norm_modulate,gated_residual,gated_residual_norm_modulate\n");
+            return help ? 0 : 2;
         }
     }
     _Static_assert((int)OP_NM == (int)KJIT_NORM_MODULATE && (int)OP_GR == (int)KJIT_GATED_RESIDUAL &&
