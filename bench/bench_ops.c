@@ -214,6 +214,35 @@ static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
     return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
 }
 
+/* Median us of a device-to-device copy of `bytes` (rotating pairs of
+ * buffers, > 4x the L2 in all), timed exactly as the ops: what the copy
+ * bandwidth is at this size, launch and ramp included. */
+static double time_copy(size_t bytes, uint64_t *seed)
+{
+    int k = (int)ceil(4.0 * L2_BYTES / (2.0 * (double)bytes));
+    if (k < 3) k = 3;
+    if (k > 16) k = 16;
+    CUdeviceptr src[16], dst[16];
+    for (int i = 0; i < k; ++i) src[i] = alloc_rand(bytes, seed), dst[i] = gpu_alloc(bytes);
+    for (int i = 0; i < WARM; ++i) CU_CHECK(cu->MemcpyDtoDAsync(dst[i % k], src[i % k], bytes, stream));
+    CU_CHECK(cu->StreamSynchronize(stream));
+    for (int i = 0; i < ITERS; ++i) {
+        CU_CHECK(cu->EventRecord(ev_start[i], stream));
+        CU_CHECK(cu->MemcpyDtoDAsync(dst[(i + WARM) % k], src[(i + WARM) % k], bytes, stream));
+        CU_CHECK(cu->EventRecord(ev_end[i], stream));
+    }
+    CU_CHECK(cu->EventSynchronize(ev_end[ITERS - 1]));
+    double t[ITERS];
+    for (int i = 0; i < ITERS; ++i) {
+        float ms = 0;
+        CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
+        t[i] = ms * 1e3;
+    }
+    for (int i = 0; i < k; ++i) gpu_free(src[i]), gpu_free(dst[i]);
+    qsort(t, ITERS, sizeof t[0], cmp_d);
+    return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
+}
+
 /* Ideal single-pass bytes of the forward and of the backward. */
 static void op_bytes(int op, int64_t n, double *fwd, double *bwd)
 {
@@ -427,6 +456,14 @@ int main(int argc, char **argv)
         }
         for (int op = 0; op < NOPS; ++op)
             for (int s = 0; s < nsets[op]; ++s) set_free(&sets[op][s]);
+        /* The reference for what "memory-bound" reaches at this size: one
+         * (N, H) bf16 tensor copied, as norm_modulate's forward moves it. */
+        const double tc = time_copy(act_bytes(n), &seed);
+        printf("%-54s %6lld %10.1f %10s %10.1f %10.1f %9.1f %9s %7.3f   (%.2f TB/s read + written)\n",
+               "copy reference (cuMemcpyDtoD of one (N, H) tensor)", (long long)n, tc, "-", act_bytes(n) / 1e6,
+               act_bytes(n) / 1e6, 2.0 * act_bytes(n) / PEAK_BW * 1e6, "-", 2.0 * act_bytes(n) / PEAK_BW * 1e6 / tc,
+               2.0 * act_bytes(n) / tc / 1e6);
+        fflush(stdout);
     }
     printf("\n");
     const int pair = (1 << OP_NM) | (1 << OP_GR) | (1 << OP_FUSED);

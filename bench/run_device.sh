@@ -8,7 +8,9 @@
 # Stages (default: tests bench): tests, bench, python, conformance, tune,
 # sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
 # under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
-# profile (ncu: each backward kernel's time and DRAM bytes).
+# profile (ncu: each backward kernel's time and DRAM bytes), ncudetail (ncu
+# sections of the forward and main backward kernel: KJIT_NCU_KERNELS,
+# KJIT_NCU_OP, KJIT_NCU_ROWS).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -72,6 +74,16 @@ for s in $stages; do
           $B/bench/bench_ops --ops $op --rows $n >>"$LOG" 2>&1
         grep -E "^  kjit_|gpu__time|dram__bytes" "$LOG" | tail -n 42 | sed -E 's/\(kjit_[a-z_]+_params\).*//; s/ +/ /g' 
       done
+    done ;;
+  ncudetail)
+    # Where one kernel's time goes (ncu sections: speed of light, warp
+    # stalls, occupancy): norm_modulate's forward and main backward kernel.
+    for k in ${KJIT_NCU_KERNELS:-kjit_adaln_fwd kjit_adaln_bwd}; do
+      section "ncu detail $k ${KJIT_NCU_OP:-norm_modulate} ${KJIT_NCU_ROWS:-4097}"
+      timeout 200 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section Occupancy \
+        --section LaunchStats --section MemoryWorkloadAnalysis -k regex:"$k" --launch-skip 30 --launch-count 1 \
+        $B/bench/bench_ops --ops ${KJIT_NCU_OP:-norm_modulate} --rows ${KJIT_NCU_ROWS:-4097} 2>&1 \
+        | grep -vE "^#|^kjit_|^copy|^fused|^op " | tee -a "$LOG" | grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Occupancy|Registers|Block Size|Grid Size" | head -40
     done ;;
   sanitize)
     # The ragged fast path (hidden 1000 bf16, 2000 fp32) under compute-sanitizer's memcheck.

@@ -12,32 +12,34 @@
 /* The fewest rows per chunk of each adaln op (src/ops/adaln.c), and of the
  * gather. */
 static const int min_chunk[4] = {16, 16, 16, 32};
+static const int max_chunks[4] = {256, 256, 256, 128};
 static const int ngrad[4] = {0, 2, 1, 3};
 
 static void test_chunks(void)
 {
     kjit_part_plan pl;
     /* norm_modulate at 4097 rows: ceil(4097 / 256) = 17 rows, 241 chunks. */
-    kjit__part_plan(&pl, 4097, 9, 2, 5376, 1, 16);
+    kjit__part_plan(&pl, 4097, 9, 2, 5376, 1, 16, 256);
     CHECK_EQ_INT(pl.chunk, 17);
     CHECK_EQ_INT(pl.chunks, 241);
-    /* The fused op keeps 32 rows: 129 chunks, one wave at one CTA per SM. */
-    kjit__part_plan(&pl, 4097, 9, 3, 5376, 1, 32);
-    CHECK_EQ_INT(pl.chunk, 32);
-    CHECK_EQ_INT(pl.chunks, 129);
+    /* The fused op: at most 128 chunks, of at least 32 rows: 33 rows, 125
+     * chunks, one wave at one CTA per SM. */
+    kjit__part_plan(&pl, 4097, 9, 3, 5376, 1, 32, 128);
+    CHECK_EQ_INT(pl.chunk, 33);
+    CHECK_EQ_INT(pl.chunks, 125);
     /* At 32768 rows: 128-row chunks (the 256-chunk cap) for norm_modulate
-     * and gated_residual; the fused op's 7 partial rows per chunk fit 195
-     * chunks in 28 MiB: 169 rows, 194 chunks. */
+     * and gated_residual; the fused op's 128-chunk cap (its 7 partial rows
+     * per chunk would fit 195 in 28 MiB): 256 rows, 128 chunks. */
     for (int m = 1; m <= 3; ++m) {
-        kjit__part_plan(&pl, 32768, 9, ngrad[m], 5376, m != 2, min_chunk[m]);
-        CHECK_EQ_INT(pl.chunk, m == 3 ? 169 : 128);
-        CHECK_EQ_INT(pl.chunks, m == 3 ? 194 : 256);
+        kjit__part_plan(&pl, 32768, 9, ngrad[m], 5376, m != 2, min_chunk[m], max_chunks[m]);
+        CHECK_EQ_INT(pl.chunk, m == 3 ? 256 : 128);
+        CHECK_EQ_INT(pl.chunks, m == 3 ? 128 : 256);
     }
     /* No rows: one (empty) chunk of the minimum size. */
-    kjit__part_plan(&pl, 0, 9, 2, 5376, 1, 16);
+    kjit__part_plan(&pl, 0, 9, 2, 5376, 1, 16, 256);
     CHECK_EQ_INT(pl.chunks, 1);
-    /* Never more than 256 chunks (the finisher's column sums take at most 8
-     * groups of 32), never fewer rows than the minimum, and the partials
+    /* Never more than the cap (at most 256: the finisher's column sums take
+     * at most 8 groups of 32), never fewer rows than the minimum, and the partials
      * within 28 MiB, over a sweep of shapes. */
     const long long ns[] = {1, 15, 16, 17, 33, 1023, 4097, 8191, 32768, 65537, 1 << 20};
     const int hs[] = {8, 1000, 5376, 16384};
@@ -45,8 +47,9 @@ static void test_chunks(void)
         for (size_t j = 0; j < sizeof hs / sizeof hs[0]; ++j)
             for (int ng = 1; ng <= 8; ++ng)
                 for (int mc = 16; mc <= 32; mc += 16) {
-                    kjit__part_plan(&pl, ns[i], 9, ng, hs[j], ng <= 3, mc);
-                    CHECK(pl.chunks >= 1 && pl.chunks <= 256);
+                    const int cap = mc == 32 ? 128 : 256;
+                    kjit__part_plan(&pl, ns[i], 9, ng, hs[j], ng <= 3, mc, cap);
+                    CHECK(pl.chunks >= 1 && pl.chunks <= cap);
                     CHECK(pl.chunk >= mc);
                     CHECK(pl.chunk * pl.chunks >= (ns[i] > 0 ? ns[i] : 1));
                     CHECK_LE((double)pl.chunks * (2 * ng + (ng <= 3)) * hs[j] * 4, (double)(28 << 20));
@@ -65,7 +68,7 @@ static void test_query_matches(void)
                 size_t bytes = 0;
                 CHECK_STATUS(kjit_adaln_workspace((kjit_adaln_op)m, ns[i], 5376, rs[j], &bytes), KJIT_OK);
                 kjit_part_plan pl;
-                kjit__part_plan(&pl, ns[i], rs[j], ngrad[m], 5376, m != 2, min_chunk[m]);
+                kjit__part_plan(&pl, ns[i], rs[j], ngrad[m], 5376, m != 2, min_chunk[m], max_chunks[m]);
                 CHECK_EQ_INT((long long)bytes, (long long)pl.bytes);
                 if (ns[i] == 32768) CHECK_LE(bytes, 32e6);
             }

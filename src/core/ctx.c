@@ -45,6 +45,8 @@ static int open_device(kjit_ctx *ctx)
         const int able = major >= 9 && ctx->sm >= 90 && cu->LaunchKernelEx;
         const int dflt = (major == 9 || major == 10) && cu->driver_version >= 12030;
         ctx->pdl = able && (e && *e ? strcmp(e, "0") != 0 : dflt);
+        const char *ps = getenv("KJIT_PART_SMALL");
+        ctx->part_small = !(ps && strcmp(ps, "0") == 0);
     }
     KJIT_CU_TRY(cu, DevicePrimaryCtxRetain(&ctx->cuctx, ctx->dev), "cuDevicePrimaryCtxRetain");
     ctx->has_gpu = 1;

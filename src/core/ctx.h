@@ -34,6 +34,10 @@ struct kjit_ctx {
      * (kernel_templates/common/kjit_types.cuh), so the next launch overlaps
      * the tail of the one before. */
     int pdl;
+    /* Backward partitions of up to 64 tiles built by one CTA
+     * (kjit_part_small, same bits as the three-launch build); KJIT_PART_SMALL=0
+     * turns it off (tests compare the two). */
+    int part_small;
     kjit_cache *cache;
     kjit_index_check index_check;
     CUdeviceptr err_flag; /* kjit_index_report on the device */

@@ -26,13 +26,18 @@ typedef struct mode_info {
      * in the tuner; bench_ops forward+backward 162.5 us with 32, 170.2 us
      * with 16 and the other changes of 81b907b..c3deb3f). */
     int min_chunk;
+    /* Most chunks: the fused backward's 7 partial rows per chunk would give
+     * 194 chunks of 169 rows at 32768 rows, one full wave of one CTA per SM
+     * and a second of 62; at most 128 (256 rows) is one wave on the H200's
+     * 132 SMs and the B200's 148. */
+    int max_chunks;
 } mode_info;
 
 static const mode_info modes[4] = {
     {0},
-    {"norm_modulate", &kjit__op_norm_modulate, 2, 16},
-    {"gated_residual", &kjit__op_gated_residual, 1, 16},
-    {"gated_residual_norm_modulate", &kjit__op_gated_residual_norm_modulate, 3, 32},
+    {"norm_modulate", &kjit__op_norm_modulate, 2, 16, 256},
+    {"gated_residual", &kjit__op_gated_residual, 1, 16, 256},
+    {"gated_residual_norm_modulate", &kjit__op_gated_residual_norm_modulate, 3, 32, 128},
 };
 
 static kjit_dtype param_for(kjit_dtype act) { return act == KJIT_F16 ? KJIT_F32 : act; }
@@ -210,7 +215,8 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
      * so every gradient's bits, must not depend on whether dw is asked for. */
     const int ng = modes[mode].ng, with_w = mode != 2 && a->dweight;
     kjit_part_plan pl;
-    kjit__part_plan(&pl, a->n, a->index.rows, ng, a->hidden, mode != 2, modes[mode].min_chunk);
+    kjit__part_plan(&pl, a->n, a->index.rows, ng, a->hidden, mode != 2, modes[mode].min_chunk,
+                    modes[mode].max_chunks);
     if (ws && ws_bytes < pl.bytes)
         return kjit__fail(KJIT_EINVAL, "%s backward: workspace of %zu bytes, %zu needed (kjit_adaln_workspace)", op,
                           ws_bytes, pl.bytes);
@@ -297,7 +303,8 @@ int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, 
         return kjit__fail(KJIT_EINVAL, "kjit_adaln_workspace: n = %lld, hidden = %d or rows = %lld out of range",
                           (long long)n, hidden, (long long)rows);
     kjit_part_plan pl;
-    kjit__part_plan(&pl, n, rows, modes[op].ng, hidden, op != KJIT_GATED_RESIDUAL, modes[op].min_chunk);
+    kjit__part_plan(&pl, n, rows, modes[op].ng, hidden, op != KJIT_GATED_RESIDUAL, modes[op].min_chunk,
+                    modes[op].max_chunks);
     *bytes = pl.bytes;
     return KJIT_OK;
 }

@@ -8,13 +8,18 @@
 
 #define PART_TEMPLATE "partition.cuh"
 #define COUNT_WARPS 8
+/* The one-CTA build (kjit_part_small) up to 64 tiles (16384 rows at the
+ * smallest tile) whose counters fit 48 KiB of shared memory. */
+#define SMALL_MAX_TILES 64
+#define SMALL_MAX_SMEM (48 * 1024)
 /* fp32 partial sums of a backward: with the sort's scratch this keeps the
  * workspace at N = 32768, H = 5376 under 32 MB for R up to 4096. */
 #define PARTIAL_BUDGET (28LL << 20)
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w, int min_chunk)
+void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w, int min_chunk,
+                     int max_chunks)
 {
     const long long N = n > 0 ? n : 1, R = r;
     long long cap = 4194304 / R;
@@ -23,10 +28,12 @@ void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, in
     if (cap < 1) cap = 1;
     long long tile = ((N + cap - 1) / cap + 31) / 32 * 32;
     if (tile < 256) tile = 256;
-    /* At most 256 chunks, fewer when their fp32 partials would pass
-     * PARTIAL_BUDGET: a function of the shapes, never of a launch. */
+    /* At most max_chunks (<= 256), fewer when their fp32 partials would pass
+     * PARTIAL_BUDGET: a function of the op and the shapes, never of a launch
+     * or of the device. */
     const long long per_chunk = (2LL * ng + (with_w ? 1 : 0)) * h * 4;
     long long target = per_chunk > 0 ? PARTIAL_BUDGET / per_chunk : 256;
+    if (target > max_chunks) target = max_chunks;
     if (target > 256) target = 256;
     if (target < 16) target = 16;
     long long chunk = (N + target - 1) / target;
@@ -77,7 +84,7 @@ void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition
 
 /* The name expressions of a backward's partition kernels. */
 typedef struct part_names {
-    char count[64], scatter[64], finish[64];
+    char count[64], scatter[64], small[64], finish[64];
 } part_names;
 
 static void names(part_names *nm, kjit_dtype index_dtype, kjit_dtype tp)
@@ -85,6 +92,7 @@ static void names(part_names *nm, kjit_dtype index_dtype, kjit_dtype tp)
     const char *ti = kjit__dtype_cxx(index_dtype);
     snprintf(nm->count, sizeof nm->count, "kjit_part_count<%s>", ti);
     snprintf(nm->scatter, sizeof nm->scatter, "kjit_part_scatter<%s>", ti);
+    snprintf(nm->small, sizeof nm->small, "kjit_part_small<%s>", ti);
     snprintf(nm->finish, sizeof nm->finish, "kjit_part_finish<%s>", kjit__dtype_cxx(tp));
 }
 
@@ -92,9 +100,9 @@ int kjit__part_preload(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype,
 {
     part_names nm;
     names(&nm, index_dtype, tp);
-    const char *all[] = {nm.count, "kjit_part_scan<256>", nm.scatter, nm.finish};
+    const char *all[] = {nm.count, "kjit_part_scan<256>", nm.scatter, nm.small, nm.finish};
     CUfunction fn;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 5; ++i) {
         int rc = kjit__ctx_kernel(ctx, PART_TEMPLATE, label, all[i], &fn);
         if (rc) return rc;
     }
@@ -108,6 +116,9 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
     part_names nm;
     names(&nm, index_dtype, KJIT_F32);
     const char *count = nm.count, *scatter = nm.scatter;
+    if (ctx->part_small && part->tiles <= SMALL_MAX_TILES && part->tiles * part->r * 4 <= SMALL_MAX_SMEM)
+        return kjit__run(ctx, PART_TEMPLATE, label, nm.small, 1, 1, 1, 1024, (unsigned)(part->tiles * part->r * 4),
+                         stream, &p);
     const unsigned grid = (unsigned)((part->tiles + COUNT_WARPS - 1) / COUNT_WARPS);
     const size_t want = (size_t)COUNT_WARPS * (size_t)part->r * 4;
     const unsigned smem = want <= 48 * 1024 ? (unsigned)want : 0;
@@ -145,6 +156,7 @@ int kjit__part_specs(const char *op, kjit_dtype tp, kjit_kernel_spec *out, int m
     const kjit_op_desc *d = kjit__op_find(op);
     static const char *const fixed[] = {"kjit_part_count<int>", "kjit_part_count<long long>",
                                         "kjit_part_scatter<int>", "kjit_part_scatter<long long>",
+                                        "kjit_part_small<int>", "kjit_part_small<long long>",
                                         "kjit_part_scan<256>"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; ++i) {
         n = kjit__spec_add(out, max, n, d, "%s", fixed[i]);

@@ -18,8 +18,9 @@ typedef struct kjit_part_plan {
 
 /* Sizes and workspace layout for n rows, r table rows, ng gradients of h
  * columns, with or without a weight gradient (partial_w), chunks of at
- * least min_chunk rows (fixed per op). */
-void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w, int min_chunk);
+ * least min_chunk rows and at most max_chunks chunks (both fixed per op). */
+void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w, int min_chunk,
+                     int max_chunks);
 /* Points part / partial / partial_w into the workspace at base. */
 void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition *part, float **partial,
                       float **partial_w);
@@ -27,7 +28,9 @@ void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition
  * writes anything: a failure to load one must not leave outputs half
  * written. */
 int kjit__part_preload(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, kjit_dtype tp);
-/* The build: count, scan, scatter (graph capturable). */
+/* The build: count, scan, scatter, or the one-CTA build for small problems
+ * (same bits; ctx->part_small, KJIT_PART_SMALL=0 turns it off); graph
+ * capturable. */
 int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
                      kjit_dtype index_dtype, CUstream stream);
 /* Finishes ng row-strided gradient outputs of dtype tp from the partials,

@@ -503,6 +503,50 @@ static void check_split(kjit_ctx *ctx, int mode)
     problem_free(&p);
 }
 
+/* The one-CTA partition build (small problems) and the three-launch build
+ * (big_ctx: KJIT_PART_SMALL=0) give the same bits: every gradient, row and
+ * parameter. Shapes on both sides of the small build's limits, with many
+ * empty table rows, int64 indices and fp32 tables. */
+static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
+{
+    const cfg cases[] = {
+        {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512, 4097, 9, 0, 1, 1, 0},
+        {mode, KJIT_BF16, KJIT_F32, KJIT_I64, 256, 3000, 300, 0, 1, 1, 0},
+        {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 1000, 2000, 0, 1, 1, 0},
+        {mode, KJIT_F32, KJIT_F32, KJIT_I32, 128, 16384, 9, 0, 0, 1, 0},
+        {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 128, 1, 1, 0, 1, 1, 0},
+    };
+    int differ = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
+        problem p;
+        problem_init(&p, &cases[k]);
+        outs a, b;
+        outs_init(&a, &p);
+        outs_init(&b, &p);
+        run_full(ctx, &p, &a);
+        run_full(big_ctx, &p, &b);
+        const CUdeviceptr da[4] = {a.DX, a.DY, a.DT, a.DW}, db[4] = {b.DX, b.DY, b.DT, b.DW};
+        const size_t bytes[4] = {a.act_bytes, a.act_bytes, a.tab_bytes, a.w_bytes};
+        for (int j = 0; j < 4; ++j) {
+            unsigned char *x = malloc(bytes[j]), *y = malloc(bytes[j]);
+            gpu_download(x, da[j], bytes[j]);
+            gpu_download(y, db[j], bytes[j]);
+            if (memcmp(x, y, bytes[j])) {
+                fprintf(stderr, "%s: n=%lld r=%lld: gradient %d differs between the one-CTA and three-launch builds\n",
+                        mode_name[mode], (long long)cases[k].n, (long long)cases[k].r, j);
+                differ++;
+            }
+            free(x), free(y);
+        }
+        outs_free(&a);
+        outs_free(&b);
+        problem_free(&p);
+    }
+    printf("%s: one-CTA vs three-launch partition build: %d of %d gradients differ\n", mode_name[mode], differ,
+           (int)(4 * (sizeof cases / sizeof cases[0])));
+    if (differ) kjit_test_failures++;
+}
+
 /* Bad arguments: the documented status, a message, outputs untouched. */
 static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ctx, int mode)
 {
@@ -595,6 +639,12 @@ int main(void)
     kjit_ctx_create(&sync_ctx, &o);
     o.index_check = KJIT_INDEX_CHECK_ASYNC;
     kjit_ctx_create(&async_ctx, &o);
+    kjit_ctx *big_ctx = NULL;
+    setenv("KJIT_PART_SMALL", "0", 1);
+    o.index_check = KJIT_INDEX_CHECK_OFF;
+    CHECK_STATUS(kjit_ctx_create(&big_ctx, &o), KJIT_OK);
+    unsetenv("KJIT_PART_SMALL");
+    CHECK(big_ctx && !big_ctx->part_small && ctx->part_small);
     kjit__cu()->CtxSetCurrent(ctx->cuctx);
 
     double worst[4][3][2] = {{{0}}};
@@ -636,12 +686,14 @@ int main(void)
         if (only) continue;
         check_invariance(ctx, mode);
         check_split(ctx, mode);
+        check_build_paths(ctx, big_ctx, mode);
         check_bad_args(ctx, sync_ctx, async_ctx, mode);
     }
     for (int mode = 1; mode <= 3; ++mode)
         printf("%-14s worst rel err (fwd / grads): bf16 %.2e / %.2e  fp16 %.2e / %.2e  fp32 %.2e / %.2e\n",
                mode_name[mode], worst[mode][0][0], worst[mode][0][1], worst[mode][1][0], worst[mode][1][1],
                worst[mode][2][0], worst[mode][2][1]);
+    kjit_ctx_destroy(big_ctx);
     kjit_ctx_destroy(async_ctx);
     kjit_ctx_destroy(sync_ctx);
     kjit_ctx_destroy(ctx);
