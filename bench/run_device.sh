@@ -10,7 +10,8 @@
 # under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
 # profile (ncu: each backward kernel's time and DRAM bytes), ncudetail (ncu
 # sections of the forward and main backward kernel: KJIT_NCU_KERNELS,
-# KJIT_NCU_OP, KJIT_NCU_ROWS).
+# KJIT_NCU_OP, KJIT_NCU_ROWS), ipc (test_server_ipc's run round trip:
+# polling, KJIT_SPIN_US=0, and under MPS where available).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -75,6 +76,32 @@ for s in $stages; do
         grep -E "^  kjit_|gpu__time|dram__bytes" "$LOG" | tail -n 42 | sed -E 's/\(kjit_[a-z_]+_params\).*//; s/ +/ /g' 
       done
     done ;;
+  ipc)
+    # The run round trip (test_server_ipc): as built, without polling
+    # (KJIT_SPIN_US=0), and under MPS when the host has its control daemon
+    # (started in a private pipe directory, stopped after).
+    ipc_test() {
+      section "test_server_ipc $1"; ctest --test-dir $B -R test_server_ipc -V >>"$LOG" 2>&1
+      summary+=("test_server_ipc $1 rc=$?")
+      echo "== $1"; grep -E "round trip" "$LOG" | tail -n 14 | sed -E 's/^[0-9]+: +//; s/ \(target <= 60\)//'
+    }
+    ipc_test "(polling)"
+    KJIT_SPIN_US=0 ipc_test "(KJIT_SPIN_US=0)"
+    if command -v nvidia-cuda-mps-control >/dev/null; then
+      export CUDA_MPS_PIPE_DIRECTORY=/tmp/kjit-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/kjit-mps/log
+      mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+      if nvidia-cuda-mps-control -d; then
+        sleep 1
+        ipc_test "(MPS)"
+        echo quit | nvidia-cuda-mps-control; sleep 2
+      else
+        echo "MPS control daemon did not start"
+      fi
+      tail -n 5 $CUDA_MPS_LOG_DIRECTORY/control.log 2>/dev/null
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    else
+      echo "no nvidia-cuda-mps-control on this host"
+    fi ;;
   ncudetail)
     # Where one kernel's time goes (ncu sections: speed of light, warp
     # stalls, occupancy): norm_modulate's forward and main backward kernel.

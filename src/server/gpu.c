@@ -53,6 +53,17 @@ double kjit__now_us(void)
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
 }
 
+int kjit__spin_us(int dflt)
+{
+    const char *e = getenv("KJIT_SPIN_US");
+    if (e && *e) {
+        char *end;
+        const long v = strtol(e, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 1000000) return (int)v;
+    }
+    return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? dflt : 0;
+}
+
 /* Polls (without the lock) until an item arrives after `seen`, the lane is
  * told to stop, or LANE_SPIN_US pass. */
 static void spin(kjit_gpu *g, unsigned seen)
@@ -112,7 +123,7 @@ int kjit__gpu_start(kjit_server *s)
     kjit_gpu *g = calloc(1, sizeof *g);
     if (!g) return kjit__fail(KJIT_ENOMEM, "out of memory for the GPU lane");
     g->srv = s;
-    g->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? LANE_SPIN_US : 0;
+    g->spin_us = kjit__spin_us(LANE_SPIN_US);
     int pushed, rc = kjit__ctx_enter(s->ctx, &pushed);
     if (rc) {
         free(g);

@@ -103,6 +103,8 @@ static void done_cb(kjit_gpu_item *it)
     kjit_server *s = j->srv;
     kjit_conn *c = j->c;
     s->jobs--;
+    s->runs--;
+    s->spin_until = kjit__now_us() + s->spin_us;
     if (!c->closing) {
         kjit__conn_unpark(c, j->id);
         if (j->status) {
@@ -146,6 +148,7 @@ void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const u
     j->req = *r;
     memcpy(j->payload, payload, plen);
     s->jobs++;
+    s->runs++;
     j->t_queued = kjit__now_us();
     kjit__gpu_submit(s, &j->item);
 }

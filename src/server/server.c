@@ -20,6 +20,8 @@
 
 #define SWEEP_MS 250
 #define DRAIN_WRITE_MS 5000
+/* How long the loop polls after a run's reply for the client's next request. */
+#define LOOP_SPIN_US 1000
 
 void kjit__server_config_init(kjit_server_config *cfg)
 {
@@ -114,6 +116,16 @@ static int start(kjit_server *s)
     return kjit_ctx_has_device(s->ctx) ? kjit__gpu_start(s) : KJIT_OK;
 }
 
+/* The loop: blocking in epoll, or polling while runs are in flight and for
+ * spin_us after the last one's reply (server_internal.h). */
+static void run_loop(kjit_server *s)
+{
+    for (;;) {
+        const int hot = s->spin_us > 0 && (s->runs > 0 || kjit__now_us() < s->spin_until);
+        if (!uv_run(&s->loop, hot ? UV_RUN_NOWAIT : UV_RUN_ONCE)) break;
+    }
+}
+
 int kjit__server_run(const kjit_server_config *cfg)
 {
     kjit__clear_error();
@@ -123,6 +135,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
     s->lock_fd = -1;
+    s->spin_us = kjit__spin_us(LOOP_SPIN_US);
     int r = uv_loop_init(&s->loop);
     if (r) {
         free(s);
@@ -137,7 +150,7 @@ int kjit__server_run(const kjit_server_config *cfg)
         fprintf(stderr, "kjit serve: listening on %s (pid %d, arch %s%s, cache %s)\n", s->socket_path, (int)getpid(),
                 kjit_ctx_arch(s->ctx), kjit_ctx_has_device(s->ctx) ? ", GPU" : ", no GPU: compile only",
                 kjit_ctx_cache_dir(s->ctx));
-        uv_run(&s->loop, UV_RUN_DEFAULT);
+        run_loop(s);
     } else {
         /* Keep the message: closing below must not overwrite it. */
         char msg[1024];

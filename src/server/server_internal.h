@@ -90,6 +90,13 @@ struct kjit_server {
     } n;
     uint64_t in_flight;  /* sum of the connections' pending */
     uint32_t jobs;       /* worker jobs queued or running */
+    uint32_t runs;       /* `run` requests queued or running on the lane */
+    /* The loop polls (uv_run NOWAIT) instead of sleeping in epoll while a
+     * run is in flight and for spin_us after its reply (KJIT_SPIN_US; 0 on
+     * hosts with fewer than 4 CPUs): a run's reply and the client's next run
+     * then cost no thread wake-up on the loop's side. */
+    int spin_us;
+    double spin_until;   /* kjit__now_us() */
     pthread_mutex_t snap_mu;
     kjit_cache_counters snap; /* the library's counters as of the last job */
     kjit_tuple_map map;
@@ -149,6 +156,10 @@ void kjit__gpu_submit(kjit_server *s, kjit_gpu_item *it);
 CUstream kjit__gpu_stream(const kjit_server *s);
 /* CLOCK_MONOTONIC in microseconds (the lane's polling, run timings). */
 double kjit__now_us(void);
+/* KJIT_SPIN_US when set (0 = never poll), else dflt on hosts with 4 or more
+ * CPUs and 0 on smaller ones (there the poller would take the CPU that the
+ * thread it waits for needs). */
+int kjit__spin_us(int dflt);
 /* Closes the lane's loop handle (once no item with done() is left). */
 void kjit__gpu_close(kjit_server *s);
 /* After the loop: runs what is queued, ends the thread, frees the lane. */
