@@ -26,6 +26,9 @@ typedef struct run_job {
     /* Queued by the loop; started on the lane; then handles + event, the
      * op's host call, the wait for the device. */
     double t_queued, t0, us_queue, us_prep, us_call, us_wait;
+    /* The loop's share: frame complete -> queued (parse, checks), and the
+     * lane's hand-back -> reply queued on the socket. */
+    double t_frame, t_done;
     char message[1200];
     uint8_t payload[];  /* the request's handles */
 } run_job;
@@ -95,6 +98,7 @@ static void work_cb(kjit_gpu_item *it)
     j->us = kjit__now_us() - j->t0;
     if (j->status) snprintf(j->message, sizeof j->message, "%s: %s", kjit_status_name(j->status), kjit_last_error());
     kjit__jobs_snapshot(j->srv); /* a first run may have compiled */
+    j->t_done = kjit__now_us();
 }
 
 static void done_cb(kjit_gpu_item *it)
@@ -110,11 +114,13 @@ static void done_cb(kjit_gpu_item *it)
         if (j->status) {
             kjit__conn_error(c, 1, j->id, kjit__status_code(j->status, "run_failed"), "%s", j->message);
         } else {
-            char text[224];
+            char text[288];
+            const double now = kjit__now_us();
             int n = snprintf(text, sizeof text,
                              "{\"id\":%llu,\"ok\":true,\"us\":%.1f,\"us_queue\":%.1f,\"us_prep\":%.1f,"
-                             "\"us_call\":%.1f,\"us_wait\":%.1f}",
-                             (unsigned long long)j->id, j->us, j->us_queue, j->us_prep, j->us_call, j->us_wait);
+                             "\"us_call\":%.1f,\"us_wait\":%.1f,\"us_in\":%.1f,\"us_out\":%.1f}",
+                             (unsigned long long)j->id, j->us, j->us_queue, j->us_prep, j->us_call, j->us_wait,
+                             j->t_queued - j->t_frame, now - j->t_done);
             kjit__conn_send(c, text, (size_t)n, NULL, 0, NULL, 0, 1);
         }
     }
@@ -149,6 +155,7 @@ void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const u
     memcpy(j->payload, payload, plen);
     s->jobs++;
     s->runs++;
+    j->t_frame = s->t_frame;
     j->t_queued = kjit__now_us();
     kjit__gpu_submit(s, &j->item);
 }

@@ -97,6 +97,7 @@ struct kjit_server {
      * then cost no thread wake-up on the loop's side. */
     int spin_us;
     double spin_until;   /* kjit__now_us() */
+    double t_frame;      /* when the frame being dispatched was complete */
     pthread_mutex_t snap_mu;
     kjit_cache_counters snap; /* the library's counters as of the last job */
     kjit_tuple_map map;

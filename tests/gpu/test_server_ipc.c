@@ -309,8 +309,8 @@ static int request_send(kjit_client *cl, request *q, CUevent ev, CUstream st, do
  * breakdown of the server's time is read too: f = us, us_queue, us_prep,
  * us_call, us_wait. Without the event, this process waits for its stream
  * first. */
-enum { F_US, F_QUEUE, F_PREP, F_CALL, F_WAIT, F_N };
-static const char *const f_name[F_N] = {"us", "us_queue", "us_prep", "us_call", "us_wait"};
+enum { F_US, F_QUEUE, F_PREP, F_CALL, F_WAIT, F_IN, F_OUT, F_PRE, F_N };
+static const char *const f_name[F_N] = {"us", "us_queue", "us_prep", "us_call", "us_wait", "us_in", "us_out", ""};
 
 static void timed_send(kjit_client *cl, request *q, int with_event, CUevent ev, CUstream st, double f[F_N])
 {
@@ -321,6 +321,7 @@ static void timed_send(kjit_client *cl, request *q, int with_event, CUevent ev, 
     if (evi) cJSON_AddItemToObject(q->root, "event", evi);
     if (with_event) CU_CHECK(cu->EventRecord(ev, st));
     else CU_CHECK(cu->StreamSynchronize(st));
+    const double t_pre = kjit_test_now();
     kjit_client_reply r = {0};
     const int rc = kjit_client_request(cl, text, q->rec, (size_t)q->n * 64, NULL, NULL, &r);
     cJSON_free(text);
@@ -332,10 +333,11 @@ static void timed_send(kjit_client *cl, request *q, int with_event, CUevent ev, 
         fprintf(stderr, "timed run failed: %s\n", r.json);
         kjit_test_failures++;
     }
-    for (int k = 0; k < F_N; ++k) {
+    for (int k = 0; k < F_PRE; ++k) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, f_name[k]);
         f[k] = cJSON_IsNumber(v) ? v->valuedouble : 0;
     }
+    f[F_PRE] = t_pre; /* made relative by the caller */
     cJSON_Delete(root);
     kjit_client_reply_free(&r);
 }
@@ -417,14 +419,16 @@ static void timing(kjit_ctx *ctx, kjit_client *cl, const call *ka, request *q, C
             double t0 = kjit_test_now();
             timed_send(cl, q, with_event, ev, st, one);
             rt[i] = (kjit_test_now() - t0) * 1e6;
+            one[F_PRE] = (one[F_PRE] - t0) * 1e6;
             for (int k = 0; k < F_N; ++k) f[k][i] = one[k];
         }
         const double mr = median(rt, TIMED);
         for (int k = 0; k < F_N; ++k) m[k] = median(f[k], TIMED);
         printf("  %-29s %s: op %6.1f us; %s: round trip %6.1f us, %+6.1f over the op (target <= 60); server %6.1f "
-               "(queue %.1f, prep %.1f, call %.1f, wait %.1f), outside %.1f\n",
+               "(queue %.1f, prep %.1f, call %.1f, wait %.1f), outside %.1f (before the request %.1f, loop in %.1f, "
+               "loop out %.1f, the rest: client library and socket)\n",
                ka->c->op, ka->c->bwd ? "bwd" : "fwd", mo, with_event ? "event   " : "no event", mr, mr - mo, m[F_US],
-               m[F_QUEUE], m[F_PREP], m[F_CALL], m[F_WAIT], mr - m[F_US] - m[F_QUEUE]);
+               m[F_QUEUE], m[F_PREP], m[F_CALL], m[F_WAIT], mr - m[F_US] - m[F_QUEUE], m[F_PRE], m[F_IN], m[F_OUT]);
     }
     cu->EventDestroy(e0);
     cu->EventDestroy(e1);
