@@ -223,6 +223,68 @@ static void test_good_runs(const char *sock, int gpu)
     close(fd);
 }
 
+/* The same run text with a new id (the loop's parsed-request memo) gets the
+ * answer a full parse gives, with its own id; a different payload length,
+ * one changed byte or an id the memo does not take (a leading zero, past
+ * 2^53) are parsed on their own. 6 of the 8 reach dispatch as runs. */
+static void test_memo(const char *sock)
+{
+    int fd = kjit_test_connect(sock);
+    kjit_test_frame(fd, "{\"id\":0,\"type\":\"hello\"}", NULL, 0);
+    cJSON_Delete(kjit_test_reply(fd, 10000));
+    char *base = json_of(NM_RUN("")); /* {"id":1,"type":"run",... */
+    const char *rest = base + strlen("{\"id\":1,");
+    static uint8_t ones[320];
+    memset(ones, 1, sizeof ones);
+    char text[4096];
+    cJSON *first = NULL;
+    char *first_code = NULL, *first_msg = NULL;
+    for (int k = 0; k < 8; ++k) {
+        uint32_t payload = 320;
+        const char *want = NULL; /* NULL: the first reply's code and message */
+        const char *mention = "";
+        unsigned long long id = 100 + (unsigned)k;
+        switch (k) {
+        case 3: payload = 256; want = "bad_request"; mention = "'event'"; break; /* 4 records: event 4 is past them */
+        case 5: break; /* {"id":0105,...: not the memo's form; cJSON reads 105 */
+        case 6: id = 9007199254740993ull; want = "bad_request"; mention = "'id'"; break;
+        default: break;
+        }
+        if (k == 5) snprintf(text, sizeof text, "{\"id\":0%llu,%s", id, rest);
+        else snprintf(text, sizeof text, "{\"id\":%llu,%s", id, rest);
+        if (k == 4) { /* one byte changed: n 4097 -> 4098 still parses, and is its own request */
+            char *n = strstr(text, "4097");
+            n[3] = '8';
+        }
+        kjit_test_frame(fd, text, ones, payload);
+        cJSON *r = kjit_test_reply(fd, 10000);
+        const char *code = r ? kjit_test_err_code(r) : "", *msg = r ? kjit_test_err_msg(r) : "";
+        if (k == 0) {
+            first = r;
+            first_code = strdup(code);
+            first_msg = strdup(msg);
+            CHECK(r && kjit_test_num(r, "id") == 100);
+            continue;
+        }
+        int ok = r != NULL;
+        if (ok && want) ok = !strcmp(code, want) && strstr(msg, mention) != NULL;
+        else if (ok && k != 4) ok = !strcmp(code, first_code) && !strcmp(msg, first_msg);
+        if (ok && k != 6) ok = kjit_test_num(r, "id") == (double)id;
+        if (!ok) {
+            char *t = r ? cJSON_PrintUnformatted(r) : NULL;
+            fprintf(stderr, "memo case %d: got %s (first: %s %s)\n", k, t ? t : "(nothing)", first_code, first_msg);
+            free(t);
+            kjit_test_failures++;
+        }
+        cJSON_Delete(r);
+    }
+    cJSON_Delete(first);
+    free(first_code);
+    free(first_msg);
+    free(base);
+    close(fd);
+}
+
 static void test_client(const char *sock, int gpu)
 {
     kjit_client *c;
@@ -291,9 +353,12 @@ int main(void)
     }
     test_bad_runs(sock);
     test_good_runs(sock, gpu);
+    test_memo(sock);
     test_client(sock, gpu);
     /* Counted: every well-formed run and tune that reached dispatch. */
-    CHECK_EQ_INT(kjit_test_stat(sock, "run_requests"), sizeof good_runs / sizeof good_runs[0] + 1);
+    CHECK_EQ_INT(kjit_test_stat(sock, "run_requests"), sizeof good_runs / sizeof good_runs[0] + 1 + 6);
+    /* test_memo's texts 1 and 2 repeat text 0 with new ids: the memo's hits. */
+    CHECK_EQ_INT(kjit_test_stat(sock, "run_memo_hits"), 2);
     CHECK_EQ_INT(kjit_test_stat(sock, "tune_requests"), gpu ? 0 : 1);
     CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
     kjit_test_rmtree(tmp);

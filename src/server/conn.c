@@ -32,6 +32,7 @@ void kjit__conn_ref(kjit_conn *c) { c->refs++; }
 void kjit__conn_unref(kjit_conn *c)
 {
     if (--c->refs) return;
+    kjit__run_memo_free(c);
     free(c->rbuf);
     free(c);
 }

@@ -81,6 +81,7 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddNumberToObject(o, "prewarm_requests", (double)s->n.prewarm_requests);
     cJSON_AddNumberToObject(o, "run_requests", (double)s->n.run_requests);
     cJSON_AddNumberToObject(o, "tune_requests", (double)s->n.tune_requests);
+    cJSON_AddNumberToObject(o, "run_memo_hits", (double)s->n.run_memo_hits);
     cJSON_AddNumberToObject(o, "hits", (double)s->n.hits);
     cJSON_AddNumberToObject(o, "misses", (double)s->n.misses);
     cJSON_AddNumberToObject(o, "compiles", (double)cc.compiles);
@@ -129,9 +130,14 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
     kjit_server *s = c->srv;
     kjit_req r;
     kjit_req_error e;
-    if (kjit__req_parse(json, json_len, payload_len, s->default_sm, &r, &e)) {
-        kjit__conn_error(c, e.has_id, e.id, e.code, "%s", e.message);
-        return;
+    if (kjit__run_memo_find(c, json, json_len, payload_len, &r)) {
+        s->n.run_memo_hits++;
+    } else {
+        if (kjit__req_parse(json, json_len, payload_len, s->default_sm, &r, &e)) {
+            kjit__conn_error(c, e.has_id, e.id, e.code, "%s", e.message);
+            return;
+        }
+        if (r.type == KJIT_REQ_RUN) kjit__run_memo_keep(c, json, json_len, payload_len, &r);
     }
     if (!c->helloed && r.type != KJIT_REQ_HELLO) {
         kjit__conn_error(c, 1, r.id, "out_of_order", "%s before hello: the first request must be hello",

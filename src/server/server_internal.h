@@ -54,6 +54,7 @@ typedef struct kjit_conn {
     uint64_t last_activity; /* uv_now of the last byte moved */
     uint64_t partial_since; /* uv_now when an incomplete frame began; 0: none */
     kjit_ipc_cache *ipc;    /* the handles its runs opened (created by its first run) */
+    struct kjit_run_memo *run_memo; /* its last run request, parsed (run_memo.c) */
     char *rbuf;
     size_t rlen, rcap;
     uint64_t parked[];      /* the parked requests' ids (max_pending of them) */
@@ -85,7 +86,7 @@ struct kjit_server {
     uint64_t start_ms;
     struct {
         uint64_t requests, errors, hits, misses, compile_requests, kernel_requests, prewarm_requests;
-        uint64_t run_requests, tune_requests;
+        uint64_t run_requests, tune_requests, run_memo_hits;
         uint64_t clients_total, refused, bad_frames, idle_closed;
     } n;
     uint64_t in_flight;  /* sum of the connections' pending */
@@ -111,6 +112,14 @@ void kjit__listen_close(kjit_server *s);
 void kjit__listen_release(kjit_server *s);
 /* 1 when the peer may talk to this server; else 0 and why[]. */
 int kjit__peer_allowed(const kjit_server *s, uid_t uid, gid_t gid, char *why, size_t why_len);
+
+/* run_memo.c: a connection's last run request, parsed. _find: 1 and *out
+ * (with this text's id) when json is that request again with a new id;
+ * _keep remembers a parsed run; _free at the connection's end. */
+typedef struct kjit_run_memo kjit_run_memo;
+int kjit__run_memo_find(kjit_conn *c, const char *json, uint32_t len, uint32_t payload_len, kjit_req *out);
+void kjit__run_memo_keep(kjit_conn *c, const char *json, uint32_t len, uint32_t payload_len, const kjit_req *r);
+void kjit__run_memo_free(kjit_conn *c);
 
 /* conn.c: connections, frames in and out. */
 void kjit__conn_accept(uv_stream_t *listener, int status);
