@@ -83,7 +83,7 @@ for s in $stages; do
     ipc_test() {
       section "test_server_ipc $1"; ctest --test-dir $B -R test_server_ipc -V >>"$LOG" 2>&1
       summary+=("test_server_ipc $1 rc=$?")
-      echo "== $1"; grep -E "round trip" "$LOG" | tail -n 14 | sed -E 's/^[0-9]+: +//; s/ \(target <= 60\)//'
+      echo "== $1"; grep -E "round trip" "$LOG" | tail -n 21 | sed -E 's/^[0-9]+: +//; s/ \(target <= 60\)//'
     }
     ipc_test "(polling)"
     KJIT_SPIN_US=0 ipc_test "(KJIT_SPIN_US=0)"
