@@ -237,6 +237,19 @@ def main():
                 p.grad = None
             del sets
             torch.cuda.empty_cache()
+        # What torch's own copy kernel reaches at this size: one (N, H) bf16
+        # tensor copied, the bytes norm_modulate's forward moves (rotating
+        # pairs, > 4x the L2).
+        nb = n * H * 2
+        k = max(3, min(16, -(-4 * L2_BYTES // (2 * nb))))
+        src = [rnd(gen, n, H) for _ in range(int(k))]
+        dst = [torch.empty_like(x) for x in src]
+        tcp = median_us(lambda j: dst[j].copy_(src[j]), lambda j: None, int(k))
+        name = "copy reference [torch copy_ of one (N, H) tensor]"
+        print(f"{name:<54s} {n:6d} {tcp:10.1f} {'-':>10s} {nb / 1e6:10.1f} {nb / 1e6:10.1f} {2 * nb / PEAK_BW * 1e6:9.1f} "
+              f"{'-':>9s} {2 * nb / PEAK_BW * 1e6 / tcp:7.3f}   ({2 * nb / tcp / 1e6:.2f} TB/s read + written)", flush=True)
+        del src, dst
+        torch.cuda.empty_cache()
     print()
     for n in args.rows:
         for vname in ("torch eager", "torch.compile"):
