@@ -114,6 +114,19 @@ with m.Client(sys.argv[2], timeout=120) as c:
                 assert e.code == "unsupported" and "no GPU" in e.message, e
     s = c.stats()
     assert s["compiles"] >= 1 and s["hits"] >= 0, s
+    # A run sent again unchanged is the server's memo hit (the client writes
+    # the id first, compact), and answered as the first was.
+    if not c.hello["gpu"]:
+        replies = []
+        for _ in range(3):
+            try:
+                c.run_raw(nm, [b"\x01" * 64] * 5)
+            except m.ServerError as e:
+                replies.append((e.code, e.message))
+        assert len(set(replies)) == 1 and replies[0][0] == "unsupported", replies
+        s2 = c.stats()
+        # 3: the no-GPU check above sent this text last.
+        assert s2["run_memo_hits"] - s["run_memo_hits"] == 3, (s, s2)
 print("python client: ok")
 PY
 

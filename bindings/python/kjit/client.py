@@ -158,9 +158,11 @@ class Client:
         """Sends one request (a dict with a "type"; its id is set here) and
         returns (reply, payload bytes). Progress events go to on_event(dict).
         check: raise ServerError on {"ok": false} instead of returning it."""
-        req = dict(req)
-        req["id"] = rid = self._next_id
+        rid = self._next_id
         self._next_id += 1
+        # The id first, compact: a run repeated on the same buffers is then
+        # the same text after its id, which the server keeps parsed.
+        req = {"id": rid, **{k: v for k, v in req.items() if k != "id"}}
         body = json.dumps(req, separators=(",", ":")).encode()
         self._sock.sendall(_HEADER.pack(b"KJIT", PROTO_VERSION, 0, len(body), len(payload)) + body + payload)
         while True:
