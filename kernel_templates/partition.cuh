@@ -447,7 +447,9 @@ __global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params
 // write that a backward reads (perm, start, chunk_row; not tile_pos or
 // scan_state), bit for bit: the same tiles, the same per-tile walk.
 //   kjit_part_small<TI>   TI = int | long long
-//       grid 1, block 32 * W (W warps, 1..32; warp w takes tiles w, w + W, ...),
+//       grid 1, block 32 * W (W warps, 1..32; warp w takes tiles w, w + W, ...;
+//       the host launches 1024 threads: NVRTC 13.0 gives it 40 / 42
+//       registers for int / long long on sm_90, under the 64 that allows),
 //       smem tiles * R * 4 bytes (the host uses it when that is <= 48 KiB).
 template <class TI>
 __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p)

@@ -314,6 +314,20 @@ static void test_client(const char *sock, int gpu)
     CHECK_STATUS(kjit_client_tune(c, "timestep_sinusoid", 256, KJIT_BF16, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "'op'") != NULL);
     CHECK_STATUS(kjit_client_tune(c, "norm_modulate", 5377, KJIT_BF16, NULL), KJIT_EUNSUPPORTED);
+    /* Texts cJSON accepts around an object (other control bytes before it,
+     * anything after it, pretty-printed): the request still goes out whole. */
+    static const char *const odd[] = {"\f{\"type\":\"ping\"}", "{\"type\":\"ping\"} trailing", "{\"type\":\"ping\"}\f",
+                                      "\n {\n  \"type\" : \"ping\"\n}\n", "{}"};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; ++i) {
+        kjit_client_reply rep = {0};
+        CHECK_STATUS(kjit_client_request(c, odd[i], NULL, 0, NULL, NULL, &rep), KJIT_OK);
+        const int want_ok = i < 4; /* {} has no type: the server says so */
+        if (rep.json && (rep.ok != want_ok || (!want_ok && !strstr(rep.json, "type")))) {
+            fprintf(stderr, "odd text %zu: %s\n", i, rep.json);
+            kjit_test_failures++;
+        }
+        kjit_client_reply_free(&rep);
+    }
     /* A run's "type" is the client's to set. */
     char *typed = json_of("{'type':'ping','op':'nope'}");
     CHECK_STATUS(kjit_client_run(c, typed, NULL, 0, &us), KJIT_EINVAL);

@@ -153,7 +153,8 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     if (payload_len > KJIT_MAX_REQUEST_PAYLOAD)
         return kjit__fail(KJIT_EINVAL, "payload of %zu bytes: requests carry at most %u", payload_len,
                           KJIT_MAX_REQUEST_PAYLOAD);
-    cJSON *o = cJSON_Parse(json);
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithOpts(json, &end, 0);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
@@ -163,7 +164,14 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
     const int spin = cJSON_IsString(type) && !strcmp(type->valuestring, "run");
     char *text = NULL;
-    if (cJSON_GetObjectItemCaseSensitive(o, "id")) {
+    /* The splice below copies the caller's bytes: only for a text that is
+     * the object alone between JSON whitespace (cJSON also skips other
+     * control bytes and ignores what follows the object). */
+    const char *p = json;
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') ++p;
+    int plain = *p == '{';
+    for (const char *q = end; plain && q && *q; ++q) plain = *q == ' ' || *q == '\t' || *q == '\r' || *q == '\n';
+    if (!plain || !end || cJSON_GetObjectItemCaseSensitive(o, "id")) {
         cJSON_DeleteItemFromObjectCaseSensitive(o, "id");
         cJSON_AddNumberToObject(o, "id", (double)id);
         text = cJSON_PrintUnformatted(o);
@@ -171,8 +179,6 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         /* The id written in front of the caller's fields, the rest of the
          * text as it is: printing the tree again (cJSON formats every number
          * twice to round-trip it) took 13 us for a 900-byte run request. */
-        const char *p = json;
-        while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') ++p;
         char head[48];
         const int hn = snprintf(head, sizeof head, o->child ? "{\"id\":%llu," : "{\"id\":%llu", (unsigned long long)id);
         const size_t rest = strlen(p + 1);
@@ -180,6 +186,12 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
             memcpy(text, head, (size_t)hn);
             memcpy(text + hn, p + 1, rest + 1);
         }
+    }
+    if (text && strlen(text) > KJIT_MAX_REQUEST_JSON && plain) {
+        /* The caller's whitespace made it too long: compact it instead. */
+        cJSON_free(text);
+        cJSON_AddNumberToObject(o, "id", (double)id);
+        text = cJSON_PrintUnformatted(o);
     }
     cJSON_Delete(o);
     if (!text) return kjit__fail(KJIT_ENOMEM, "no memory for the request");

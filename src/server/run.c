@@ -14,6 +14,8 @@
 #include "core/error.h"
 #include "server/server_internal.h"
 
+enum { RUN_SPIN_MAX_US = 20000 };
+
 typedef struct run_job {
     kjit_gpu_item item; /* first: the lane hands this back */
     kjit_server *srv;
@@ -107,8 +109,8 @@ static void done_cb(kjit_gpu_item *it)
     kjit_server *s = j->srv;
     kjit_conn *c = j->c;
     s->jobs--;
-    s->runs--;
-    s->spin_until = kjit__now_us() + s->spin_us;
+    const double until = kjit__now_us() + s->spin_us; /* never shortens a later run's window */
+    if (until > s->spin_until) s->spin_until = until;
     if (!c->closing) {
         kjit__conn_unpark(c, j->id);
         if (j->status) {
@@ -154,7 +156,9 @@ void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const u
     j->req = *r;
     memcpy(j->payload, payload, plen);
     s->jobs++;
-    s->runs++;
+    /* Poll while it runs, up to RUN_SPIN_MAX_US: a run that waits on a
+     * first compile or a long op does not hold a CPU for all of it. */
+    s->spin_until = kjit__now_us() + (s->spin_us > 0 ? RUN_SPIN_MAX_US : 0);
     j->t_frame = s->t_frame;
     j->t_queued = kjit__now_us();
     kjit__gpu_submit(s, &j->item);

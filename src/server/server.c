@@ -116,12 +116,11 @@ static int start(kjit_server *s)
     return kjit_ctx_has_device(s->ctx) ? kjit__gpu_start(s) : KJIT_OK;
 }
 
-/* The loop: blocking in epoll, or polling while runs are in flight and for
- * spin_us after the last one's reply (server_internal.h). */
+/* The loop: blocking in epoll, or polling around runs (server_internal.h). */
 static void run_loop(kjit_server *s)
 {
     for (;;) {
-        const int hot = s->spin_us > 0 && (s->runs > 0 || kjit__now_us() < s->spin_until);
+        const int hot = s->spin_us > 0 && kjit__now_us() < s->spin_until;
         if (!uv_run(&s->loop, hot ? UV_RUN_NOWAIT : UV_RUN_ONCE)) break;
     }
 }

@@ -91,11 +91,11 @@ struct kjit_server {
     } n;
     uint64_t in_flight;  /* sum of the connections' pending */
     uint32_t jobs;       /* worker jobs queued or running */
-    uint32_t runs;       /* `run` requests queued or running on the lane */
-    /* The loop polls (uv_run NOWAIT) instead of sleeping in epoll while a
-     * run is in flight and for spin_us after its reply (KJIT_SPIN_US; 0 on
-     * hosts with fewer than 4 CPUs): a run's reply and the client's next run
-     * then cost no thread wake-up on the loop's side. */
+    /* The loop polls (uv_run NOWAIT) instead of sleeping in epoll until
+     * spin_until: 20 ms after a run is queued (its reply, usually far
+     * sooner, then costs no wake-up), spin_us after a run's reply (the
+     * client's next run). spin_us: KJIT_SPIN_US, 0 (never) on hosts with
+     * fewer than 4 CPUs. */
     int spin_us;
     double spin_until;   /* kjit__now_us() */
     double t_frame;      /* when the frame being dispatched was complete */
@@ -113,7 +113,7 @@ void kjit__listen_release(kjit_server *s);
 /* 1 when the peer may talk to this server; else 0 and why[]. */
 int kjit__peer_allowed(const kjit_server *s, uid_t uid, gid_t gid, char *why, size_t why_len);
 
-/* run_memo.c: a connection's last run request, parsed. _find: 1 and *out
+/* run_memo.c: a connection's latest run request that parsed. _find: 1 and *out
  * (with this text's id) when json is that request again with a new id;
  * _keep remembers a parsed run; _free at the connection's end. */
 typedef struct kjit_run_memo kjit_run_memo;

@@ -505,8 +505,8 @@ static void check_split(kjit_ctx *ctx, int mode)
 
 /* The one-CTA partition build (small problems) and the three-launch build
  * (big_ctx: KJIT_PART_SMALL=0) give the same bits: every gradient, row and
- * parameter. Shapes on both sides of the small build's limits, with many
- * empty table rows, int64 indices and fp32 tables. */
+ * parameter. Shapes up to the small build's limits and one past them, with
+ * many empty table rows, int64 indices and fp32 tables. */
 static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
 {
     const cfg cases[] = {
@@ -515,6 +515,11 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 1000, 2000, 0, 1, 1, 0},
         {mode, KJIT_F32, KJIT_F32, KJIT_I32, 128, 16384, 9, 0, 0, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 128, 1, 1, 0, 1, 1, 0},
+        /* 65 tiles: past the small build (three launches for both); 4 tiles
+         * of 2800 counters: 44800 bytes of shared memory, over the 40 KiB
+         * above which the host raises the kernel's limit. */
+        {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 16385, 9, 0, 1, 1, 0},
+        {mode, KJIT_BF16, KJIT_BF16, KJIT_I64, 64, 1000, 2800, 0, 1, 1, 0},
     };
     int differ = 0;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {

@@ -334,6 +334,7 @@ static void timed_send(kjit_client *cl, request *q, const char *text, int with_e
     kjit_client_reply r = {0};
     const int rc = kjit_client_request(cl, text, q->rec, (size_t)q->n * 64, NULL, NULL, &r);
     for (int k = 0; k < F_N; ++k) f[k] = 0;
+    f[F_PRE] = t_pre; /* made relative by the caller */
     CHECK_STATUS(rc, KJIT_OK);
     if (rc != KJIT_OK) return;
     cJSON *root = cJSON_Parse(r.json);
