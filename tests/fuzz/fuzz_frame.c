@@ -2,7 +2,8 @@
  * headers as conn.c walks them, then each header's JSON through the
  * request parser — plus the whole input as one JSON header, so the fuzzer
  * reaches the parser without having to build frames first. A request the
- * parser accepts must satisfy what the server then relies on. */
+ * parser accepts must satisfy what the server then relies on, and the run
+ * memo must answer only what the parser would. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,15 +11,28 @@
 #include "client/frame.h"
 #include "jit/templates.h"
 #include "server/request.h"
+#include "server/server_internal.h"
+
+/* One connection's run memo (run_memo.c), kept across inputs: a text it
+ * answers must parse, by the full parser, to exactly what it answered. */
+static kjit_conn *memo_conn(void)
+{
+    static kjit_conn *c;
+    if (!c) c = calloc(1, sizeof *c);
+    return c;
+}
 
 static void check(const char *json, size_t len, uint32_t payload_len)
 {
-    kjit_req r;
+    kjit_req r, m;
     kjit_req_error e;
+    const int hit = kjit__run_memo_find(memo_conn(), json, (uint32_t)len, payload_len, &m);
     if (kjit__req_parse(json, len, payload_len, 90, &r, &e)) {
-        if (!e.code || !e.message[0]) abort();
+        if (!e.code || !e.message[0] || hit) abort();
         return;
     }
+    if (hit && memcmp(&m, &r, sizeof r)) abort();
+    if (r.type == KJIT_REQ_RUN) kjit__run_memo_keep(memo_conn(), json, (uint32_t)len, payload_len, &r);
     if (r.id > (uint64_t)KJIT_REQ_MAX_ID) abort();
     int n = 0;
     if ((r.type == KJIT_REQ_COMPILE || r.type == KJIT_REQ_RUN) &&
