@@ -47,6 +47,8 @@ for s in $stages; do
     summary+=("python gpu tests rc=$?")
     section "test_torch_gpu, KJIT_EAGER=custom_op"; KJIT_EAGER=custom_op python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1
     summary+=("python gpu tests (KJIT_EAGER=custom_op) rc=$?")
+    section test_client_gpu; KJIT_BIN=$PWD/$B/kjit python3 tests/python/test_client_gpu.py 2>&1 | tee -a "$LOG" | tail -n 8
+    summary+=("python client run test rc=${PIPESTATUS[0]}")
     section h3_block; python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 15
     summary+=("h3_block rc=${PIPESTATUS[0]}")
     section profile_binding; python3 bench/profile_binding.py 2>&1 | tee -a "$LOG" | tail -n 30 ;;
