@@ -9,12 +9,12 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <time.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "client/frame.h"
+#include "core/spin.h"
 #include "core/error.h"
 
 struct kjit_client {
@@ -32,31 +32,13 @@ struct kjit_client {
  * polling clients would take the CPUs the server needs). */
 #define CLIENT_SPIN_US 2000
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-static int spin_default(void)
-{
-    const char *e = getenv("KJIT_SPIN_US");
-    if (e && *e) {
-        char *end;
-        const long v = strtol(e, &end, 10);
-        if (*end == '\0' && v >= 0 && v <= 1000000) return (int)v;
-    }
-    return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? CLIENT_SPIN_US : 0;
-}
-
 /* Returns once the socket has something to read, or spin_us have passed. */
 static void spin_for_reply(const kjit_client *c)
 {
     if (c->spin_us <= 0) return;
-    const double end = now_us() + c->spin_us;
+    const double end = kjit__now_us() + c->spin_us;
     struct pollfd p = {.fd = c->fd, .events = POLLIN};
-    while (poll(&p, 1, 0) == 0 && now_us() < end) {
+    while (poll(&p, 1, 0) == 0 && kjit__now_us() < end) {
     }
 }
 
@@ -279,7 +261,7 @@ int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms)
     if (!c) return kjit__fail(KJIT_ENOMEM, "no memory for a client");
     snprintf(c->path, sizeof c->path, "%s", path);
     c->next_id = 1;
-    c->spin_us = spin_default();
+    c->spin_us = kjit__spin_us(CLIENT_SPIN_US);
     c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int rc = KJIT_OK;
     /* Before connecting: a Unix socket's connect waits (on a listener's full

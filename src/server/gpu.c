@@ -46,24 +46,6 @@ static void push(kjit_gpu_item **head, kjit_gpu_item **tail, kjit_gpu_item *it)
 
 enum { LANE_SPIN_US = 250 };
 
-double kjit__now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-int kjit__spin_us(int dflt)
-{
-    const char *e = getenv("KJIT_SPIN_US");
-    if (e && *e) {
-        char *end;
-        const long v = strtol(e, &end, 10);
-        if (*end == '\0' && v >= 0 && v <= 1000000) return (int)v;
-    }
-    return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? dflt : 0;
-}
-
 /* Polls (without the lock) until an item arrives after `seen`, the lane is
  * told to stop, or LANE_SPIN_US pass. */
 static void spin(kjit_gpu *g, unsigned seen)

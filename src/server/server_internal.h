@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "core/spin.h"
 #include "gpu/cuda_api.h"
 #include "kjit.h"
 #include "server/request.h"
@@ -164,12 +165,6 @@ void kjit__kernel_request(kjit_conn *c, uint64_t id, const kjit_kernel_spec *spe
 int kjit__gpu_start(kjit_server *s);
 void kjit__gpu_submit(kjit_server *s, kjit_gpu_item *it);
 CUstream kjit__gpu_stream(const kjit_server *s);
-/* CLOCK_MONOTONIC in microseconds (the lane's polling, run timings). */
-double kjit__now_us(void);
-/* KJIT_SPIN_US when set (0 = never poll), else dflt on hosts with 4 or more
- * CPUs and 0 on smaller ones (there the poller would take the CPU that the
- * thread it waits for needs). */
-int kjit__spin_us(int dflt);
 /* Closes the lane's loop handle (once no item with done() is left). */
 void kjit__gpu_close(kjit_server *s);
 /* After the loop: runs what is queued, ends the thread, frees the lane. */
