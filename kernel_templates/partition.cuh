@@ -239,75 +239,6 @@ __device__ __forceinline__ bool seg_next(const kjit_partition &pt, seg &s)
 #define KJIT_PART_FLAG_AGG 1ull
 #define KJIT_PART_FLAG_INCL 2ull
 
-namespace kjit {
-// The table rows of rows b + lane, b + 32 + lane, ... (KJIT_PART_STEPS of
-// them), -1 past n1 or for an index outside [0, r).
-template <class TI>
-__device__ __forceinline__ void part_keys(const TI *ix, long long b, long long n1, long long r, bool &bad,
-                                          int key[KJIT_PART_STEPS])
-{
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = part_key(ix, b + u * 32 + lane, n1, r, bad);
-}
-
-// The per-tile walks of the build, shared by the three-launch kernels and
-// kjit_part_small. A warp walks rows [n0, n1) of one tile 32 at a time in
-// row order; table row r's counter is base[r * stride].
-//
-// Count: adds the tile's rows per table row (ATOMIC: atomicAdd, for
-// counters other warps may share; else a plain add, each counter the
-// warp's own).
-template <bool ATOMIC, class TI>
-__device__ __forceinline__ void part_tile_count(const TI *ix, const kjit_partition &pt, long long n0, long long n1,
-                                                int *base, long long stride, bool &bad)
-{
-    const unsigned lt = lanemask_lt();
-    for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
-        int key[KJIT_PART_STEPS];
-        part_keys(ix, b, n1, pt.r, bad, key);
-#pragma unroll
-        for (int u = 0; u < KJIT_PART_STEPS; ++u) {
-            const unsigned m = __match_any_sync(0xffffffffu, key[u]);
-            if (ATOMIC) {
-                if (key[u] >= 0 && (m & lt) == 0) atomicAdd(base + key[u] * stride, __popc(m));
-            } else {
-                if (key[u] >= 0 && (m & lt) == 0) base[key[u] * stride] += __popc(m);
-                __syncwarp();
-            }
-        }
-    }
-}
-
-// Scatter: perm[counter + rank] = row, rank = the row's order among the
-// tile's rows of its table row (stable); the counters advance past them.
-template <class TI>
-__device__ __forceinline__ void part_tile_scatter(const TI *ix, const kjit_partition &pt, long long n0, long long n1,
-                                                  int *base, long long stride)
-{
-    const int lane = threadIdx.x & 31;
-    const unsigned lt = lanemask_lt();
-    bool bad = false;
-    for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
-        int key[KJIT_PART_STEPS];
-        part_keys(ix, b, n1, pt.r, bad, key);
-#pragma unroll
-        for (int u = 0; u < KJIT_PART_STEPS; ++u) {
-            const unsigned m = __match_any_sync(0xffffffffu, key[u]);
-            int *c = base + (long long)(key[u] < 0 ? 0 : key[u]) * stride;
-            int pos = 0;
-            if (key[u] >= 0) {
-                pos = *c;
-                pt.perm[pos + __popc(m & lt)] = (int)(b + u * 32 + lane);
-            }
-            __syncwarp();
-            if (key[u] >= 0 && (m & lt) == 0) *c = pos + __popc(m);
-            __syncwarp();
-        }
-    }
-}
-} // namespace kjit
-
 template <class TI>
 __global__ void kjit_part_count(const __grid_constant__ kjit_part_build_params p)
 {
@@ -323,6 +254,7 @@ __global__ void kjit_part_count(const __grid_constant__ kjit_part_build_params p
     const long long t = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= pt.tiles) return;
     const int lane = threadIdx.x & 31;
+    const unsigned lt = kjit::lanemask_lt();
     const kjit::part_ctr ctr = kjit::part_counters(pt, t, kjit_part_smem);
     for (long long r = lane; r < pt.r; r += 32) ctr.base[r * ctr.stride] = 0;
     __syncwarp();
@@ -331,7 +263,16 @@ __global__ void kjit_part_count(const __grid_constant__ kjit_part_build_params p
     const long long n0 = t * pt.tile;
     const long long n1 = n0 + pt.tile < pt.n ? n0 + pt.tile : pt.n;
     bool bad = false;
-    kjit::part_tile_count<true>(ix, pt, n0, n1, ctr.base, ctr.stride, bad);
+    for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
+        int key[KJIT_PART_STEPS];
+#pragma unroll
+        for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key(ix, b + u * 32 + lane, n1, pt.r, bad);
+#pragma unroll
+        for (int u = 0; u < KJIT_PART_STEPS; ++u) {
+            const unsigned m = __match_any_sync(0xffffffffu, key[u]);
+            if (key[u] >= 0 && (m & lt) == 0) atomicAdd(ctr.base + key[u] * ctr.stride, __popc(m));
+        }
+    }
     if (bad && p.index.err) *p.index.err = 1;
     if (ctr.shared) {
         __syncwarp();
@@ -470,6 +411,7 @@ __global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params
     const long long t = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= pt.tiles) return;
     const int lane = threadIdx.x & 31;
+    const unsigned lt = kjit::lanemask_lt();
     const kjit::part_ctr ctr = kjit::part_counters(pt, t, kjit_part_smem);
     if (ctr.shared)
         for (long long r = lane; r < pt.r; r += 32) ctr.base[r] = pt.tile_pos[r * pt.tiles + t];
@@ -478,7 +420,25 @@ __global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params
     const TI *ix = (const TI *)p.index.ptr;
     const long long n0 = t * pt.tile;
     const long long n1 = n0 + pt.tile < pt.n ? n0 + pt.tile : pt.n;
-    kjit::part_tile_scatter(ix, pt, n0, n1, ctr.base, ctr.stride);
+    bool bad = false;
+    for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
+        int key[KJIT_PART_STEPS];
+#pragma unroll
+        for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key(ix, b + u * 32 + lane, n1, pt.r, bad);
+#pragma unroll
+        for (int u = 0; u < KJIT_PART_STEPS; ++u) {
+            const unsigned m = __match_any_sync(0xffffffffu, key[u]);
+            int *c = ctr.base + (long long)(key[u] < 0 ? 0 : key[u]) * ctr.stride;
+            int pos = 0;
+            if (key[u] >= 0) {
+                pos = *c;
+                pt.perm[pos + __popc(m & lt)] = (int)(b + u * 32 + lane);
+            }
+            __syncwarp();
+            if (key[u] >= 0 && (m & lt) == 0) *c = pos + __popc(m);
+            __syncwarp();
+        }
+    }
 }
 
 // The same build in one CTA, for small problems: count, scan and scatter in
@@ -502,6 +462,7 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
     const kjit_partition &pt = p.part;
     int *cnt = kjit_part_smem; // cnt[r * tiles + t], the order of the sort
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+    const unsigned lt = kjit::lanemask_lt();
     const long long E = pt.tiles * pt.r;
     const TI *ix = (const TI *)p.index.ptr;
     for (long long i = tid; i < E; i += blockDim.x) cnt[i] = 0;
@@ -512,7 +473,17 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
     for (long long t = warp; t < pt.tiles; t += warps) {
         const long long n0 = t * pt.tile;
         const long long n1 = n0 + pt.tile < pt.n ? n0 + pt.tile : pt.n;
-        kjit::part_tile_count<false>(ix, pt, n0, n1, cnt + t, pt.tiles, bad);
+        for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
+            int key[KJIT_PART_STEPS];
+#pragma unroll
+            for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key(ix, b + u * 32 + lane, n1, pt.r, bad);
+#pragma unroll
+            for (int u = 0; u < KJIT_PART_STEPS; ++u) {
+                const unsigned m = __match_any_sync(0xffffffffu, key[u]);
+                if (key[u] >= 0 && (m & lt) == 0) cnt[key[u] * pt.tiles + t] += __popc(m);
+                __syncwarp();
+            }
+        }
     }
     if (bad && p.index.err) *p.index.err = 1;
     __syncthreads();
@@ -564,7 +535,24 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
     for (long long t = warp; t < pt.tiles; t += warps) {
         const long long n0 = t * pt.tile;
         const long long n1 = n0 + pt.tile < pt.n ? n0 + pt.tile : pt.n;
-        kjit::part_tile_scatter(ix, pt, n0, n1, cnt + t, pt.tiles);
+        for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
+            int key[KJIT_PART_STEPS];
+#pragma unroll
+            for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key(ix, b + u * 32 + lane, n1, pt.r, bad);
+#pragma unroll
+            for (int u = 0; u < KJIT_PART_STEPS; ++u) {
+                const unsigned m = __match_any_sync(0xffffffffu, key[u]);
+                int *c = cnt + (long long)(key[u] < 0 ? 0 : key[u]) * pt.tiles + t;
+                int pos = 0;
+                if (key[u] >= 0) {
+                    pos = *c;
+                    pt.perm[pos + __popc(m & lt)] = (int)(b + u * 32 + lane);
+                }
+                __syncwarp();
+                if (key[u] >= 0 && (m & lt) == 0) *c = pos + __popc(m);
+                __syncwarp();
+            }
+        }
     }
 }
 
