@@ -193,15 +193,14 @@ static int cmp_d(const void *p, const void *q)
     return (u > v) - (u < v);
 }
 
-/* Median us of step(i, arg) over ITERS iterations after WARM warm-up ones
- * (i counts from 0 across both), CUDA events around each. */
-static double median_us(void (*step)(int i, void *arg), void *arg)
+/* Median us of one iteration (forward, or forward then backward), rotating sets. */
+static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
 {
-    for (int i = 0; i < WARM; ++i) step(i, arg);
+    for (int i = 0; i < WARM; ++i) run(op, bwd, n, &sets[i % nsets]);
     CU_CHECK(cu->StreamSynchronize(stream));
     for (int i = 0; i < ITERS; ++i) {
         CU_CHECK(cu->EventRecord(ev_start[i], stream));
-        step(i + WARM, arg);
+        run(op, bwd, n, &sets[(i + WARM) % nsets]);
         CU_CHECK(cu->EventRecord(ev_end[i], stream));
     }
     CU_CHECK(cu->EventSynchronize(ev_end[ITERS - 1]));
@@ -215,52 +214,33 @@ static double median_us(void (*step)(int i, void *arg), void *arg)
     return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
 }
 
-typedef struct op_step {
-    int op, bwd;
-    int64_t n;
-    const bset *sets;
-    int nsets;
-} op_step;
-
-static void run_step(int i, void *arg)
-{
-    const op_step *a = arg;
-    run(a->op, a->bwd, a->n, &a->sets[i % a->nsets]);
-}
-
-/* Median us of one iteration (forward, or forward then backward), rotating sets. */
-static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
-{
-    op_step a = {op, bwd, n, sets, nsets};
-    return median_us(run_step, &a);
-}
-
-typedef struct copy_step {
-    CUdeviceptr src[16], dst[16];
-    int k;
-    size_t bytes;
-} copy_step;
-
-static void copy_one(int i, void *arg)
-{
-    const copy_step *a = arg;
-    CU_CHECK(cu->MemcpyDtoDAsync(a->dst[i % a->k], a->src[i % a->k], a->bytes, stream));
-}
-
 /* Median us of a device-to-device copy of `bytes` (rotating pairs of
  * buffers, > 4x the L2 in all), timed exactly as the ops: what the copy
  * bandwidth is at this size, launch and ramp included. */
 static double time_copy(size_t bytes, uint64_t *seed)
 {
-    copy_step a;
-    a.bytes = bytes;
-    a.k = (int)ceil(4.0 * L2_BYTES / (2.0 * (double)bytes));
-    if (a.k < 3) a.k = 3;
-    if (a.k > 16) a.k = 16;
-    for (int i = 0; i < a.k; ++i) a.src[i] = alloc_rand(bytes, seed), a.dst[i] = gpu_alloc(bytes);
-    const double us = median_us(copy_one, &a);
-    for (int i = 0; i < a.k; ++i) gpu_free(a.src[i]), gpu_free(a.dst[i]);
-    return us;
+    int k = (int)ceil(4.0 * L2_BYTES / (2.0 * (double)bytes));
+    if (k < 3) k = 3;
+    if (k > 16) k = 16;
+    CUdeviceptr src[16], dst[16];
+    for (int i = 0; i < k; ++i) src[i] = alloc_rand(bytes, seed), dst[i] = gpu_alloc(bytes);
+    for (int i = 0; i < WARM; ++i) CU_CHECK(cu->MemcpyDtoDAsync(dst[i % k], src[i % k], bytes, stream));
+    CU_CHECK(cu->StreamSynchronize(stream));
+    for (int i = 0; i < ITERS; ++i) {
+        CU_CHECK(cu->EventRecord(ev_start[i], stream));
+        CU_CHECK(cu->MemcpyDtoDAsync(dst[(i + WARM) % k], src[(i + WARM) % k], bytes, stream));
+        CU_CHECK(cu->EventRecord(ev_end[i], stream));
+    }
+    CU_CHECK(cu->EventSynchronize(ev_end[ITERS - 1]));
+    double t[ITERS];
+    for (int i = 0; i < ITERS; ++i) {
+        float ms = 0;
+        CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
+        t[i] = ms * 1e3;
+    }
+    for (int i = 0; i < k; ++i) gpu_free(src[i]), gpu_free(dst[i]);
+    qsort(t, ITERS, sizeof t[0], cmp_d);
+    return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
 }
 
 /* Ideal single-pass bytes of the forward and of the backward. */
