@@ -32,6 +32,9 @@ struct kjit_client {
  * polling clients would take the CPUs the server needs). */
 #define CLIENT_SPIN_US 2000
 
+/* JSON's whitespace (what the splice below may pass over). */
+static int json_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; }
+
 /* Returns once the socket has something to read, or spin_us have passed. */
 static void spin_for_reply(const kjit_client *c)
 {
@@ -150,9 +153,9 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
      * the object alone between JSON whitespace (cJSON also skips other
      * control bytes and ignores what follows the object). */
     const char *p = json;
-    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') ++p;
+    while (json_space(*p)) ++p;
     int plain = *p == '{';
-    for (const char *q = end; plain && q && *q; ++q) plain = *q == ' ' || *q == '\t' || *q == '\r' || *q == '\n';
+    for (const char *q = end; plain && q && *q; ++q) plain = json_space(*q);
     if (!plain || !end || cJSON_GetObjectItemCaseSensitive(o, "id")) {
         cJSON_DeleteItemFromObjectCaseSensitive(o, "id");
         cJSON_AddNumberToObject(o, "id", (double)id);

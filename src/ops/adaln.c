@@ -35,8 +35,8 @@ typedef struct mode_info {
 
 static const mode_info modes[4] = {
     {0},
-    {"norm_modulate", &kjit__op_norm_modulate, 2, 16, 256},
-    {"gated_residual", &kjit__op_gated_residual, 1, 16, 256},
+    {"norm_modulate", &kjit__op_norm_modulate, 2, 16, KJIT_PART_MAX_CHUNKS},
+    {"gated_residual", &kjit__op_gated_residual, 1, 16, KJIT_PART_MAX_CHUNKS},
     {"gated_residual_norm_modulate", &kjit__op_gated_residual_norm_modulate, 3, 32, 128},
 };
 

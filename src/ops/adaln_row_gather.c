@@ -108,7 +108,7 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
     int vec, rc = validate(a, 1, &vec);
     if (rc) return rc;
     kjit_part_plan pl;
-    kjit__part_plan(&pl, a->n, a->index.rows, a->num_tables, a->hidden, 0, GATHER_MIN_CHUNK, 256);
+    kjit__part_plan(&pl, a->n, a->index.rows, a->num_tables, a->hidden, 0, GATHER_MIN_CHUNK, KJIT_PART_MAX_CHUNKS);
     if (ws && ws_bytes < pl.bytes)
         return kjit__fail(KJIT_EINVAL, OP " backward: workspace of %zu bytes, %zu needed (kjit_adaln_row_gather_workspace)",
                           ws_bytes, pl.bytes);
@@ -159,7 +159,7 @@ int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tables, int64
         return kjit__fail(KJIT_EINVAL, "kjit_adaln_row_gather_workspace: n = %lld, hidden = %d, num_tables = %d or "
                           "rows = %lld out of range", (long long)n, hidden, num_tables, (long long)rows);
     kjit_part_plan pl;
-    kjit__part_plan(&pl, n, rows, num_tables, hidden, 0, GATHER_MIN_CHUNK, 256);
+    kjit__part_plan(&pl, n, rows, num_tables, hidden, 0, GATHER_MIN_CHUNK, KJIT_PART_MAX_CHUNKS);
     *bytes = pl.bytes;
     return KJIT_OK;
 }

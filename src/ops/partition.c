@@ -28,13 +28,13 @@ void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, in
     if (cap < 1) cap = 1;
     long long tile = ((N + cap - 1) / cap + 31) / 32 * 32;
     if (tile < 256) tile = 256;
-    /* At most max_chunks (<= 256), fewer when their fp32 partials would pass
+    /* At most max_chunks, fewer when their fp32 partials would pass
      * PARTIAL_BUDGET: a function of the op and the shapes, never of a launch
      * or of the device. */
     const long long per_chunk = (2LL * ng + (with_w ? 1 : 0)) * h * 4;
-    long long target = per_chunk > 0 ? PARTIAL_BUDGET / per_chunk : 256;
+    long long target = per_chunk > 0 ? PARTIAL_BUDGET / per_chunk : KJIT_PART_MAX_CHUNKS;
     if (target > max_chunks) target = max_chunks;
-    if (target > 256) target = 256;
+    if (target > KJIT_PART_MAX_CHUNKS) target = KJIT_PART_MAX_CHUNKS;
     if (target < 16) target = 16;
     long long chunk = (N + target - 1) / target;
     if (chunk < min_chunk) chunk = min_chunk;

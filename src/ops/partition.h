@@ -16,9 +16,14 @@ typedef struct kjit_part_plan {
     size_t off_start, off_tile_pos, off_chunk_row, off_scan, off_partial, off_partial_w, bytes;
 } kjit_part_plan;
 
+/* The most chunks of any partition: the finisher's column sums take at most
+ * 8 groups of 32 chunks (kernel_templates/partition.cuh). */
+#define KJIT_PART_MAX_CHUNKS 256
+
 /* Sizes and workspace layout for n rows, r table rows, ng gradients of h
  * columns, with or without a weight gradient (partial_w), chunks of at
- * least min_chunk rows and at most max_chunks chunks (both fixed per op). */
+ * least min_chunk rows and at most max_chunks (<= KJIT_PART_MAX_CHUNKS)
+ * chunks, both fixed per op. */
 void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w, int min_chunk,
                      int max_chunks);
 /* Points part / partial / partial_w into the workspace at base. */

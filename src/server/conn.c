@@ -243,7 +243,6 @@ static void process(kjit_conn *c)
         c->pending++;
         s->in_flight++;
         s->n.requests++;
-        c->srv->t_frame = kjit__now_us(); /* a run's us_in starts here */
         kjit__dispatch(c, c->rbuf + off + KJIT_FRAME_HEADER, h.json_len, h.payload_len);
         off += total;
     }

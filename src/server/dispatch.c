@@ -128,6 +128,7 @@ static void no_gpu(kjit_conn *c, uint64_t id, const char *what)
 void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t payload_len)
 {
     kjit_server *s = c->srv;
+    const double t_frame = kjit__now_us(); /* a run's us_in starts here */
     kjit_req r;
     kjit_req_error e;
     if (kjit__run_memo_find(c, json, json_len, payload_len, &r)) {
@@ -179,7 +180,7 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
         s->n.run_requests++;
         /* The payload (the handles) follows the header in the frame. */
         if (!s->gpu) no_gpu(c, r.id, "run");
-        else kjit__run_request(c, r.id, &r.run, (const uint8_t *)json + json_len);
+        else kjit__run_request(c, r.id, &r.run, (const uint8_t *)json + json_len, t_frame);
         return;
     case KJIT_REQ_SHUTDOWN:
         if (c->uid != geteuid()) {

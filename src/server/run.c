@@ -131,7 +131,7 @@ static void done_cb(kjit_gpu_item *it)
     kjit__server_drain_check(s);
 }
 
-void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const uint8_t *payload)
+void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const uint8_t *payload, double t_frame)
 {
     kjit_server *s = c->srv;
     const size_t plen = (size_t)r->n_records * KJIT_RUN_HANDLE_BYTES;
@@ -158,8 +158,8 @@ void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const u
     s->jobs++;
     /* Poll while it runs, up to RUN_SPIN_MAX_US: a run that waits on a
      * first compile or a long op does not hold a CPU for all of it. */
-    s->spin_until = kjit__now_us() + (s->spin_us > 0 ? RUN_SPIN_MAX_US : 0);
-    j->t_frame = s->t_frame;
+    s->spin_until = kjit__now_us() + RUN_SPIN_MAX_US;
+    j->t_frame = t_frame;
     j->t_queued = kjit__now_us();
     kjit__gpu_submit(s, &j->item);
 }

@@ -99,7 +99,6 @@ struct kjit_server {
      * fewer than 4 CPUs. */
     int spin_us;
     double spin_until;   /* kjit__now_us() */
-    double t_frame;      /* when the frame being dispatched was complete */
     pthread_mutex_t snap_mu;
     kjit_cache_counters snap; /* the library's counters as of the last job */
     kjit_tuple_map map;
@@ -183,8 +182,9 @@ int kjit__ipc_event(kjit_ipc_cache *m, const uint8_t handle[64], CUevent *ev);
  * every run queued before (the connection is closing). */
 void kjit__ipc_release(kjit_server *s, kjit_ipc_cache *m);
 
-/* run.c: an op on a client's buffers, on the lane. */
-void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const uint8_t *payload);
+/* run.c: an op on a client's buffers, on the lane; t_frame: when dispatch
+ * took the request (the reply's us_in counts from it). */
+void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const uint8_t *payload, double t_frame);
 
 /* tune.c: kjit_tune on the lane; one job per (op, hidden, dtype) at a time. */
 void kjit__tune_request(kjit_conn *c, uint64_t id, const kjit_req_tuple *t);
