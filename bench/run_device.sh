@@ -79,8 +79,8 @@ for s in $stages; do
       done
     done ;;
   ipc)
-    # The run round trip (test_server_ipc): as built, without polling
-    # (KJIT_SPIN_US=0), and under MPS when the host has its control daemon
+    # The run round trip (test_server_ipc): as built, without graph replay
+    # of repeated runs (KJIT_RUN_GRAPH=0), without polling (KJIT_SPIN_US=0), and under MPS when the host has its control daemon
     # (started in a private pipe directory, stopped after).
     ipc_test() {
       section "test_server_ipc $1"; ctest --test-dir $B -R test_server_ipc -V >>"$LOG" 2>&1
@@ -88,6 +88,7 @@ for s in $stages; do
       echo "== $1"; grep -E "round trip" "$LOG" | tail -n 21 | sed -E 's/^[0-9]+: +//; s/ \(target <= 60\)//'
     }
     ipc_test "(polling)"
+    KJIT_RUN_GRAPH=0 ipc_test "(KJIT_RUN_GRAPH=0: each run launched directly)"
     KJIT_SPIN_US=0 ipc_test "(KJIT_SPIN_US=0)"
     if command -v nvidia-cuda-mps-control >/dev/null; then
       export CUDA_MPS_PIPE_DIRECTORY=/tmp/kjit-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/kjit-mps/log

@@ -317,16 +317,22 @@ static void test_client(const char *sock, int gpu)
     /* Texts cJSON accepts around an object (other control bytes before it,
      * anything after it, pretty-printed): the request still goes out whole. */
     static const char *const odd[] = {"\f{\"type\":\"ping\"}", "{\"type\":\"ping\"} trailing", "{\"type\":\"ping\"}\f",
-                                      "\n {\n  \"type\" : \"ping\"\n}\n", "{}"};
-    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; ++i) {
+                                      "\n {\n  \"type\" : \"ping\"\n}\n", "{}", " { \t} "};
+    /* Each twice: the client keeps the last text it spliced and sends the
+     * same one again without a parse (its reply still carries its own id). */
+    for (size_t i = 0; i < 2 * sizeof odd / sizeof odd[0]; ++i) {
         kjit_client_reply rep = {0};
-        CHECK_STATUS(kjit_client_request(c, odd[i], NULL, 0, NULL, NULL, &rep), KJIT_OK);
-        const int want_ok = i < 4; /* {} has no type: the server says so */
+        CHECK_STATUS(kjit_client_request(c, odd[i / 2], NULL, 0, NULL, NULL, &rep), KJIT_OK);
+        const int want_ok = i / 2 < 4; /* {} has no type: the server says so */
         if (rep.json && (rep.ok != want_ok || (!want_ok && !strstr(rep.json, "type")))) {
-            fprintf(stderr, "odd text %zu: %s\n", i, rep.json);
+            fprintf(stderr, "odd text %zu: %s\n", i / 2, rep.json);
             kjit_test_failures++;
         }
         kjit_client_reply_free(&rep);
+    }
+    for (int i = 0; i < 2; ++i) {
+        CHECK_STATUS(kjit_client_run(c, "[1]", handles, 5, &us), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "not a JSON object") != NULL);
     }
     /* A run's "type" is the client's to set. */
     char *typed = json_of("{'type':'ping','op':'nope'}");

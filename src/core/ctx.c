@@ -60,6 +60,9 @@ static int open_device(kjit_ctx *ctx)
     if (rc) return rc;
     CUresult r = cu->MemAlloc(&ctx->err_flag, sizeof(kjit_index_report));
     if (r == CUDA_SUCCESS) r = cu->MemsetD8(ctx->err_flag, 0, sizeof(kjit_index_report));
+    /* Page-locked: its read back is an asynchronous copy, not the staged
+     * one a pageable destination takes. */
+    if (r == CUDA_SUCCESS) r = cu->MemHostAlloc((void **)&ctx->err_host, sizeof *ctx->err_host, 0);
     kjit__ctx_leave(ctx, pushed);
     if (r != CUDA_SUCCESS) return kjit__cu_fail(r, "allocating the index-error flag");
     return KJIT_OK;
@@ -128,6 +131,7 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
         for (size_t i = 0; i < ctx->n_slots; ++i)
             if (ctx->slots[i].name && ctx->slots[i].module) cu->ModuleUnload(ctx->slots[i].module);
         if (ctx->err_flag) cu->MemFree(ctx->err_flag);
+        if (ctx->err_host) cu->MemFreeHost(ctx->err_host);
         if (ctx->ws) cu->MemFree(ctx->ws);
         for (int i = 0; i < ctx->n_retired; ++i) cu->MemFree(ctx->retired[i]);
         kjit__ctx_leave(ctx, pushed);
@@ -198,8 +202,12 @@ int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag)
     if (rc) return rc;
     const kjit_cu_api *cu = kjit__cu();
     int v = 0;
-    CUresult r = cu->MemcpyDtoHAsync(&v, ctx->err_flag, sizeof v, stream);
+    /* One reader of the page-locked word at a time. */
+    pthread_mutex_lock(&ctx->index_lock);
+    CUresult r = cu->MemcpyDtoHAsync(ctx->err_host, ctx->err_flag, sizeof v, stream);
     if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);
+    if (r == CUDA_SUCCESS) v = *ctx->err_host;
+    pthread_mutex_unlock(&ctx->index_lock);
     if (r == CUDA_SUCCESS && v) {
         r = cu->MemsetD32Async(ctx->err_flag, 0, 1, stream);
         if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);

@@ -41,6 +41,7 @@ struct kjit_ctx {
     kjit_cache *cache;
     kjit_index_check index_check;
     CUdeviceptr err_flag; /* kjit_index_report on the device */
+    int *err_host;        /* page-locked: where kjit_ctx_index_error reads its err */
 
     pthread_mutex_t ws_lock; /* the context-owned backward workspace */
     CUdeviceptr ws;

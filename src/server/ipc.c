@@ -26,6 +26,7 @@ typedef struct ipc_entry {
 struct kjit_ipc_cache {
     kjit_gpu_item release; /* queued on the lane by kjit__ipc_release */
     uint64_t clock;        /* the current run */
+    kjit_run_graph *graph; /* the connection's repeated run (run_graph.c) */
     int n;
     ipc_entry e[MAX_OPEN];
 };
@@ -33,6 +34,8 @@ struct kjit_ipc_cache {
 kjit_ipc_cache *kjit__ipc_cache_new(void) { return calloc(1, sizeof(kjit_ipc_cache)); }
 
 void kjit__ipc_begin(kjit_ipc_cache *m) { m->clock++; }
+
+kjit_run_graph **kjit__ipc_graph(kjit_ipc_cache *m) { return &m->graph; }
 
 static void entry_close(ipc_entry *e)
 {
@@ -121,6 +124,7 @@ int kjit__ipc_event(kjit_ipc_cache *m, const uint8_t handle[64], CUevent *ev)
 static void release_work(kjit_gpu_item *it)
 {
     kjit_ipc_cache *m = (kjit_ipc_cache *)it;
+    kjit__run_graph_free(m->graph); /* before the mappings its kernels use */
     for (int i = 0; i < m->n; ++i) entry_close(&m->e[i]);
     free(m);
 }

@@ -31,6 +31,7 @@ typedef struct run_job {
     /* The loop's share: frame complete -> queued (parse, checks), and the
      * lane's hand-back -> reply queued on the socket. */
     double t_frame, t_done;
+    int graph; /* KJIT_RUN_DIRECT, _CAPTURED or _REPLAYED */
     char message[1200];
     uint8_t payload[];  /* the request's handles */
 } run_job;
@@ -79,8 +80,10 @@ static int execute(run_job *j)
          * view of another process's event is not trusted for ordering. */
         KJIT_CU_TRY(kjit__cu(), StreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent on the client's event");
     }
+    kjit_run_call call;
+    kjit__run_call_make(r, ptr, &call);
     const double t1 = kjit__now_us();
-    int flag = 0, rc = kjit__run_call(s->ctx, r, ptr, stream);
+    int flag = 0, rc = kjit__run_graph_call(kjit__ipc_graph(j->ipc), s->run_graph, s->ctx, &call, stream, &j->graph);
     const double t2 = kjit__now_us();
     /* Waits for the op: the reply means done on the device. */
     if (!rc) rc = kjit_ctx_index_error(s->ctx, stream, &flag);
@@ -109,6 +112,7 @@ static void done_cb(kjit_gpu_item *it)
     kjit_server *s = j->srv;
     kjit_conn *c = j->c;
     s->jobs--;
+    if (!j->status && j->graph == KJIT_RUN_REPLAYED) s->n.run_graph_replays++;
     const double until = kjit__now_us() + s->spin_us; /* never shortens a later run's window */
     if (until > s->spin_until) s->spin_until = until;
     if (!c->closing) {
@@ -116,13 +120,14 @@ static void done_cb(kjit_gpu_item *it)
         if (j->status) {
             kjit__conn_error(c, 1, j->id, kjit__status_code(j->status, "run_failed"), "%s", j->message);
         } else {
-            char text[288];
+            static const char *const how[] = {"direct", "captured", "replayed"};
+            char text[320];
             const double now = kjit__now_us();
             int n = snprintf(text, sizeof text,
                              "{\"id\":%llu,\"ok\":true,\"us\":%.1f,\"us_queue\":%.1f,\"us_prep\":%.1f,"
-                             "\"us_call\":%.1f,\"us_wait\":%.1f,\"us_in\":%.1f,\"us_out\":%.1f}",
+                             "\"us_call\":%.1f,\"us_wait\":%.1f,\"us_in\":%.1f,\"us_out\":%.1f,\"graph\":\"%s\"}",
                              (unsigned long long)j->id, j->us, j->us_queue, j->us_prep, j->us_call, j->us_wait,
-                             j->t_queued - j->t_frame, now - j->t_done);
+                             j->t_queued - j->t_frame, now - j->t_done, how[j->graph]);
             kjit__conn_send(c, text, (size_t)n, NULL, 0, NULL, 0, 1);
         }
     }

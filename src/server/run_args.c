@@ -22,12 +22,6 @@ typedef struct slot {
 
 enum { ADALN, GATHER, SINUSOID };
 
-/* The argument block of timestep_sinusoid, whose C call takes scalars. */
-typedef struct sinusoid_args {
-    const float *t;
-    void *out;
-    int64_t out_stride;
-} sinusoid_args;
 
 #define S2(blk, nm, kind, f) {nm, kind, offsetof(blk, f), offsetof(blk, f##_stride)}
 #define S1(blk, nm, kind, f) {nm, kind, offsetof(blk, f), 0}
@@ -58,8 +52,8 @@ static const slot_desc gather_slots[] = {
 };
 
 static const slot_desc sinusoid_slots[] = {
-    S1(sinusoid_args, "t", TIME, t),
-    S2(sinusoid_args, "out", ACT, out),
+    S1(kjit_run_sinusoid_args, "t", TIME, t),
+    S2(kjit_run_sinusoid_args, "out", ACT, out),
 };
 
 #define B(s) (1ull << (s))
@@ -193,26 +187,29 @@ int kjit__run_extent(const kjit_run_req *r, int i, uint64_t *bytes)
     return __builtin_mul_overflow(elems, (uint64_t)kjit_dtype_size(dt), bytes) ? -1 : 0;
 }
 
-int kjit__run_call(kjit_ctx *ctx, const kjit_run_req *r, const uint64_t *ptr, CUstream stream)
+void kjit__run_call_make(const kjit_run_req *r, const uint64_t *ptr, kjit_run_call *c)
 {
     const kjit_run_op *op = r->op;
-    union {
-        kjit_adaln_args a;
-        kjit_row_gather_args g;
-        sinusoid_args s;
-    } blk;
-    memset(&blk, 0, sizeof blk);
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    c->bwd = r->bwd;
     for (int i = 0; i < r->n_buffers; ++i) {
         const slot_desc *s = &op->slots[r->buf[i].slot];
         const void *p = (const void *)(uintptr_t)ptr[i];
-        memcpy((char *)&blk + s->ptr, &p, sizeof p);
-        if (kjit__run_slot_2d(op, r->buf[i].slot)) memcpy((char *)&blk + s->stride, &r->buf[i].stride, sizeof(int64_t));
+        memcpy((char *)&c->u + s->ptr, &p, sizeof p);
+        if (kjit__run_slot_2d(op, r->buf[i].slot)) memcpy((char *)&c->u + s->stride, &r->buf[i].stride, sizeof(int64_t));
     }
-    if (op->family == SINUSOID)
-        return kjit_timestep_sinusoid(ctx, blk.s.t, r->n, r->hidden, blk.s.out, blk.s.out_stride, r->dtype,
-                                      &r->sinusoid, stream);
-    if (op->family == GATHER) {
-        kjit_row_gather_args *g = &blk.g;
+    if (op->family == SINUSOID) {
+        kjit_run_sinusoid_args *s = &c->u.s;
+        s->n = r->n;
+        s->d = r->hidden;
+        s->dtype = r->dtype;
+        s->flip_sin_to_cos = r->sinusoid.flip_sin_to_cos;
+        s->downscale_freq_shift = r->sinusoid.downscale_freq_shift;
+        s->scale = r->sinusoid.scale;
+        s->max_period = r->sinusoid.max_period;
+    } else if (op->family == GATHER) {
+        kjit_row_gather_args *g = &c->u.g;
         const uint64_t have = given(r) >> (r->bwd ? GDOUT0 : TABLE0);
         g->n = r->n;
         g->hidden = r->hidden;
@@ -220,22 +217,37 @@ int kjit__run_call(kjit_ctx *ctx, const kjit_run_req *r, const uint64_t *ptr, CU
         g->dtype = r->dtype;
         g->index.dtype = r->index_dtype;
         g->index.rows = r->rows;
-        return r->bwd ? kjit_adaln_row_gather_bwd(ctx, g, NULL, 0, stream) : kjit_adaln_row_gather_fwd(ctx, g, stream);
+    } else {
+        kjit_adaln_args *a = &c->u.a;
+        a->n = r->n;
+        a->hidden = r->hidden;
+        a->eps = r->eps;
+        a->act_dtype = r->dtype;
+        a->param_dtype = r->param_dtype;
+        a->index.dtype = r->index_dtype;
+        a->index.rows = r->rows;
     }
-    kjit_adaln_args *a = &blk.a;
-    a->n = r->n;
-    a->hidden = r->hidden;
-    a->eps = r->eps;
-    a->act_dtype = r->dtype;
-    a->param_dtype = r->param_dtype;
-    a->index.dtype = r->index_dtype;
-    a->index.rows = r->rows;
-    switch (op->mode * 2 + r->bwd) {
-    case 2: return kjit_norm_modulate_fwd(ctx, a, stream);
-    case 3: return kjit_norm_modulate_bwd(ctx, a, NULL, 0, stream);
-    case 4: return kjit_gated_residual_fwd(ctx, a, stream);
-    case 5: return kjit_gated_residual_bwd(ctx, a, NULL, 0, stream);
-    case 6: return kjit_gated_residual_norm_modulate_fwd(ctx, a, stream);
-    default: return kjit_gated_residual_norm_modulate_bwd(ctx, a, NULL, 0, stream);
+}
+
+int kjit__run_call_invoke(kjit_ctx *ctx, const kjit_run_call *c, CUstream stream)
+{
+    const kjit_run_op *op = c->op;
+    if (op->family == SINUSOID) {
+        const kjit_run_sinusoid_args *s = &c->u.s;
+        kjit_sinusoid_opts o = {s->flip_sin_to_cos, s->downscale_freq_shift, s->scale, s->max_period};
+        return kjit_timestep_sinusoid(ctx, s->t, s->n, s->d, s->out, s->out_stride, s->dtype, &o, stream);
+    }
+    if (op->family == GATHER) {
+        kjit_row_gather_args g = c->u.g;
+        return c->bwd ? kjit_adaln_row_gather_bwd(ctx, &g, NULL, 0, stream) : kjit_adaln_row_gather_fwd(ctx, &g, stream);
+    }
+    kjit_adaln_args a = c->u.a;
+    switch (op->mode * 2 + c->bwd) {
+    case 2: return kjit_norm_modulate_fwd(ctx, &a, stream);
+    case 3: return kjit_norm_modulate_bwd(ctx, &a, NULL, 0, stream);
+    case 4: return kjit_gated_residual_fwd(ctx, &a, stream);
+    case 5: return kjit_gated_residual_bwd(ctx, &a, NULL, 0, stream);
+    case 6: return kjit_gated_residual_norm_modulate_fwd(ctx, &a, stream);
+    default: return kjit_gated_residual_norm_modulate_bwd(ctx, &a, NULL, 0, stream);
     }
 }

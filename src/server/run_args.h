@@ -73,9 +73,35 @@ int kjit__run_complete(const kjit_run_req *r, char *why, size_t len);
 /* The bytes buffer i spans from its start (0 when it has no rows); -1 when
  * that overflows 64 bits. */
 int kjit__run_extent(const kjit_run_req *r, int i, uint64_t *bytes);
-/* Fills the op's argument block with ptr[i] for buf[i] and calls the op on
- * stream (a backward with the context's own workspace). The library's
- * status; its own checks name a bad argument. */
-int kjit__run_call(kjit_ctx *ctx, const kjit_run_req *r, const uint64_t *ptr, CUstream stream);
+/* The argument block of timestep_sinusoid, whose C call takes scalars. */
+typedef struct kjit_run_sinusoid_args {
+    const float *t;
+    void *out;
+    int64_t out_stride;
+    int64_t n;
+    int d;
+    kjit_dtype dtype;
+    int flip_sin_to_cos;
+    double downscale_freq_shift, scale, max_period;
+} kjit_run_sinusoid_args;
+
+/* The library call a run makes: the op, its direction and the op's
+ * argument block with ptr[i] placed for buf[i]. Built on zeroed memory, so
+ * two runs that make the same call are equal byte for byte (the server
+ * replays a repeated call as a CUDA graph: run_graph.c). */
+typedef struct kjit_run_call {
+    const kjit_run_op *op;
+    int bwd;
+    union {
+        kjit_adaln_args a;
+        kjit_row_gather_args g;
+        kjit_run_sinusoid_args s;
+    } u;
+} kjit_run_call;
+
+void kjit__run_call_make(const kjit_run_req *r, const uint64_t *ptr, kjit_run_call *c);
+/* Calls the op on stream (a backward with the context's own workspace).
+ * The library's status; its own checks name a bad argument. */
+int kjit__run_call_invoke(kjit_ctx *ctx, const kjit_run_call *c, CUstream stream);
 
 #endif

@@ -135,6 +135,8 @@ int kjit__server_run(const kjit_server_config *cfg)
     s->cfg = *cfg;
     s->lock_fd = -1;
     s->spin_us = kjit__spin_us(LOOP_SPIN_US);
+    const char *graph = getenv("KJIT_RUN_GRAPH");
+    s->run_graph = !(graph && !strcmp(graph, "0"));
     int r = uv_loop_init(&s->loop);
     if (r) {
         free(s);

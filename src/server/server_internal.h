@@ -26,6 +26,7 @@ typedef struct kjit_server kjit_server;
 typedef struct kjit_tuple_entry kjit_tuple_entry;
 typedef struct kjit_gpu kjit_gpu;
 typedef struct kjit_ipc_cache kjit_ipc_cache;
+typedef struct kjit_run_graph kjit_run_graph;
 typedef struct kjit_tune_job kjit_tune_job;
 
 /* Work for the GPU lane: work() runs on the lane's thread, then done() (if
@@ -87,7 +88,7 @@ struct kjit_server {
     uint64_t start_ms;
     struct {
         uint64_t requests, errors, hits, misses, compile_requests, kernel_requests, prewarm_requests;
-        uint64_t run_requests, tune_requests, run_memo_hits;
+        uint64_t run_requests, tune_requests, run_memo_hits, run_graph_replays;
         uint64_t clients_total, refused, bad_frames, idle_closed;
     } n;
     uint64_t in_flight;  /* sum of the connections' pending */
@@ -98,7 +99,8 @@ struct kjit_server {
      * client's next run). spin_us: KJIT_SPIN_US, 0 (never) on hosts with
      * fewer than 4 CPUs. */
     int spin_us;
-    double spin_until;   /* kjit__now_us() */
+    double spin_until;
+    int run_graph; /* replay repeated runs as CUDA graphs (KJIT_RUN_GRAPH=0: off) */   /* kjit__now_us() */
     pthread_mutex_t snap_mu;
     kjit_cache_counters snap; /* the library's counters as of the last job */
     kjit_tuple_map map;
@@ -178,9 +180,20 @@ void kjit__ipc_begin(kjit_ipc_cache *m);
 /* The base and size of the allocation a CUipcMemHandle shares. */
 int kjit__ipc_mem(kjit_ipc_cache *m, const uint8_t handle[64], CUdeviceptr *base, size_t *size);
 int kjit__ipc_event(kjit_ipc_cache *m, const uint8_t handle[64], CUevent *ev);
+/* The connection's repeated-run graph (run_graph.c), freed with the cache. */
+kjit_run_graph **kjit__ipc_graph(kjit_ipc_cache *m);
 /* Hands the cache to the lane, which closes its handles and frees it after
  * every run queued before (the connection is closing). */
 void kjit__ipc_release(kjit_server *s, kjit_ipc_cache *m);
+
+/* run_graph.c: a connection's repeated run as a CUDA graph (lane only).
+ * Makes call c on stream: directly, or (the same call again, with the same
+ * workspace) captured into a graph and launched, or that graph replayed;
+ * *how says which. enabled 0: always directly. */
+enum { KJIT_RUN_DIRECT, KJIT_RUN_CAPTURED, KJIT_RUN_REPLAYED };
+int kjit__run_graph_call(kjit_run_graph **g, int enabled, kjit_ctx *ctx, const kjit_run_call *c, CUstream stream,
+                         int *how);
+void kjit__run_graph_free(kjit_run_graph *g);
 
 /* run.c: an op on a client's buffers, on the lane; t_frame: when dispatch
  * took the request (the reply's us_in counts from it). */

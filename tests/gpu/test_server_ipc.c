@@ -312,6 +312,9 @@ static int request_send(kjit_client *cl, request *q, CUevent ev, CUstream st, do
 enum { F_US, F_QUEUE, F_PREP, F_CALL, F_WAIT, F_IN, F_OUT, F_PRE, F_N };
 static const char *const f_name[F_N] = {"us", "us_queue", "us_prep", "us_call", "us_wait", "us_in", "us_out", ""};
 
+/* The last timed reply's "graph": direct, captured or replayed. */
+static char last_graph[16];
+
 /* The run request's text, with or without the event. */
 static char *run_text(request *q, int with_event)
 {
@@ -346,6 +349,8 @@ static void timed_send(kjit_client *cl, request *q, const char *text, int with_e
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, f_name[k]);
         f[k] = cJSON_IsNumber(v) ? v->valuedouble : 0;
     }
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "graph");
+    snprintf(last_graph, sizeof last_graph, "%s", cJSON_IsString(g) ? g->valuestring : "?");
     f[F_PRE] = t_pre; /* made relative by the caller */
     cJSON_Delete(root);
     kjit_client_reply_free(&r);
@@ -446,10 +451,11 @@ static void timing(kjit_ctx *ctx, kjit_client *cl, const call *ka, request *q, C
         const double mr = median(rt, TIMED);
         for (int k = 0; k < F_N; ++k) m[k] = median(f[k], TIMED);
         printf("  %-29s %s: op %6.1f us; %s: round trip %6.1f us, %+6.1f over the op (target <= 60); server %6.1f "
-               "(queue %.1f, prep %.1f, call %.1f, wait %.1f), outside %.1f (before the request %.1f, loop in %.1f, "
+               "(queue %.1f, prep %.1f, call %.1f (%s), wait %.1f), outside %.1f (before the request %.1f, loop in %.1f, "
                "loop out %.1f, the rest: client library, socket, the reply's parse)\n",
                ka->c->op, ka->c->bwd ? "bwd" : "fwd", mo, mode_name[mode], mr, mr - mo, m[F_US],
-               m[F_QUEUE], m[F_PREP], m[F_CALL], m[F_WAIT], mr - m[F_US] - m[F_QUEUE], m[F_PRE], m[F_IN], m[F_OUT]);
+               m[F_QUEUE], m[F_PREP], m[F_CALL], last_graph, m[F_WAIT], mr - m[F_US] - m[F_QUEUE], m[F_PRE], m[F_IN],
+               m[F_OUT]);
     }
     cu->EventDestroy(e0);
     cu->EventDestroy(e1);
@@ -546,14 +552,27 @@ int main(void)
         request_init(&q, &kb, &evh);
         /* The server's outputs are poisoned on this stream just before the
          * event, behind ~1 ms of other work: only a run that waits for the
-         * event on the device writes after the poison. */
-        for (int k = 0; k < 4; ++k) CU_CHECK(cu->MemsetD8Async(busy, (unsigned char)k, BUSY_BYTES, st));
-        poison(&ob, c, st);
-        double f[F_N];
+         * event on the device writes after the poison. Three times: the
+         * server calls the op, then captures the same call into a CUDA graph,
+         * then replays that graph (KJIT_RUN_GRAPH=0: direct each time); each
+         * must write the embedded call's bits. */
+        static const char *const want_graph[3] = {"direct", "captured", "replayed"};
+        const char *g_env = getenv("KJIT_RUN_GRAPH");
+        const int graphs = !(g_env && !strcmp(g_env, "0"));
         char *text = run_text(&q, 1);
-        timed_send(cl, &q, text, 1, ev, st, f);
+        for (int rep = 0; rep < 3; ++rep) {
+            for (int k = 0; k < 4; ++k) CU_CHECK(cu->MemsetD8Async(busy, (unsigned char)k, BUSY_BYTES, st));
+            poison(&ob, c, st);
+            double f[F_N];
+            timed_send(cl, &q, text, 1, ev, st, f);
+            compare(c, &oa, &ob);
+            if (strcmp(last_graph, graphs ? want_graph[rep] : "direct")) {
+                fprintf(stderr, "%s %s: run %d was '%s', expected '%s'\n", c->op, c->bwd ? "bwd" : "fwd", rep + 1,
+                        last_graph, graphs ? want_graph[rep] : "direct");
+                kjit_test_failures++;
+            }
+        }
         cJSON_free(text);
-        compare(c, &oa, &ob);
         timing(ctx, cl, &ka, &q, ev, st);
         cJSON_Delete(q.root);
     }
