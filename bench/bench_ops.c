@@ -214,10 +214,50 @@ static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
     return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
 }
 
+/* The same, back to back inside a CUDA graph: GRAPH_REPS replays of one
+ * graph holding 2 * nsets iterations over the rotating sets; the median
+ * replay's time per iteration. What the ops cost in a captured training or
+ * inference step, without this process's launch gaps and the events' own
+ * cost around each iteration. copy_bytes > 0: the copy reference instead
+ * (a device-to-device copy of that many bytes per iteration). */
+#define GRAPH_REPS 11
+static double time_graph(int op, int bwd, int64_t n, const bset *sets, int nsets, size_t copy_bytes,
+                         const CUdeviceptr *src, const CUdeviceptr *dst)
+{
+    const int k = 2 * nsets;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int i = 0; i < k; ++i) {
+        if (copy_bytes) CU_CHECK(cu->MemcpyDtoDAsync(dst[i % nsets], src[i % nsets], copy_bytes, stream));
+        else run(op, bwd, n, &sets[i % nsets]);
+    }
+    CU_CHECK(cu->StreamEndCapture(stream, &graph));
+    CU_CHECK(cu->GraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 2; ++i) CU_CHECK(cu->GraphLaunch(exec, stream));
+    CU_CHECK(cu->StreamSynchronize(stream));
+    for (int i = 0; i < GRAPH_REPS; ++i) {
+        CU_CHECK(cu->EventRecord(ev_start[i], stream));
+        CU_CHECK(cu->GraphLaunch(exec, stream));
+        CU_CHECK(cu->EventRecord(ev_end[i], stream));
+    }
+    CU_CHECK(cu->EventSynchronize(ev_end[GRAPH_REPS - 1]));
+    double t[GRAPH_REPS];
+    for (int i = 0; i < GRAPH_REPS; ++i) {
+        float ms = 0;
+        CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
+        t[i] = ms * 1e3 / k;
+    }
+    CU_CHECK(cu->GraphExecDestroy(exec));
+    CU_CHECK(cu->GraphDestroy(graph));
+    qsort(t, GRAPH_REPS, sizeof t[0], cmp_d);
+    return t[GRAPH_REPS / 2];
+}
+
 /* Median us of a device-to-device copy of `bytes` (rotating pairs of
  * buffers, > 4x the L2 in all), timed exactly as the ops: what the copy
  * bandwidth is at this size, launch and ramp included. */
-static double time_copy(size_t bytes, uint64_t *seed)
+static double time_copy(size_t bytes, uint64_t *seed, double *graph_us)
 {
     int k = (int)ceil(4.0 * L2_BYTES / (2.0 * (double)bytes));
     if (k < 3) k = 3;
@@ -238,6 +278,7 @@ static double time_copy(size_t bytes, uint64_t *seed)
         CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
         t[i] = ms * 1e3;
     }
+    *graph_us = time_graph(0, 0, 0, NULL, k, bytes, src, dst);
     for (int i = 0; i < k; ++i) gpu_free(src[i]), gpu_free(dst[i]);
     qsort(t, ITERS, sizeof t[0], cmp_d);
     return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
@@ -417,7 +458,7 @@ int main(int argc, char **argv)
         }
     ws = gpu_alloc(ws_bytes);
 
-    double t_fwd[NOPS][8], t_fb[NOPS][8];
+    double t_fwd[NOPS][8], t_fb[NOPS][8], g_fwd[NOPS][8], g_fb[NOPS][8], g_copy[8];
     printf("%-54s %6s %10s %10s %10s %10s %9s %9s %7s %7s %12s %8s\n", "op", "rows", "fwd_us", "fwd_bwd_us", "fwd_MB",
            "bwd_MB", "fwd_floor", "fb_floor", "fwd_frac", "fb_frac", "bwd_ws_bytes", "rot_MB");
     uint64_t seed = 1;
@@ -452,18 +493,37 @@ int main(int argc, char **argv)
                    (long long)n, t_fwd[op][ni], t_fb[op][ni], bf / 1e6, bb / 1e6, ff, fb, ff / t_fwd[op][ni],
                    fb / t_fb[op][ni], op_workspace(op, n, TROWS), (double)set_bytes[op] * nsets[op] / 1e6);
             fflush(stdout);
+            g_fwd[op][ni] = time_graph(op, 0, n, sets[op], nsets[op], 0, NULL, NULL);
+            g_fb[op][ni] = time_graph(op, 1, n, sets[op], nsets[op], 0, NULL, NULL);
             if (do_sweep && op != OP_GATHER) sweep(op, n, sets[op], nsets[op]);
         }
         for (int op = 0; op < NOPS; ++op)
             for (int s = 0; s < nsets[op]; ++s) set_free(&sets[op][s]);
         /* The reference for what "memory-bound" reaches at this size: one
          * (N, H) bf16 tensor copied, as norm_modulate's forward moves it. */
-        const double tc = time_copy(act_bytes(n), &seed);
+        const double tc = time_copy(act_bytes(n), &seed, &g_copy[ni]);
         printf("%-54s %6lld %10.1f %10s %10.1f %10.1f %9.1f %9s %7.3f   (%.2f TB/s read + written)\n",
                "copy reference (cuMemcpyDtoD of one (N, H) tensor)", (long long)n, tc, "-", act_bytes(n) / 1e6,
                act_bytes(n) / 1e6, 2.0 * act_bytes(n) / PEAK_BW * 1e6, "-", 2.0 * act_bytes(n) / PEAK_BW * 1e6 / tc,
                2.0 * act_bytes(n) / tc / 1e6);
         fflush(stdout);
+    }
+    printf("\n# inside a CUDA graph: twice the rotating sets' count of iterations per graph, median of %d replays, "
+           "per iteration (no launch gaps, no events between iterations)\n", GRAPH_REPS);
+    printf("%-54s %6s %10s %10s %9s %9s %7s %7s\n", "op", "rows", "fwd_us", "fwd_bwd_us", "fwd_floor", "fb_floor",
+           "fwd_frac", "fb_frac");
+    for (int ni = 0; ni < n_rows; ++ni) {
+        for (int op = 0; op < NOPS; ++op) {
+            if (!(op_mask & (1 << op))) continue;
+            double bf, bb;
+            op_bytes(op, rows[ni], &bf, &bb);
+            const double ff = bf / PEAK_BW * 1e6, fb = (bf + bb) / PEAK_BW * 1e6;
+            printf("graph %-48s %6lld %10.1f %10.1f %9.1f %9.1f %7.3f %7.3f\n", op_names[op], (long long)rows[ni],
+                   g_fwd[op][ni], g_fb[op][ni], ff, fb, ff / g_fwd[op][ni], fb / g_fb[op][ni]);
+        }
+        const double fc = 2.0 * act_bytes(rows[ni]) / PEAK_BW * 1e6;
+        printf("graph %-48s %6lld %10.1f %10s %9.1f %9s %7.3f\n", "copy reference (cuMemcpyDtoD)", (long long)rows[ni],
+               g_copy[ni], "-", fc, "-", fc / g_copy[ni]);
     }
     printf("\n");
     const int pair = (1 << OP_NM) | (1 << OP_GR) | (1 << OP_FUSED);
@@ -480,6 +540,11 @@ int main(int argc, char **argv)
          * into a third, the bytes and the kernel shape of a gated_residual
          * forward, whose measured time stands in for it. The fused backward
          * does that add in its pass. */
+        const double gf = g_fwd[OP_GR][ni] + g_fwd[OP_NM][ni], gb = g_fb[OP_GR][ni] + g_fb[OP_NM][ni] + g_fwd[OP_GR][ni];
+        printf("fused vs gated_residual+norm_modulate inside a CUDA graph, rows %lld: fwd %.2fx (%.1f vs %.1f us), "
+               "fwd+bwd with the dh + dx add %.2fx (%.1f vs %.1f us), without it %.2fx\n", (long long)rows[ni],
+               gf / g_fwd[OP_FUSED][ni], gf, g_fwd[OP_FUSED][ni], gb / g_fb[OP_FUSED][ni], gb, g_fb[OP_FUSED][ni],
+               (gb - g_fwd[OP_GR][ni]) / g_fb[OP_FUSED][ni]);
         const double ua = ub + t_fwd[OP_GR][ni];
         printf("fused vs gated_residual+norm_modulate with the dh + dx add, rows %lld: fwd+bwd %.2fx (%.1f + %.1f + "
                "%.1f = %.1f us vs %.1f us; the add timed as a gated_residual forward, same bytes)\n",

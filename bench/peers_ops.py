@@ -167,6 +167,50 @@ def median_us(step, prep, nsets):
     return 0.5 * (t[ITERS // 2 - 1] + t[ITERS // 2])
 
 
+GRAPH_REPS = 11
+
+
+def graph_us(step, nsets):
+    """Per iteration inside a CUDA graph of 2 * nsets iterations over the
+    rotating sets, median of GRAPH_REPS replays (as bench_ops' graph table);
+    None when the step cannot be captured."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for i in range(2 * nsets):
+                step(i % nsets)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(2 * nsets):
+                step(i % nsets)
+        for _ in range(2):
+            g.replay()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(GRAPH_REPS)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(GRAPH_REPS)]
+        for i in range(GRAPH_REPS):
+            starts[i].record()
+            g.replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+        t = sorted(a.elapsed_time(b) * 1e3 / (2 * nsets) for a, b in zip(starts, ends))
+        del g
+        return t[GRAPH_REPS // 2]
+    except Exception as e:  # noqa: BLE001 - reported, the table goes on
+        print(f"# graph capture failed: {type(e).__name__}: {str(e)[:120]}", flush=True)
+        torch.cuda.synchronize()
+        return None
+
+
+def bench_graph_fwd(fn, sets, shared):
+    def fwd(k):
+        with torch.no_grad():
+            fn(*sets[k][1](shared))
+    return graph_us(fwd, len(sets))
+
+
 def bench(fn, sets, shared, params):
     nsets = len(sets)
 
@@ -214,7 +258,7 @@ def main():
     table = rnd(gen, R, NCHUNK * H, amp=0.5).requires_grad_(True)
     w = rnd(gen, H, amp=0.1, bias=1.0).requires_grad_(True)
     variants = peers(not args.no_compile)
-    times = {}
+    times, graphs = {}, {}
     for n in args.rows:
         idx = torch.randint(0, R, (n,), device=DEV, dtype=torch.int32, generator=gen)
         shared = {"table": table, "w": w, "idx": idx}
@@ -233,6 +277,7 @@ def main():
                       f"{fb:9.1f} {ff / tf:7.3f} {fb / tfb:7.3f} {'-':>12s} {rot / 1e6:8.0f}"
                       + (f"   ({time.time() - tc:.0f} s incl. compile)" if vname == "torch.compile" else ""),
                       flush=True)
+                graphs[(op, vname, n)] = bench_graph_fwd(fn, sets, shared)
             for p in [table, w]:
                 p.grad = None
             del sets
@@ -245,11 +290,21 @@ def main():
         src = [rnd(gen, n, H) for _ in range(int(k))]
         dst = [torch.empty_like(x) for x in src]
         tcp = median_us(lambda j: dst[j].copy_(src[j]), lambda j: None, int(k))
+        graphs[("copy", "torch copy_", n)] = graph_us(lambda j: dst[j].copy_(src[j]), int(k))
         name = "copy reference [torch copy_ of one (N, H) tensor]"
         print(f"{name:<54s} {n:6d} {tcp:10.1f} {'-':>10s} {nb / 1e6:10.1f} {nb / 1e6:10.1f} {2 * nb / PEAK_BW * 1e6:9.1f} "
               f"{'-':>9s} {2 * nb / PEAK_BW * 1e6 / tcp:7.3f}   ({2 * nb / tcp / 1e6:.2f} TB/s read + written)", flush=True)
         del src, dst
         torch.cuda.empty_cache()
+    print()
+    print(f"# forward inside a CUDA graph: 2x the rotating sets' count of iterations per graph, median of "
+          f"{GRAPH_REPS} replays, per iteration (as bench_ops' graph table)")
+    print(f"{'op':<54s} {'rows':>6s} {'fwd_us':>10s} {'fwd_floor':>9s} {'fwd_frac':>7s}")
+    for (op, vname, n), t in graphs.items():
+        bf = op_bytes(op, n)[0] if op != "copy" else 2 * n * H * 2
+        ff = bf / PEAK_BW * 1e6
+        name = f"graph {op} [{vname}]"
+        print(f"{name:<54s} {n:6d} " + (f"{t:10.1f} {ff:9.1f} {ff / t:7.3f}" if t else f"{'-':>10s} {ff:9.1f}"))
     print()
     for n in args.rows:
         for vname in ("torch eager", "torch.compile"):
