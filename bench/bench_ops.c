@@ -193,6 +193,20 @@ static int cmp_d(const void *p, const void *q)
     return (u > v) - (u < v);
 }
 
+/* The median of the first n event pairs' times (us), each divided by per. */
+static double events_median_us(int n, double per)
+{
+    CU_CHECK(cu->EventSynchronize(ev_end[n - 1]));
+    double t[ITERS];
+    for (int i = 0; i < n; ++i) {
+        float ms = 0;
+        CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
+        t[i] = ms * 1e3 / per;
+    }
+    qsort(t, (size_t)n, sizeof t[0], cmp_d);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 /* Median us of one iteration (forward, or forward then backward), rotating sets. */
 static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
 {
@@ -203,15 +217,7 @@ static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
         run(op, bwd, n, &sets[(i + WARM) % nsets]);
         CU_CHECK(cu->EventRecord(ev_end[i], stream));
     }
-    CU_CHECK(cu->EventSynchronize(ev_end[ITERS - 1]));
-    double t[ITERS];
-    for (int i = 0; i < ITERS; ++i) {
-        float ms = 0;
-        CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
-        t[i] = ms * 1e3;
-    }
-    qsort(t, ITERS, sizeof t[0], cmp_d);
-    return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
+    return events_median_us(ITERS, 1);
 }
 
 /* The same, back to back inside a CUDA graph: GRAPH_REPS replays of one
@@ -241,17 +247,10 @@ static double time_graph(int op, int bwd, int64_t n, const bset *sets, int nsets
         CU_CHECK(cu->GraphLaunch(exec, stream));
         CU_CHECK(cu->EventRecord(ev_end[i], stream));
     }
-    CU_CHECK(cu->EventSynchronize(ev_end[GRAPH_REPS - 1]));
-    double t[GRAPH_REPS];
-    for (int i = 0; i < GRAPH_REPS; ++i) {
-        float ms = 0;
-        CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
-        t[i] = ms * 1e3 / k;
-    }
+    const double us = events_median_us(GRAPH_REPS, k);
     CU_CHECK(cu->GraphExecDestroy(exec));
     CU_CHECK(cu->GraphDestroy(graph));
-    qsort(t, GRAPH_REPS, sizeof t[0], cmp_d);
-    return t[GRAPH_REPS / 2];
+    return us;
 }
 
 /* Median us of a device-to-device copy of `bytes` (rotating pairs of
@@ -271,17 +270,10 @@ static double time_copy(size_t bytes, uint64_t *seed, double *graph_us)
         CU_CHECK(cu->MemcpyDtoDAsync(dst[(i + WARM) % k], src[(i + WARM) % k], bytes, stream));
         CU_CHECK(cu->EventRecord(ev_end[i], stream));
     }
-    CU_CHECK(cu->EventSynchronize(ev_end[ITERS - 1]));
-    double t[ITERS];
-    for (int i = 0; i < ITERS; ++i) {
-        float ms = 0;
-        CU_CHECK(cu->EventElapsedTime(&ms, ev_start[i], ev_end[i]));
-        t[i] = ms * 1e3;
-    }
+    const double us = events_median_us(ITERS, 1);
     *graph_us = time_graph(0, 0, 0, NULL, k, bytes, src, dst);
     for (int i = 0; i < k; ++i) gpu_free(src[i]), gpu_free(dst[i]);
-    qsort(t, ITERS, sizeof t[0], cmp_d);
-    return 0.5 * (t[ITERS / 2 - 1] + t[ITERS / 2]);
+    return us;
 }
 
 /* Ideal single-pass bytes of the forward and of the backward. */
