@@ -75,12 +75,13 @@ def main():
                 hits0 = c.stats()["run_memo_hits"]
                 for name, want, bufs, fields, embedded in cases:
                     out = torch.full_like(want, float("nan"))
-                    for attempt in range(2):
+                    for attempt, order in enumerate(("event", "event", "host")):
                         out.fill_(float("nan"))
-                        c.run(name, bufs(out), **fields)
+                        c.run(name, bufs(out), order=order, **fields)
                         torch.cuda.synchronize()
                         same = torch.equal(out.view(torch.int16), want.view(torch.int16))
-                        print("%s fwd, run %d: %s" % (name, attempt + 1, "bitwise equal" if same else "DIFFERS"))
+                        print("%s fwd, run %d (order=%s): %s" % (name, attempt + 1, order,
+                                                                "bitwise equal" if same else "DIFFERS"))
                         failures += not same
                     # The round trip against the op's own time (medians of 50).
                     ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -93,13 +94,16 @@ def main():
                             ev1.synchronize()
                             op_us.append(ev0.elapsed_time(ev1) * 1e3)
                     b = bufs(out)
-                    for _ in range(50):
-                        t0 = time.perf_counter()
-                        c.run(name, b, **fields)
-                        rt_us.append((time.perf_counter() - t0) * 1e6)
-                    mo, mr = statistics.median(op_us), statistics.median(rt_us)
-                    print("%s fwd: op %.1f us (embedded, torch op), run round trip %.1f us (%+.1f)" % (name, mo, mr,
-                                                                                                    mr - mo))
+                    mo = statistics.median(op_us)
+                    for order in ("event", "host"):
+                        rt_us = []
+                        for _ in range(50):
+                            t0 = time.perf_counter()
+                            c.run(name, b, order=order, **fields)
+                            rt_us.append((time.perf_counter() - t0) * 1e6)
+                        mr = statistics.median(rt_us)
+                        print("%s fwd: op %.1f us (embedded, torch op), run round trip (order=%s) %.1f us (%+.1f)"
+                              % (name, mo, order, mr, mr - mo))
                 hits = c.stats()["run_memo_hits"] - hits0
                 print("run_memo_hits: %d" % hits)
                 if hits < 2:

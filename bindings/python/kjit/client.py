@@ -72,26 +72,41 @@ def _cu(result, what):
         raise RuntimeError("%s failed: %s" % (what, (name.value or b"CUDA error %d" % result).decode()))
 
 
-def _ipc_buffer(name, t):
+_CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
+
+
+def _ipc_buffer(name, t, known):
     """(allocation base, CUipcMemHandle bytes, buffer entry without its
-    handle index) of a CUDA tensor."""
+    handle index) of a CUDA tensor. known: {buffer id: (base, handle)} of
+    allocations seen before (the driver documents the buffer id as unique
+    within the process, so a freed and reallocated range gets a new one);
+    one driver call for those."""
     if not getattr(t, "is_cuda", False):
         raise ValueError("buffer %r is not a CUDA tensor" % name)
     cuda = _libcuda()
     ptr = t.data_ptr()
-    base, size = ctypes.c_uint64(), ctypes.c_size_t()
-    _cu(cuda.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
-        "cuMemGetAddressRange (buffer %r)" % name)
-    handle = ctypes.create_string_buffer(_IPC_HANDLE_BYTES)
-    _cu(cuda.cuIpcGetMemHandle(handle, ctypes.c_uint64(base.value)), "cuIpcGetMemHandle (buffer %r)" % name)
-    entry = {"name": name, "offset": ptr - base.value}
+    bid = ctypes.c_ulonglong()
+    _cu(cuda.cuPointerGetAttribute(ctypes.byref(bid), _CU_POINTER_ATTRIBUTE_BUFFER_ID, ctypes.c_uint64(ptr)),
+        "cuPointerGetAttribute (buffer %r)" % name)
+    hit = known.get(bid.value)
+    if hit is None:
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        _cu(cuda.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
+            "cuMemGetAddressRange (buffer %r)" % name)
+        handle = ctypes.create_string_buffer(_IPC_HANDLE_BYTES)
+        _cu(cuda.cuIpcGetMemHandle(handle, ctypes.c_uint64(base.value)), "cuIpcGetMemHandle (buffer %r)" % name)
+        if len(known) >= 4096:
+            known.clear()
+        hit = known[bid.value] = (base.value, handle.raw)
+    base, handle = hit
+    entry = {"name": name, "offset": ptr - base}
     if t.dim() == 2:
         if t.stride(1) != 1:
             raise ValueError("buffer %r: rows must be contiguous (stride(1) == 1)" % name)
         entry["stride"] = t.stride(0)
     elif t.dim() != 1 or (t.numel() > 1 and t.stride(0) != 1):
         raise ValueError("buffer %r: expected a 2-D tensor with contiguous rows or a contiguous 1-D one" % name)
-    return base.value, handle.raw, entry
+    return base, handle, entry
 
 
 def default_socket():
@@ -115,6 +130,7 @@ class Client:
         self._sock.settimeout(timeout)
         self._next_id = 1
         self._event = None  # (CUevent, CUipcEventHandle bytes) of run()
+        self._ipc = {}  # run(): {buffer id: (allocation base, CUipcMemHandle bytes)}
         try:
             self._sock.connect(self.path)
             self.hello, _ = self.request({"type": "hello", "versions": [PROTO_VERSION], "client": "kjit-py"})
@@ -224,7 +240,7 @@ class Client:
         req = dict(req, type="run")
         return self.request(req, b"".join(handles))[0]
 
-    def run(self, op, buffers, dir="fwd", stream=None, **fields):
+    def run(self, op, buffers, dir="fwd", stream=None, order="event", **fields):
         """Runs op on the server's GPU over CUDA tensors of this process.
 
         buffers: {name: tensor} (None values skipped) with the names the op
@@ -238,9 +254,15 @@ class Client:
         on `stream` (default: torch's current stream) orders the server's
         work after this process's; the call returns once the op is done on
         the device, with the reply ({"ok": True, "us": the server's time}).
+        order="host" instead waits here for `stream`'s work and sends the run
+        without the event: the same ordering, cheaper where the GPU
+        time-slices between processes (no MPS: ~250 us for the event, see
+        docs/PROTOCOL.md), dearer under MPS.
         The server keeps the allocations mapped until this client closes:
         keep their memory allocated until then. One device: the current one.
         """
+        if order not in ("event", "host"):
+            raise ValueError("order must be 'event' or 'host', not %r" % (order,))
         import torch  # initializes CUDA: the current context is then torch's
 
         if stream is None:
@@ -249,12 +271,15 @@ class Client:
         for name, t in buffers.items():
             if t is None:
                 continue
-            base, handle, entry = _ipc_buffer(name, t)
+            base, handle, entry = _ipc_buffer(name, t, self._ipc)
             if base not in index_of:
                 index_of[base] = len(handles)
                 handles.append(handle)
             entry["handle"] = index_of[base]
             entries.append(entry)
+        if order == "host":
+            stream.synchronize()
+            return self.run_raw(dict(fields, op=op, dir=dir, buffers=entries), handles)
         cuda = _libcuda()
         if self._event is None:
             ev = ctypes.c_void_p()
