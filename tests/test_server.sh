@@ -109,7 +109,7 @@ with m.Client(sys.argv[2], timeout=120) as c:
         c.run("norm_modulate", {}, order="later")
         raise AssertionError("order='later' accepted")
     except ValueError as e:
-        assert "order must be 'event' or 'host'" in str(e), e
+        assert "order must be 'auto', 'event' or 'host'" in str(e), e
     if not c.hello["gpu"]:
         for call in (lambda: c.run_raw(nm, [b"\x01" * 64] * 5), lambda: c.tune("norm_modulate", 5376, "bf16")):
             try:

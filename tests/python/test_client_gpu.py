@@ -75,7 +75,7 @@ def main():
                 hits0 = c.stats()["run_memo_hits"]
                 for name, want, bufs, fields, embedded in cases:
                     out = torch.full_like(want, float("nan"))
-                    for attempt, order in enumerate(("event", "event", "host")):
+                    for attempt, order in enumerate(("event", "event", "host", "auto")):
                         out.fill_(float("nan"))
                         c.run(name, bufs(out), order=order, **fields)
                         torch.cuda.synchronize()
@@ -95,15 +95,15 @@ def main():
                             op_us.append(ev0.elapsed_time(ev1) * 1e3)
                     b = bufs(out)
                     mo = statistics.median(op_us)
-                    for order in ("event", "host"):
+                    for order in ("event", "host", "auto"):
                         rt_us = []
                         for _ in range(50):
                             t0 = time.perf_counter()
                             c.run(name, b, order=order, **fields)
                             rt_us.append((time.perf_counter() - t0) * 1e6)
                         mr = statistics.median(rt_us)
-                        print("%s fwd: op %.1f us (embedded, torch op), run round trip (order=%s) %.1f us (%+.1f)"
-                              % (name, mo, order, mr, mr - mo))
+                        print("%s fwd: op %.1f us (embedded, torch op), run round trip (order=%s%s) %.1f us (%+.1f)"
+                              % (name, mo, order, ": " + c.last_order if order == "auto" else "", mr, mr - mo))
                 hits = c.stats()["run_memo_hits"] - hits0
                 print("run_memo_hits: %d" % hits)
                 if hits < 2:

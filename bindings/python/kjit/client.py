@@ -73,6 +73,7 @@ def _cu(result, what):
 
 
 _CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
+_CU_DEVICE_ATTRIBUTE_MPS_ENABLED = 133
 
 
 def _ipc_buffer(name, t, known):
@@ -131,6 +132,8 @@ class Client:
         self._next_id = 1
         self._event = None  # (CUevent, CUipcEventHandle bytes) of run()
         self._ipc = {}  # run(): {buffer id: (allocation base, CUipcMemHandle bytes)}
+        self._mps_of = {}  # run(): {device ordinal: MPS or not}
+        self.last_order = None  # run()'s ordering the last time: "event" or "host"
         try:
             self._sock.connect(self.path)
             self.hello, _ = self.request({"type": "hello", "versions": [PROTO_VERSION], "client": "kjit-py"})
@@ -240,7 +243,7 @@ class Client:
         req = dict(req, type="run")
         return self.request(req, b"".join(handles))[0]
 
-    def run(self, op, buffers, dir="fwd", stream=None, order="event", **fields):
+    def run(self, op, buffers, dir="fwd", stream=None, order="auto", **fields):
         """Runs op on the server's GPU over CUDA tensors of this process.
 
         buffers: {name: tensor} (None values skipped) with the names the op
@@ -257,16 +260,21 @@ class Client:
         order="host" instead waits here for `stream`'s work and sends the run
         without the event: the same ordering, cheaper where the GPU
         time-slices between processes (no MPS: ~250 us for the event, see
-        docs/PROTOCOL.md), dearer under MPS.
+        docs/PROTOCOL.md), dearer under MPS. order="auto" (the default):
+        "event" when the device's contexts are shared through MPS
+        (CU_DEVICE_ATTRIBUTE_MPS_ENABLED), else "host".
         The server keeps the allocations mapped until this client closes:
         keep their memory allocated until then. One device: the current one.
         """
-        if order not in ("event", "host"):
-            raise ValueError("order must be 'event' or 'host', not %r" % (order,))
+        if order not in ("auto", "event", "host"):
+            raise ValueError("order must be 'auto', 'event' or 'host', not %r" % (order,))
         import torch  # initializes CUDA: the current context is then torch's
 
         if stream is None:
             stream = torch.cuda.current_stream()
+        if order == "auto":
+            order = "event" if self._mps(stream.device.index) else "host"
+        self.last_order = order
         handles, index_of, entries = [], {}, []
         for name, t in buffers.items():
             if t is None:
@@ -291,6 +299,17 @@ class Client:
         _cu(cuda.cuEventRecord(self._event[0], ctypes.c_void_p(stream.cuda_stream)), "cuEventRecord")
         req = dict(fields, op=op, dir=dir, buffers=entries, event=len(handles))
         return self.run_raw(req, handles + [self._event[1]])
+
+    def _mps(self, ordinal):
+        """Whether the device's contexts are shared through MPS (an older
+        driver that does not say: assumed so, the event is then used)."""
+        if ordinal not in self._mps_of:
+            cuda = _libcuda()
+            dev, v = ctypes.c_int(), ctypes.c_int()
+            ok = (cuda.cuDeviceGet(ctypes.byref(dev), ordinal or 0) == 0
+                  and cuda.cuDeviceGetAttribute(ctypes.byref(v), _CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == 0)
+            self._mps_of[ordinal] = bool(v.value) if ok else True
+        return self._mps_of[ordinal]
 
     def shutdown(self):
         return self.request({"type": "shutdown"})[0]
