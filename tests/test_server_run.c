@@ -320,7 +320,7 @@ static void test_client(const char *sock, int gpu)
     /* Texts cJSON accepts around an object (other control bytes before it,
      * anything after it, pretty-printed): the request still goes out whole. */
     static const char *const odd[] = {"\f{\"type\":\"ping\"}", "{\"type\":\"ping\"} trailing", "{\"type\":\"ping\"}\f",
-                                      "\n {\n  \"type\" : \"ping\"\n}\n", "{}", " { \t} "};
+                                      "\n {\n  \"type\" : \"ping\"\n}\n", "{}", " { \t} ", "{\x01}"};
     /* Each twice: the client keeps the last text it spliced and sends the
      * same one again without a parse (its reply still carries its own id). */
     for (size_t i = 0; i < 2 * sizeof odd / sizeof odd[0]; ++i) {

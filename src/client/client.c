@@ -27,7 +27,7 @@ struct kjit_client {
      * skips the parse (5 us for a 1 KB run request). */
     char *last;
     size_t last_len;
-    int last_run;
+    int last_run, last_members;
     char *hello;
     char path[108];
 };
@@ -135,7 +135,7 @@ static int read_frame(kjit_client *c, char **json, void **payload, size_t *paylo
 
 /* Keeps a request text the splice took (best effort: without memory, the
  * next one is parsed again). */
-static void remember(kjit_client *c, const char *json, size_t len, int spin)
+static void remember(kjit_client *c, const char *json, size_t len, int spin, int members)
 {
     char *copy = len <= KJIT_MAX_REQUEST_JSON ? malloc(len + 1) : NULL;
     free(c->last);
@@ -144,6 +144,7 @@ static void remember(kjit_client *c, const char *json, size_t len, int spin)
     memcpy(copy, json, len + 1);
     c->last_len = len;
     c->last_run = spin;
+    c->last_members = members;
 }
 
 int kjit_client_request(kjit_client *c, const char *json, const void *payload, size_t payload_len,
@@ -186,13 +187,11 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         cJSON_AddNumberToObject(o, "id", (double)id);
         text = cJSON_PrintUnformatted(o);
     } else {
-        if (!again) remember(c, json, json_len, spin);
-        /* The object's first non-blank byte after '{' tells whether it has
-         * members (a comma to add after the id). */
-        const char *first = p + 1;
-        while (json_space(*first)) ++first;
+        /* Members after the id need a comma (as the parse found them). */
+        const int members = again ? c->last_members : o->child != NULL;
+        if (!again) remember(c, json, json_len, spin, members);
         char head[48];
-        const int hn = snprintf(head, sizeof head, *first != '}' ? "{\"id\":%llu," : "{\"id\":%llu", (unsigned long long)id);
+        const int hn = snprintf(head, sizeof head, members ? "{\"id\":%llu," : "{\"id\":%llu", (unsigned long long)id);
         const size_t rest = json_len - (size_t)(p + 1 - json);
         if ((text = cJSON_malloc((size_t)hn + rest + 1))) {
             memcpy(text, head, (size_t)hn);

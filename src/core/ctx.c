@@ -62,7 +62,7 @@ static int open_device(kjit_ctx *ctx)
     if (r == CUDA_SUCCESS) r = cu->MemsetD8(ctx->err_flag, 0, sizeof(kjit_index_report));
     /* Page-locked: its read back is an asynchronous copy, not the staged
      * one a pageable destination takes. */
-    if (r == CUDA_SUCCESS) r = cu->MemHostAlloc((void **)&ctx->err_host, sizeof *ctx->err_host, 0);
+    if (r == CUDA_SUCCESS) r = cu->MemHostAlloc((void **)&ctx->err_host, sizeof(int) * KJIT_ERR_HOST_WORDS, 0);
     kjit__ctx_leave(ctx, pushed);
     if (r != CUDA_SUCCESS) return kjit__cu_fail(r, "allocating the index-error flag");
     return KJIT_OK;
@@ -201,13 +201,23 @@ int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag)
     int pushed, rc = kjit__ctx_enter(ctx, &pushed);
     if (rc) return rc;
     const kjit_cu_api *cu = kjit__cu();
-    int v = 0;
-    /* One reader of the page-locked word at a time. */
-    pthread_mutex_lock(&ctx->index_lock);
-    CUresult r = cu->MemcpyDtoHAsync(ctx->err_host, ctx->err_flag, sizeof v, stream);
+    /* A page-locked word of the context's own, claimed for this call (a
+     * thread past the 64 concurrent readers reads into its stack). */
+    int v = 0, slot = -1;
+    uint_fast64_t busy = atomic_load(&ctx->err_host_busy);
+    while (busy != ~(uint_fast64_t)0) {
+        const int b = __builtin_ctzll(~(unsigned long long)busy);
+        if (atomic_compare_exchange_weak(&ctx->err_host_busy, &busy, busy | ((uint_fast64_t)1 << b))) {
+            slot = b;
+            break;
+        }
+    }
+    int *dst = slot >= 0 ? &ctx->err_host[slot] : &v;
+    CUresult r = cu->MemcpyDtoHAsync(dst, ctx->err_flag, sizeof v, stream);
     if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);
-    if (r == CUDA_SUCCESS) v = *ctx->err_host;
-    pthread_mutex_unlock(&ctx->index_lock);
+    if (r == CUDA_SUCCESS) v = *dst;
+    /* After a failed wait the copy may still land: that word stays claimed. */
+    if (slot >= 0 && r == CUDA_SUCCESS) atomic_fetch_and(&ctx->err_host_busy, ~((uint_fast64_t)1 << slot));
     if (r == CUDA_SUCCESS && v) {
         r = cu->MemsetD32Async(ctx->err_flag, 0, 1, stream);
         if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);

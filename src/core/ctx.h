@@ -11,6 +11,8 @@
 #include "gpu/cuda_api.h"
 #include "kjit.h"
 
+#define KJIT_ERR_HOST_WORDS 64
+
 typedef struct kjit_kernel_slot {
     char *name;     /* name expression, NULL when the slot is free */
     uint64_t hash;
@@ -41,7 +43,10 @@ struct kjit_ctx {
     kjit_cache *cache;
     kjit_index_check index_check;
     CUdeviceptr err_flag; /* kjit_index_report on the device */
-    int *err_host;        /* page-locked: where kjit_ctx_index_error reads its err */
+    /* Page-locked words kjit_ctx_index_error reads err into (one per
+     * concurrent caller, claimed in err_host_busy). */
+    int *err_host;
+    atomic_uint_fast64_t err_host_busy;
 
     pthread_mutex_t ws_lock; /* the context-owned backward workspace */
     CUdeviceptr ws;

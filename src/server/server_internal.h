@@ -99,8 +99,8 @@ struct kjit_server {
      * client's next run). spin_us: KJIT_SPIN_US, 0 (never) on hosts with
      * fewer than 4 CPUs. */
     int spin_us;
-    double spin_until;
-    int run_graph; /* replay repeated runs as CUDA graphs (KJIT_RUN_GRAPH=0: off) */   /* kjit__now_us() */
+    double spin_until; /* kjit__now_us() */
+    int run_graph;     /* replay repeated runs as CUDA graphs (KJIT_RUN_GRAPH=0: off) */
     pthread_mutex_t snap_mu;
     kjit_cache_counters snap; /* the library's counters as of the last job */
     kjit_tuple_map map;

@@ -576,6 +576,36 @@ int main(void)
         timing(ctx, cl, &ka, &q, ev, st);
         cJSON_Delete(q.root);
     }
+    /* A training step's pattern: the gather's forward and backward in
+     * turn. The server keeps a connection's last few calls, so each is
+     * replayed from its own graph (both ran above; the embedded outputs of
+     * both are still in oa: no later case writes theirs). */
+    {
+        const char *g_env = getenv("KJIT_RUN_GRAPH");
+        const char *want = g_env && !strcmp(g_env, "0") ? "direct" : "replayed";
+        request q2[2];
+        char *t2[2];
+        for (int k = 0; k < 2; ++k) {
+            call kb;
+            call_init(&kb, &cases[6 + k], &in, &ob);
+            request_init(&q2[k], &kb, &evh);
+            t2[k] = run_text(&q2[k], 1);
+        }
+        for (int rep = 0; rep < 4; ++rep) {
+            const opcase *c = &cases[6 + rep % 2];
+            poison(&ob, c, st);
+            double f[F_N];
+            timed_send(cl, &q2[rep % 2], t2[rep % 2], 1, ev, st, f);
+            compare(c, &oa, &ob);
+            if (strcmp(last_graph, want)) {
+                fprintf(stderr, "%s %s in turn with the other direction: '%s', expected '%s'\n", c->op,
+                        c->bwd ? "bwd" : "fwd", last_graph, want);
+                kjit_test_failures++;
+            }
+        }
+        for (int k = 0; k < 2; ++k) cJSON_free(t2[k]), cJSON_Delete(q2[k].root);
+        printf("adaln_row_gather fwd and bwd in turn: %s\n", last_graph);
+    }
     int32_t *ix = malloc(sizeof(int32_t) * N);
     gpu_download(ix, in.idx, sizeof(int32_t) * N);
     ix[N / 2] = R;
