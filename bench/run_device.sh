@@ -96,6 +96,11 @@ for s in $stages; do
       if nvidia-cuda-mps-control -d; then
         sleep 1
         ipc_test "(MPS)"
+        # The Python client under MPS: order="auto" should pick the event.
+        section "test_client_gpu (MPS)"
+        KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH} \
+          KJIT_BIN=$PWD/$B/kjit python3 tests/python/test_client_gpu.py 2>&1 | tee -a "$LOG" | grep -E "order=|ok|FAIL"
+        summary+=("python client run test (MPS) rc=${PIPESTATUS[0]}")
         echo quit | nvidia-cuda-mps-control; sleep 2
       else
         echo "MPS control daemon did not start"
