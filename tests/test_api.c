@@ -63,6 +63,20 @@ static void op_args(kjit_ctx *ctx)
     CHECK_STATUS(kjit_op_kernels(NULL, 256, KJIT_BF16, &spec, 1, &n), KJIT_EINVAL);
     CHECK_STATUS(kjit_op_kernels("timestep_sinusoid", 256, KJIT_BF16, NULL, 1, &n), KJIT_EINVAL);
     CHECK_EQ_INT(n, -3);
+    /* A count alone (no specs) is the count the full list has, for every op
+     * and for a size it refuses too. */
+    for (int i = 0; i < kjit_op_count(); ++i) {
+        kjit_kernel_spec all[64];
+        int n_all = -1, n_count = -2, n_one = -3;
+        CHECK_STATUS(kjit_op_kernels(kjit_op_name(i), 512, KJIT_BF16, all, 64, &n_all), KJIT_OK);
+        CHECK_STATUS(kjit_op_kernels(kjit_op_name(i), 512, KJIT_BF16, NULL, 0, &n_count), KJIT_OK);
+        CHECK_STATUS(kjit_op_kernels(kjit_op_name(i), 512, KJIT_BF16, all, 1, &n_one), KJIT_OK);
+        CHECK_EQ_INT(n_count, n_all);
+        CHECK_EQ_INT(n_one, n_all);
+        CHECK_STATUS(kjit_op_kernels(kjit_op_name(i), 0, KJIT_BF16, NULL, 0, &n_count), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "hidden") != NULL);
+    }
+    n = -3;
     CHECK_STATUS(kjit_kernel_build(NULL, &spec, NULL, NULL), KJIT_EINVAL);
     memset(&spec, 0, sizeof spec);
     CHECK_STATUS(kjit_kernel_build(ctx, &spec, NULL, NULL), KJIT_EINVAL); /* no op */

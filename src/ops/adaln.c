@@ -75,6 +75,9 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
     const kjit_dtype par = param_for(act), idx[2] = {KJIT_I32, KJIT_I64};
     kjit_adaln_config c;
     kjit__adaln_config_default(mode, hidden, act, &c);
+    /* A count alone (what a request's check asks) formats no expression:
+     * per index dtype a forward, a backward and an index check. */
+    if (max <= 0) return kjit__part_specs(m->name, par, out, max, 6);
     int n = 0;
     char e[224];
     for (int i = 0; i < 2; ++i) {
