@@ -57,13 +57,23 @@ n=$("$KJIT" call --events '{"type":"prewarm","ops":"timestep_sinusoid","hidden":
 [ "$n" = 2 ] || fail "prewarm printed $n events, want 2"
 
 # The Python client.
-python3 - "$CLIENT_PY" "$S" <<'PY' || fail "python client"
+# KJIT_SPIN_US: the client polls for its runs' replies (its default on 4+ CPUs).
+KJIT_SPIN_US=500 python3 - "$CLIENT_PY" "$S" <<'PY' || fail "python client"
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
 m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
 with m.Client(sys.argv[2], timeout=120) as c:
     assert c.hello["version"] == 1, c.hello
+    assert c._spin_s == 500e-6, c._spin_s  # KJIT_SPIN_US=500: its runs poll
+    import os
+    dflt = 2000 if (os.cpu_count() or 1) >= 4 else 0
+    for bad in ("", "-5", "abc", "12x", "1000001"):  # ignored: the default
+        os.environ["KJIT_SPIN_US"] = bad
+        assert m._spin_us() == dflt, (bad, m._spin_us())
+    os.environ["KJIT_SPIN_US"] = "0"
+    assert m._spin_us() == 0
+    os.environ["KJIT_SPIN_US"] = "500"
     assert c.ping()["ok"]
     r = c.compile("timestep_sinusoid", 256, "fp32")
     k = r["kernels"][0]
