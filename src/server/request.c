@@ -52,12 +52,20 @@ __attribute__((format(printf, 3, 4))) static int fail(kjit_req_error *err, const
 /* Names only: a string that could be a path or smuggle control bytes is
  * refused wherever it appears, keys included. NULL when s is fine, else why.
  * (Lengths are the caller's check: the limit depends on the field.) */
-static const char *string_problem(const char *s)
+static const char *string_problem(const char *s, size_t *len)
 {
-    if (strchr(s, '/')) return "contains '/' (requests name ops, never paths)";
-    if (strstr(s, "..")) return "contains '..' (requests name ops, never paths)";
-    for (const unsigned char *p = (const unsigned char *)s; *p; ++p)
-        if (*p < 0x20 || *p == 0x7f) return "contains a control character";
+    /* One pass; the reasons keep their order of precedence. */
+    int slash = 0, dots = 0, control = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    for (; *p; ++p) {
+        slash |= *p == '/';
+        dots |= *p == '.' && p[1] == '.';
+        control |= *p < 0x20 || *p == 0x7f;
+    }
+    *len = (size_t)(p - (const unsigned char *)s);
+    if (slash) return "contains '/' (requests name ops, never paths)";
+    if (dots) return "contains '..' (requests name ops, never paths)";
+    if (control) return "contains a control character";
     return NULL;
 }
 
@@ -68,24 +76,38 @@ static int check_strings(const cJSON *item, const char *field, int top, kjit_req
 {
     for (; item; item = item->next) {
         const char *why;
+        size_t len;
         const char *name = item->string ? item->string : field;
-        if (item->string && strlen(item->string) > KJIT_REQ_MAX_STRING)
-            return fail(err, "bad_request", "a field name is longer than %d bytes", KJIT_REQ_MAX_STRING);
-        if (item->string && (why = string_problem(item->string)))
-            return fail(err, "bad_request", "a field name %s", why);
+        if (item->string) {
+            why = string_problem(item->string, &len);
+            if (len > KJIT_REQ_MAX_STRING)
+                return fail(err, "bad_request", "a field name is longer than %d bytes", KJIT_REQ_MAX_STRING);
+            if (why) return fail(err, "bad_request", "a field name %s", why);
+        }
         if (cJSON_IsString(item)) {
             int max = top && !strcmp(name, "expr") ? KJIT_REQ_MAX_EXPR : KJIT_REQ_MAX_STRING;
-            if (strlen(item->valuestring) > (size_t)max)
+            why = string_problem(item->valuestring, &len);
+            if (len > (size_t)max)
                 return fail(err, "bad_request", "field '%s': the string is longer than %d bytes", name, max);
-            if ((why = string_problem(item->valuestring)))
-                return fail(err, "bad_request", "field '%s': the string %s", name, why);
+            if (why) return fail(err, "bad_request", "field '%s': the string %s", name, why);
         }
         if (item->child && check_strings(item->child, name, 0, err)) return -1;
     }
     return 0;
 }
 
-/* An integer-valued JSON number in [lo, hi]. */
+/* An integer-valued JSON number in [lo, hi] (v: the member named name). */
+static int member_int(const cJSON *v, const char *name, double lo, double hi, double *out, kjit_req_error *err)
+{
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
+        return fail(err, "bad_request", "field '%s': expected an integer", name);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return fail(err, "bad_request", "field '%s': %.17g outside %.17g..%.17g", name, v->valuedouble, lo, hi);
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* member_int of o's member `name`; 1 when it is absent and not required. */
 static int get_int(const cJSON *o, const char *name, double lo, double hi, int required, double *out,
                    kjit_req_error *err)
 {
@@ -94,12 +116,7 @@ static int get_int(const cJSON *o, const char *name, double lo, double hi, int r
         if (required) return fail(err, "bad_request", "field '%s' is missing", name);
         return 1;
     }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
-        return fail(err, "bad_request", "field '%s': expected an integer", name);
-    if (v->valuedouble < lo || v->valuedouble > hi)
-        return fail(err, "bad_request", "field '%s': %.17g outside %.17g..%.17g", name, v->valuedouble, lo, hi);
-    *out = v->valuedouble;
-    return 0;
+    return member_int(v, name, lo, hi, out, err);
 }
 
 static int lookup_op(const char *name, const char **out, kjit_req_error *err)
@@ -298,18 +315,24 @@ static int in_buffer(kjit_req_error *err, const char *name)
 
 static int parse_buffer(const cJSON *it, kjit_run_req *q, kjit_req_error *err)
 {
-    static const char *const keys[] = {"name", "handle", "offset", "stride"};
+    enum { NAME, HANDLE, OFFSET, STRIDE, NKEYS };
+    static const char *const keys[NKEYS] = {"name", "handle", "offset", "stride"};
     if (!cJSON_IsObject(it))
         return fail(err, "bad_request", "field 'buffers': each item is an object {name, handle, offset, stride}");
-    const char *name = get_str(it, "name");
-    if (!name) return fail(err, "bad_request", "field 'buffers': an item without a 'name' (a string)");
+    /* One pass over the members: each known key's first member, and the
+     * first member that is unknown or repeats a key. */
+    const cJSON *f[NKEYS] = {0}, *bad = NULL;
+    int repeated = 0;
     for (const cJSON *k = it->child; k; k = k->next) {
-        size_t i = 0;
-        while (i < sizeof keys / sizeof keys[0] && strcmp(k->string, keys[i])) ++i;
-        if (i == sizeof keys / sizeof keys[0]) return fail(err, "bad_request", "buffer '%s': unknown field '%s'", name, k->string);
-        for (const cJSON *j = it->child; j != k; j = j->next)
-            if (!strcmp(j->string, k->string)) return fail(err, "bad_request", "buffer '%s': field '%s' appears twice", name, k->string);
+        int i = 0;
+        while (i < NKEYS && strcmp(k->string, keys[i])) ++i;
+        if (!bad && (i == NKEYS || f[i])) bad = k, repeated = i < NKEYS;
+        if (i < NKEYS && !f[i]) f[i] = k;
     }
+    const char *name = cJSON_IsString(f[NAME]) ? f[NAME]->valuestring : NULL;
+    if (!name) return fail(err, "bad_request", "field 'buffers': an item without a 'name' (a string)");
+    if (bad && !repeated) return fail(err, "bad_request", "buffer '%s': unknown field '%s'", name, bad->string);
+    if (bad) return fail(err, "bad_request", "buffer '%s': field '%s' appears twice", name, bad->string);
     const char *op = kjit__run_op_name(q->op), *dir = q->bwd ? "bwd" : "fwd";
     kjit_run_buffer *b = &q->buf[q->n_buffers];
     if ((b->slot = kjit__run_slot(q->op, q->bwd, name)) < 0) {
@@ -320,21 +343,23 @@ static int parse_buffer(const cJSON *it, kjit_run_req *q, kjit_req_error *err)
     for (int i = 0; i < q->n_buffers; ++i)
         if (q->buf[i].slot == b->slot) return fail(err, "bad_request", "buffer '%s' appears twice", name);
     double v;
-    if (!cJSON_GetObjectItemCaseSensitive(it, "handle"))
+    if (!f[HANDLE])
         return fail(err, "bad_request", "buffer '%s': field 'handle' (its record in the payload) is missing", name);
     if (!q->n_records)
         return fail(err, "bad_request", "buffer '%s': field 'handle': the frame has no payload of IPC handles", name);
-    if (get_int(it, "handle", 0, q->n_records - 1, 1, &v, err)) return in_buffer(err, name);
+    if (member_int(f[HANDLE], "handle", 0, q->n_records - 1, &v, err)) return in_buffer(err, name);
     b->handle = (int)v;
-    int rc = get_int(it, "offset", 0, KJIT_RUN_MAX_OFFSET, 0, &v, err);
-    if (rc < 0) return in_buffer(err, name);
-    b->offset = rc ? 0 : (uint64_t)v;
+    b->offset = 0;
+    if (f[OFFSET]) {
+        if (member_int(f[OFFSET], "offset", 0, KJIT_RUN_MAX_OFFSET, &v, err)) return in_buffer(err, name);
+        b->offset = (uint64_t)v;
+    }
     const int two_d = kjit__run_slot_2d(q->op, b->slot);
-    if (!two_d && cJSON_GetObjectItemCaseSensitive(it, "stride"))
+    if (!two_d && f[STRIDE])
         return fail(err, "bad_request", "buffer '%s': field 'stride': a vector has none", name);
-    if (two_d && !cJSON_GetObjectItemCaseSensitive(it, "stride"))
+    if (two_d && !f[STRIDE])
         return fail(err, "bad_request", "buffer '%s': field 'stride' (elements between rows) is missing", name);
-    if (two_d && get_int(it, "stride", 1, KJIT_RUN_MAX_STRIDE, 1, &v, err)) return in_buffer(err, name);
+    if (two_d && member_int(f[STRIDE], "stride", 1, KJIT_RUN_MAX_STRIDE, &v, err)) return in_buffer(err, name);
     b->stride = two_d ? (int64_t)v : 0;
     q->n_buffers++;
     return 0;
