@@ -133,6 +133,12 @@ static int read_frame(kjit_client *c, char **json, void **payload, size_t *paylo
     return KJIT_OK;
 }
 
+/* Whether json (len bytes) is the text the client kept last. */
+static int sent_last(const kjit_client *c, const char *json, size_t len)
+{
+    return c->last && c->last_len == len && !memcmp(c->last, json, len);
+}
+
 /* Keeps a request text the splice took (best effort: without memory, the
  * next one is parsed again). */
 static void remember(kjit_client *c, const char *json, size_t len, int spin, int members)
@@ -159,7 +165,7 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         return kjit__fail(KJIT_EINVAL, "payload of %zu bytes: requests carry at most %u", payload_len,
                           KJIT_MAX_REQUEST_PAYLOAD);
     const size_t json_len = strlen(json);
-    const int again = c->last && c->last_len == json_len && !memcmp(c->last, json, json_len);
+    const int again = sent_last(c, json, json_len);
     const char *end = NULL;
     cJSON *o = again ? NULL : cJSON_ParseWithOpts(json, &end, 0);
     if (!again && !cJSON_IsObject(o)) {
@@ -531,7 +537,7 @@ int kjit_client_run(kjit_client *c, const char *json, const void *handles, int n
                           KJIT_MAX_REQUEST_PAYLOAD / 64);
     /* The run text this client sent last (kept by kjit_client_request) is
      * a run already: no parse here either. */
-    const int again = c->last && c->last_run && !strcmp(c->last, json);
+    const int again = c->last_run && sent_last(c, json, strlen(json));
     cJSON *q = again ? NULL : cJSON_Parse(json);
     if (!again && !cJSON_IsObject(q)) {
         cJSON_Delete(q);

@@ -312,6 +312,14 @@ static int request_send(kjit_client *cl, request *q, CUevent ev, CUstream st, do
 enum { F_US, F_QUEUE, F_PREP, F_CALL, F_WAIT, F_IN, F_OUT, F_PRE, F_N };
 static const char *const f_name[F_N] = {"us", "us_queue", "us_prep", "us_call", "us_wait", "us_in", "us_out", ""};
 
+/* Whether the server (started with this environment) replays repeated
+ * runs as graphs: KJIT_RUN_GRAPH=0 turns that off. */
+static int server_graphs(void)
+{
+    const char *e = getenv("KJIT_RUN_GRAPH");
+    return !(e && !strcmp(e, "0"));
+}
+
 /* The last timed reply's "graph": direct, captured or replayed. */
 static char last_graph[16];
 
@@ -557,8 +565,7 @@ int main(void)
          * then replays that graph (KJIT_RUN_GRAPH=0: direct each time); each
          * must write the embedded call's bits. */
         static const char *const want_graph[3] = {"direct", "captured", "replayed"};
-        const char *g_env = getenv("KJIT_RUN_GRAPH");
-        const int graphs = !(g_env && !strcmp(g_env, "0"));
+        const int graphs = server_graphs();
         char *text = run_text(&q, 1);
         for (int rep = 0; rep < 3; ++rep) {
             for (int k = 0; k < 4; ++k) CU_CHECK(cu->MemsetD8Async(busy, (unsigned char)k, BUSY_BYTES, st));
@@ -581,8 +588,7 @@ int main(void)
      * replayed from its own graph (both ran above; the embedded outputs of
      * both are still in oa: no later case writes theirs). */
     {
-        const char *g_env = getenv("KJIT_RUN_GRAPH");
-        const char *want = g_env && !strcmp(g_env, "0") ? "direct" : "replayed";
+        const char *want = server_graphs() ? "replayed" : "direct";
         request q2[2];
         char *t2[2];
         for (int k = 0; k < 2; ++k) {
