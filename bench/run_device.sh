@@ -68,11 +68,12 @@ for s in $stages; do
     section "bench_ops --sweep"; $B/bench/bench_ops --ops ${KJIT_SWEEP_OPS:-norm_modulate,gated_residual_norm_modulate} \
       --rows ${KJIT_SWEEP_ROWS:-4097,32768} --sweep 2>&1 | tee -a "$LOG" | grep -v "^#" ;;
   profile)
-    # Per-kernel device time of each op's backward (ncu, clocks left alone).
+    # Per-kernel device time of each op's backward (ncu, clocks left alone;
+    # KJIT_NCU_CACHE=none keeps the L2 warm between kernels as in a stream).
     for op in ${KJIT_PROFILE_OPS:-norm_modulate gated_residual_norm_modulate}; do
       for n in ${KJIT_PROFILE_ROWS:-4097 32768}; do
         section "ncu $op $n"
-        timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes.sum,launch__registers_per_thread \
+        timeout 300 ncu --clock-control none --cache-control ${KJIT_NCU_CACHE:-all} --metrics gpu__time_duration.sum,dram__bytes.sum,launch__registers_per_thread \
           -k regex:'kjit_(part|adaln|colsum)' --launch-skip 300 --launch-count 14 \
           $B/bench/bench_ops --ops $op --rows $n >>"$LOG" 2>&1
         grep -E "^  kjit_|gpu__time|dram__bytes" "$LOG" | tail -n 42 | sed -E 's/\(kjit_[a-z_]+_params\).*//; s/ +/ /g' 
