@@ -17,7 +17,10 @@
  * --sweep: for norm_modulate, gated_residual and the fused op, also time every
  * forward and every backward candidate of the tuning space with this
  * benchmark's method (forward alone; forward + backward with the default
- * forward), so the tuner's choice can be checked against it. */
+ * forward), so the tuner's choice can be checked against it.
+ * forward+backward of norm_modulate, gated_residual and the fused op is the
+ * training pair (kjit_adaln_fwd_train, kjit_adaln_bwd_train: the forward
+ * builds the backward's partition); a second line times the plain calls. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +49,8 @@ static const char *op_names[NOPS] = {"adaln_row_gather", "norm_modulate", "gated
 static const kjit_cu_api *cu;
 static kjit_ctx *ctx;
 static CUstream stream;
-static CUdeviceptr pool, table, weight, didx, ws;
-static size_t ws_bytes;
+static CUdeviceptr pool, table, weight, didx, ws, part;
+static size_t ws_bytes, part_bytes;
 static CUevent ev_start[ITERS], ev_end[ITERS];
 
 #define KJ_CHECK(call)                                                                                  \
@@ -171,6 +174,13 @@ static void run(int op, int bwd, int64_t n, const bset *s)
     a.dx = PTR(s->dx), a.dx_stride = HID; /* gated_residual: NULL (dres = dout) */
     a.dy = PTR(s->dy), a.dy_stride = HID;
     if (op != OP_GR) a.weight = PTR(weight), a.dweight = PTR(s->dw);
+    /* bwd 1: the training pair (the forward also builds the backward's
+     * partition), as a training step runs it; 2: the plain calls. */
+    if (bwd == 1) {
+        KJ_CHECK(kjit_adaln_fwd_train(ctx, (kjit_adaln_op)op, &a, PTR(part), part_bytes, stream));
+        KJ_CHECK(kjit_adaln_bwd_train(ctx, (kjit_adaln_op)op, &a, PTR(part), part_bytes, PTR(ws), ws_bytes, stream));
+        return;
+    }
     switch (op) {
     case OP_NM:
         KJ_CHECK(kjit_norm_modulate_fwd(ctx, &a, stream));
@@ -449,8 +459,16 @@ int main(int argc, char **argv)
             if (b > ws_bytes) ws_bytes = b;
         }
     ws = gpu_alloc(ws_bytes);
+    for (int i = 0; i < n_rows; ++i)
+        for (int op = OP_NM; op <= OP_FUSED; ++op) {
+            size_t b = 0;
+            KJ_CHECK(kjit_adaln_partition_bytes((kjit_adaln_op)op, rows[i], HID, TROWS, &b));
+            if (b > part_bytes) part_bytes = b;
+        }
+    part = gpu_alloc(part_bytes);
 
     double t_fwd[NOPS][8], t_fb[NOPS][8], g_fwd[NOPS][8], g_fb[NOPS][8], g_copy[8];
+    double t_plain[NOPS][8], g_plain[NOPS][8];
     printf("%-54s %6s %10s %10s %10s %10s %9s %9s %7s %7s %12s %8s\n", "op", "rows", "fwd_us", "fwd_bwd_us", "fwd_MB",
            "bwd_MB", "fwd_floor", "fb_floor", "fwd_frac", "fb_frac", "bwd_ws_bytes", "rot_MB");
     uint64_t seed = 1;
@@ -487,6 +505,13 @@ int main(int argc, char **argv)
             fflush(stdout);
             g_fwd[op][ni] = time_graph(op, 0, n, sets[op], nsets[op], 0, NULL, NULL);
             g_fb[op][ni] = time_graph(op, 1, n, sets[op], nsets[op], 0, NULL, NULL);
+            if (op != OP_GATHER) {
+                t_plain[op][ni] = time_op(op, 2, n, sets[op], nsets[op]);
+                g_plain[op][ni] = time_graph(op, 2, n, sets[op], nsets[op], 0, NULL, NULL);
+                printf("%-54s %6lld %10s %10.1f %10s %10s %9s %9.1f %7s %7.3f\n", "  the same, plain fwd + bwd calls",
+                       (long long)n, "-", t_plain[op][ni], "", "", "", fb, "", fb / t_plain[op][ni]);
+                fflush(stdout);
+            }
             if (do_sweep && op != OP_GATHER) sweep(op, n, sets[op], nsets[op]);
         }
         for (int op = 0; op < NOPS; ++op)
@@ -512,6 +537,9 @@ int main(int argc, char **argv)
             const double ff = bf / PEAK_BW * 1e6, fb = (bf + bb) / PEAK_BW * 1e6;
             printf("graph %-48s %6lld %10.1f %10.1f %9.1f %9.1f %7.3f %7.3f\n", op_names[op], (long long)rows[ni],
                    g_fwd[op][ni], g_fb[op][ni], ff, fb, ff / g_fwd[op][ni], fb / g_fb[op][ni]);
+            if (op != OP_GATHER)
+                printf("graph %-48s %6lld %10s %10.1f %9s %9.1f %7s %7.3f\n", "  the same, plain fwd + bwd calls",
+                       (long long)rows[ni], "-", g_plain[op][ni], "", fb, "", fb / g_plain[op][ni]);
         }
         const double fc = 2.0 * act_bytes(rows[ni]) / PEAK_BW * 1e6;
         printf("graph %-48s %6lld %10.1f %10s %9.1f %9s %7.3f\n", "copy reference (cuMemcpyDtoD)", (long long)rows[ni],

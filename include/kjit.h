@@ -313,6 +313,24 @@ KJIT_API int kjit_gated_residual_norm_modulate_bwd(kjit_ctx *ctx, const kjit_ada
 /* Backward workspace bytes of an op for n rows, hidden, R table rows. */
 KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes);
 
+/* Training pair. The backward's row partition depends on the index alone,
+ * so a training forward builds it: kjit_adaln_fwd_train computes op's
+ * forward exactly as kjit_*_fwd and, in the same launch (one extra block
+ * beside the rows; three launches before it when the partition's counters
+ * pass 48 KiB of shared memory), writes the partition into `partition`
+ * (the caller's, 256-byte aligned, kjit_adaln_partition_bytes: ~4 bytes
+ * per row). kjit_adaln_bwd_train computes the backward exactly as
+ * kjit_*_bwd from that partition, without building it (workspace as
+ * there: kjit_adaln_workspace bytes, or NULL for the context's). Between
+ * the two the caller keeps n, the index and the partition buffer
+ * unchanged. Bitwise the same outputs and gradients as the plain calls. */
+KJIT_API int kjit_adaln_partition_bytes(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes);
+KJIT_API int kjit_adaln_fwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, void *partition,
+                                  size_t partition_bytes, CUstream stream);
+KJIT_API int kjit_adaln_bwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, const void *partition,
+                                  size_t partition_bytes, void *workspace, size_t workspace_bytes,
+                                  CUstream stream);
+
 /* ---- Launch configurations and the tuner -------------------------------- *
  * norm_modulate, gated_residual and gated_residual_norm_modulate launch with
  * a config per (op, hidden, activation dtype) that changes speed only: every

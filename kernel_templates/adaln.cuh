@@ -343,7 +343,7 @@ template <int MODE, class TA, int V, int IT> struct fwd_stage {
 };
 
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
-__device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
+__device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long long blk, long long nblk)
 {
     constexpr int V = 16 / (int)sizeof(TA);
     constexpr int G = H / V;
@@ -469,8 +469,8 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
         }
     };
 
-    const long long step = (long long)gridDim.x * RPC;
-    const long long row0 = (long long)blockIdx.x * RPC + slot;
+    const long long step = nblk * RPC;
+    const long long row0 = blk * RPC + slot;
     if constexpr (PF == 0) {
         for (long long row = row0; row < p.n; row += step) {
             fwd_stage<MODE, TA, V, IT> st;
@@ -529,7 +529,7 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p)
 
 // Same arithmetic as fwd_fast, one element at a time, runtime h.
 template <int MODE, class TA, class TP, class TI, int TPR, int RPC>
-__device__ __forceinline__ void fwd_generic(const kjit_adaln_fwd_params &p)
+__device__ __forceinline__ void fwd_generic(const kjit_adaln_fwd_params &p, long long blk, long long nblk)
 {
     constexpr int V = 16 / (int)sizeof(TA);
     constexpr int WPR = TPR / 32;
@@ -546,7 +546,7 @@ __device__ __forceinline__ void fwd_generic(const kjit_adaln_fwd_params &p)
     const TP *wp = (const TP *)p.w;
     const bool hw = wp != 0;
 
-    for (long long row = (long long)blockIdx.x * RPC + slot; row < p.n; row += (long long)gridDim.x * RPC) {
+    for (long long row = blk * RPC + slot; row < p.n; row += nblk * RPC) {
         const long long r = (long long)index[row];
         if (index_bad<TI>(p.index, r)) {
             if (t == 0) *p.index.err = 1;
@@ -1146,10 +1146,21 @@ __global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA,
     static_assert(RPC >= 1 && RPC <= 15 && TPR * RPC <= 1024, "RPC: 1..15 rows, TPR * RPC <= 1024");
     static_assert(PF >= 0 && PF <= 3, "PF: 0..3 rows ahead");
     static_assert(H > 0 || PF == 0, "generic path: PF = 0");
+    // A training forward (p.part.perm set): block 0 builds the backward's
+    // row partition while the others run the rows (the same rows per block
+    // as without it, shifted by one block).
+    long long blk = blockIdx.x, nblk = gridDim.x;
+    if (p.part.perm) {
+        if (blockIdx.x == 0) {
+            kjit::part_small_build<TI>(p.index, p.part, (int *)kjit::adaln::dyn_smem);
+            return;
+        }
+        blk -= 1, nblk -= 1;
+    }
     if constexpr (H == 0)
-        kjit::adaln::fwd_generic<MODE, TA, TP, TI, TPR, RPC>(p);
+        kjit::adaln::fwd_generic<MODE, TA, TP, TI, TPR, RPC>(p, blk, nblk);
     else
-        kjit::adaln::fwd_fast<MODE, TA, TP, TI, H, TPR, RPC, PF>(p);
+        kjit::adaln::fwd_fast<MODE, TA, TP, TI, H, TPR, RPC, PF>(p, blk, nblk);
 }
 
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>

@@ -451,20 +451,23 @@ __global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params
 //       the host launches 1024 threads: NVRTC 13.0 gives it 40 / 42
 //       registers for int / long long on sm_90, under the 64 that allows),
 //       smem tiles * R * 4 bytes (the host uses it when that is <= 48 KiB).
+// The body is part_small_build, also run by one extra CTA of a training
+// forward (kernel_templates/adaln.cuh) with that kernel's block size: any
+// multiple of 32 threads up to 1024, counters in the launch's dynamic
+// shared memory (at least tiles * R * 4 bytes). The walk is the same for
+// every block size, so are the bits.
+namespace kjit {
 template <class TI>
-__global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p)
+__device__ __forceinline__ void part_small_build(const kjit_index_arg &ixa, const kjit_partition &pt, int *cnt)
 {
-    kjit::grid_dep_sync();
     static_assert(kjit::same_type<TI, int>::value || kjit::same_type<TI, long long>::value, "index is int or long long");
-    extern __shared__ int kjit_part_smem[];
     __shared__ int warp_off[32];
     __shared__ int s_total;
-    const kjit_partition &pt = p.part;
-    int *cnt = kjit_part_smem; // cnt[r * tiles + t], the order of the sort
+    // cnt[r * tiles + t], the order of the sort
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
     const unsigned lt = kjit::lanemask_lt();
     const long long E = pt.tiles * pt.r;
-    const TI *ix = (const TI *)p.index.ptr;
+    const TI *ix = (const TI *)ixa.ptr;
     for (long long i = tid; i < E; i += blockDim.x) cnt[i] = 0;
     __syncthreads();
 
@@ -485,7 +488,7 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
             }
         }
     }
-    if (bad && p.index.err) *p.index.err = 1;
+    if (bad && ixa.err) *ixa.err = 1;
     __syncthreads();
 
     // Exclusive scan in place: thread i takes a contiguous run of items.
@@ -555,13 +558,25 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
         }
     }
 }
+} // namespace kjit
+
+template <class TI>
+__global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p)
+{
+    kjit::grid_dep_sync();
+    extern __shared__ int kjit_part_smem[];
+    kjit::part_small_build<TI>(p.index, p.part, kjit_part_smem);
+}
 
 namespace kjit {
 // Sum over m >= 0 strided fp32 partials, strictly in order, with up to U
-// loads in flight per thread.
+// loads in flight per thread. U = 32 covers a group of the column sums and,
+// at R = 9, a table row's heads (27 at 4097 rows, 28 at 32768) in one round,
+// at half the registers of 64 (more finisher blocks resident at once). U
+// changes only how many loads are in flight, never the order of the adds.
 __device__ __forceinline__ float sum_strided(const float *q, long long m, long long stride, float acc)
 {
-    const int U = 64;
+    const int U = 32;
     for (; m >= U; m -= U, q += U * stride) {
         float v[U];
 #pragma unroll

@@ -186,6 +186,42 @@ static void adaln_args(kjit_ctx *ctx)
         }
         CHECK_STATUS(bwds[m](ctx, &g, mem, 16, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "workspace") != NULL);
+        /* The training pair: the caller's partition buffer, aligned, large
+         * enough; a valid op; the op's own argument checks. */
+        const kjit_adaln_op aop = (kjit_adaln_op)(m + 1);
+        size_t need = 0, wsb = 0;
+        CHECK_STATUS(kjit_adaln_partition_bytes(aop, g.n, g.hidden, g.index.rows, &need), KJIT_OK);
+        CHECK_STATUS(kjit_adaln_workspace(aop, g.n, g.hidden, g.index.rows, &wsb), KJIT_OK);
+        CHECK(need > 0 && need < wsb);
+        CHECK_STATUS(kjit_adaln_fwd_train(ctx, aop, &g, NULL, need, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "partition is NULL") != NULL);
+        CHECK_STATUS(kjit_adaln_bwd_train(ctx, aop, &g, NULL, need, NULL, 0, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "partition is NULL") != NULL);
+        CHECK_STATUS(kjit_adaln_fwd_train(ctx, aop, &g, mem, need - 1, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "needed") != NULL);
+        CHECK_STATUS(kjit_adaln_bwd_train(ctx, aop, &g, mem, need - 1, NULL, 0, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "needed") != NULL);
+        CHECK_STATUS(kjit_adaln_fwd_train(ctx, aop, &g, mem + 16, need, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "aligned") != NULL);
+        CHECK_STATUS(kjit_adaln_bwd_train(ctx, aop, &g, mem, need, mem, 16, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "workspace") != NULL);
+        CHECK_STATUS(kjit_adaln_fwd_train(ctx, (kjit_adaln_op)4, &g, mem, need, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "op 4") != NULL);
+        CHECK_STATUS(kjit_adaln_bwd_train(ctx, (kjit_adaln_op)0, &g, mem, need, NULL, 0, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "op 0") != NULL);
+        CHECK_STATUS(kjit_adaln_fwd_train(NULL, aop, &g, mem, need, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_bwd_train(ctx, aop, NULL, mem, need, NULL, 0, NULL), KJIT_EINVAL);
+        a = g;
+        a.hidden = 0;
+        CHECK_STATUS(kjit_adaln_fwd_train(ctx, aop, &a, mem, need, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "hidden") != NULL);
+        a = g;
+        a.n = 0; /* nothing to build or compute */
+        CHECK_STATUS(kjit_adaln_fwd_train(ctx, aop, &a, mem, need, NULL), KJIT_OK);
+        if (!kjit_ctx_has_device(ctx)) {
+            CHECK_STATUS(kjit_adaln_fwd_train(ctx, aop, &g, mem, need, NULL), KJIT_ENODRIVER);
+            CHECK_STATUS(kjit_adaln_bwd_train(ctx, aop, &g, mem, need, NULL, 0, NULL), KJIT_ENODRIVER);
+        }
         CHECK_STATUS(fwds[m](NULL, &g, NULL), KJIT_EINVAL);
         CHECK_STATUS(fwds[m](ctx, NULL, NULL), KJIT_EINVAL);
         a = g;
@@ -201,7 +237,14 @@ static void adaln_args(kjit_ctx *ctx)
     CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, -1, 64, 3, &bytes), KJIT_EINVAL);
     CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, 10, 64, 0, &bytes), KJIT_EINVAL);
     CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, 10, 64, 3, NULL), KJIT_EINVAL);
+    CHECK_STATUS(kjit_adaln_partition_bytes((kjit_adaln_op)9, 10, 64, 3, &bytes), KJIT_EINVAL);
+    CHECK_STATUS(kjit_adaln_partition_bytes(KJIT_NORM_MODULATE, 10, 0, 3, &bytes), KJIT_EINVAL);
+    CHECK_STATUS(kjit_adaln_partition_bytes(KJIT_NORM_MODULATE, 10, 64, 3, NULL), KJIT_EINVAL);
     CHECK_EQ_INT(bytes, 7);
+    /* The partition is ~4 bytes per row: what a training step keeps from
+     * the forward to the backward. */
+    CHECK_STATUS(kjit_adaln_partition_bytes(KJIT_NORM_MODULATE, 32768, 5376, 9, &bytes), KJIT_OK);
+    CHECK_LE(bytes, 32768 * 4 + 8192);
     CHECK_STATUS(kjit_adaln_workspace(KJIT_GATED_RESIDUAL_NORM_MODULATE, 32768, 5376, 4096, &bytes), KJIT_OK);
     CHECK_LE(bytes, 32e6);
 

@@ -133,6 +133,10 @@ typedef struct kjit_adaln_fwd_params {
     long long n;
     int h;
     float eps;
+    /* part.perm != NULL (a training forward): block 0 of the launch builds
+     * this partition (kjit_part_small's build, counters in the launch's
+     * dynamic shared memory) and the rows go to blocks 1.. */
+    kjit_partition part;
 } kjit_adaln_fwd_params;
 
 typedef struct kjit_adaln_bwd_params {

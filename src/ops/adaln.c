@@ -172,13 +172,48 @@ static kjit_table_set tables(const kjit_adaln_args *a)
     return t;
 }
 
-static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, CUstream stream)
+/* The backward's partition plan of an op for a's shapes. The plan always
+ * budgets dw's partials (modes 1, 3): the partition, and so every
+ * gradient's bits, must not depend on whether dw is asked for. */
+static void plan_of(int mode, const kjit_adaln_args *a, kjit_part_plan *pl)
 {
-    const char *op = modes[mode].name;
+    kjit__part_plan(pl, a->n, a->index.rows, modes[mode].ng, a->hidden, mode != 2, modes[mode].min_chunk,
+                    modes[mode].max_chunks);
+}
+
+/* A training pair's partition buffer: the caller's, 256-byte aligned, at
+ * least the plan's partition bytes (everything before the partials). */
+static int train_partition(const char *op, const char *dir, const void *part, size_t bytes, size_t need)
+{
+    if (!part)
+        return kjit__fail(KJIT_EINVAL, "%s %s: partition is NULL (kjit_adaln_partition_bytes bytes of the caller's, "
+                          "kept from the training forward to its backward)", op, dir);
+    if ((uintptr_t)part % 256)
+        return kjit__fail(KJIT_EINVAL, "%s %s: partition is not 256-byte aligned", op, dir);
+    if (bytes < need)
+        return kjit__fail(KJIT_EINVAL, "%s %s: partition of %zu bytes, %zu needed (kjit_adaln_partition_bytes)", op,
+                          dir, bytes, need);
+    return KJIT_OK;
+}
+
+/* The forward; with a partition buffer (a training forward), the same
+ * launch (or, when the partition's counters do not fit the one-CTA build,
+ * the three build launches before it) also builds the backward's partition
+ * into it. */
+static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int train, void *partb, size_t partb_bytes,
+                     CUstream stream)
+{
+    const char *op = modes[mode].name, *dir = train ? "training forward" : "forward";
     kjit__clear_error();
-    if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s: %s is NULL", op, ctx ? "args" : "ctx");
+    if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s %s: %s is NULL", op, dir, ctx ? "args" : "ctx");
     int vec, rc = validate(mode, 0, a, &vec);
-    if (rc || a->n == 0) return rc;
+    if (rc) return rc;
+    kjit_part_plan pl;
+    if (train) {
+        plan_of(mode, a, &pl);
+        if ((rc = train_partition(op, dir, partb, partb_bytes, pl.off_partial))) return rc;
+    }
+    if (a->n == 0) return KJIT_OK;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
     kjit_adaln_fwd_params p = {0};
@@ -196,10 +231,26 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, CUstream
     const int tpr = kjit__adaln_tpr(a->hidden, a->act_dtype);
     long long groups = (a->n + c.rpc - 1) / c.rpc;
     if (c.grid_per_sm > 0 && groups > (long long)c.grid_per_sm * ctx->sm_count) groups = (long long)c.grid_per_sm * ctx->sm_count;
-    if (groups > 2147483647LL) groups = 2147483647LL;
+    if (groups > 2147483646LL) groups = 2147483646LL;
     char e[224];
     fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
-    const size_t smem = vec ? kjit__adaln_fwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
+    size_t smem = vec ? kjit__adaln_fwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
+    if (train) {
+        kjit_partition part;
+        float *partial;
+        CUfunction fn;
+        kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &part, &partial, NULL);
+        const unsigned inl = kjit__part_inline_smem(ctx, &part);
+        if (inl) {
+            p.part = part;
+            groups += 1;
+            if (inl > smem) smem = inl;
+        } else {
+            /* Load the forward before the build writes anything. */
+            if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
+            if ((rc = kjit__part_build(ctx, op, &part, &p.index, a->index.dtype, stream))) goto out;
+        }
+    }
     rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)groups, 1, 1, (unsigned)(tpr * c.rpc), (unsigned)smem, stream,
                    &p);
 out:
@@ -207,19 +258,20 @@ out:
     return rc;
 }
 
-static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws, size_t ws_bytes, CUstream stream)
+/* The backward; with a partition buffer (a training backward), the
+ * partition a training forward built there (n > 0) is used, not built. */
+static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int train, const void *partb,
+                     size_t partb_bytes, void *ws, size_t ws_bytes, CUstream stream)
 {
     const char *op = modes[mode].name;
     kjit__clear_error();
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s backward: %s is NULL", op, ctx ? "args" : "ctx");
     int vec, rc = validate(mode, 1, a, &vec);
     if (rc) return rc;
-    /* The plan always budgets dw's partials (modes 1, 3): the partition, and
-     * so every gradient's bits, must not depend on whether dw is asked for. */
     const int ng = modes[mode].ng, with_w = mode != 2 && a->dweight;
     kjit_part_plan pl;
-    kjit__part_plan(&pl, a->n, a->index.rows, ng, a->hidden, mode != 2, modes[mode].min_chunk,
-                    modes[mode].max_chunks);
+    plan_of(mode, a, &pl);
+    if (train && (rc = train_partition(op, "training backward", partb, partb_bytes, pl.off_partial))) return rc;
     if (ws && ws_bytes < pl.bytes)
         return kjit__fail(KJIT_EINVAL, "%s backward: workspace of %zu bytes, %zu needed (kjit_adaln_workspace)", op,
                           ws_bytes, pl.bytes);
@@ -241,9 +293,14 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, void *ws
     if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
     if ((rc = kjit__workspace(ctx, op, ws, ws_bytes, pl.bytes, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
+    if (train) {
+        float *unused;
+        kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &p.part, &unused, NULL);
+    }
     /* Zero rows: the gradients of the tables and weight are zero. */
     if (a->n == 0) pl.n = p.part.n = 0;
-    if ((rc = kjit__part_build(ctx, op, &p.part, &p.index, a->index.dtype, stream))) goto out;
+    if ((!train || a->n == 0) && (rc = kjit__part_build(ctx, op, &p.part, &p.index, a->index.dtype, stream)))
+        goto out;
     p.x = a->x, p.x_stride = a->x_stride;
     p.y = a->y, p.y_stride = a->y_stride;
     p.w = mode != 2 ? a->weight : NULL;
@@ -277,37 +334,88 @@ out:
     return rc;
 }
 
-int kjit_norm_modulate_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream s) { return adaln_fwd(ctx, 1, a, s); }
-int kjit_gated_residual_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream s) { return adaln_fwd(ctx, 2, a, s); }
+int kjit_norm_modulate_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream s)
+{
+    return adaln_fwd(ctx, 1, a, 0, NULL, 0, s);
+}
+int kjit_gated_residual_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream s)
+{
+    return adaln_fwd(ctx, 2, a, 0, NULL, 0, s);
+}
 int kjit_gated_residual_norm_modulate_fwd(kjit_ctx *ctx, const kjit_adaln_args *a, CUstream s)
 {
-    return adaln_fwd(ctx, 3, a, s);
+    return adaln_fwd(ctx, 3, a, 0, NULL, 0, s);
 }
 int kjit_norm_modulate_bwd(kjit_ctx *ctx, const kjit_adaln_args *a, void *ws, size_t bytes, CUstream s)
 {
-    return adaln_bwd(ctx, 1, a, ws, bytes, s);
+    return adaln_bwd(ctx, 1, a, 0, NULL, 0, ws, bytes, s);
 }
 int kjit_gated_residual_bwd(kjit_ctx *ctx, const kjit_adaln_args *a, void *ws, size_t bytes, CUstream s)
 {
-    return adaln_bwd(ctx, 2, a, ws, bytes, s);
+    return adaln_bwd(ctx, 2, a, 0, NULL, 0, ws, bytes, s);
 }
 int kjit_gated_residual_norm_modulate_bwd(kjit_ctx *ctx, const kjit_adaln_args *a, void *ws, size_t bytes, CUstream s)
 {
-    return adaln_bwd(ctx, 3, a, ws, bytes, s);
+    return adaln_bwd(ctx, 3, a, 0, NULL, 0, ws, bytes, s);
+}
+
+static int op_ok(const char *fn, kjit_adaln_op op)
+{
+    if (op < KJIT_NORM_MODULATE || op > KJIT_GATED_RESIDUAL_NORM_MODULATE)
+        return kjit__fail(KJIT_EINVAL, "%s: op %d is not a kjit_adaln_op", fn, (int)op);
+    return KJIT_OK;
+}
+
+int kjit_adaln_fwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, void *partition,
+                         size_t partition_bytes, CUstream s)
+{
+    kjit__clear_error();
+    int rc = op_ok("kjit_adaln_fwd_train", op);
+    return rc ? rc : adaln_fwd(ctx, (int)op, a, 1, partition, partition_bytes, s);
+}
+
+int kjit_adaln_bwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, const void *partition,
+                         size_t partition_bytes, void *workspace, size_t workspace_bytes, CUstream s)
+{
+    kjit__clear_error();
+    int rc = op_ok("kjit_adaln_bwd_train", op);
+    return rc ? rc : adaln_bwd(ctx, (int)op, a, 1, partition, partition_bytes, workspace, workspace_bytes, s);
+}
+
+/* The shared range checks of the two size queries. */
+static int sizes_ok(const char *fn, kjit_adaln_op op, int64_t n, int hidden, int64_t rows, const size_t *bytes)
+{
+    int rc = op_ok(fn, op);
+    if (rc) return rc;
+    if (!bytes) return kjit__fail(KJIT_EINVAL, "%s: bytes is NULL", fn);
+    if (n < 0 || n > KJIT_MAX_ROWS || hidden < 1 || hidden > KJIT_MAX_HIDDEN || rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
+        return kjit__fail(KJIT_EINVAL, "%s: n = %lld, hidden = %d or rows = %lld out of range", fn, (long long)n,
+                          hidden, (long long)rows);
+    return KJIT_OK;
+}
+
+int kjit_adaln_partition_bytes(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes)
+{
+    kjit__clear_error();
+    int rc = sizes_ok("kjit_adaln_partition_bytes", op, n, hidden, rows, bytes);
+    if (rc) return rc;
+    kjit_adaln_args a = {0};
+    a.n = n, a.hidden = hidden, a.index.rows = rows;
+    kjit_part_plan pl;
+    plan_of((int)op, &a, &pl);
+    *bytes = pl.off_partial;
+    return KJIT_OK;
 }
 
 int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes)
 {
     kjit__clear_error();
-    if (op < KJIT_NORM_MODULATE || op > KJIT_GATED_RESIDUAL_NORM_MODULATE)
-        return kjit__fail(KJIT_EINVAL, "kjit_adaln_workspace: op %d is not a kjit_adaln_op", (int)op);
-    if (!bytes) return kjit__fail(KJIT_EINVAL, "kjit_adaln_workspace: bytes is NULL");
-    if (n < 0 || n > KJIT_MAX_ROWS || hidden < 1 || hidden > KJIT_MAX_HIDDEN || rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
-        return kjit__fail(KJIT_EINVAL, "kjit_adaln_workspace: n = %lld, hidden = %d or rows = %lld out of range",
-                          (long long)n, hidden, (long long)rows);
+    int rc = sizes_ok("kjit_adaln_workspace", op, n, hidden, rows, bytes);
+    if (rc) return rc;
+    kjit_adaln_args a = {0};
+    a.n = n, a.hidden = hidden, a.index.rows = rows;
     kjit_part_plan pl;
-    kjit__part_plan(&pl, n, rows, modes[op].ng, hidden, op != KJIT_GATED_RESIDUAL, modes[op].min_chunk,
-                    modes[op].max_chunks);
+    plan_of((int)op, &a, &pl);
     *bytes = pl.bytes;
     return KJIT_OK;
 }

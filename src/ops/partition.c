@@ -129,6 +129,12 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
     return rc;
 }
 
+unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part)
+{
+    const long long bytes = part->tiles * part->r * 4;
+    return ctx->part_small && part->n > 0 && bytes <= SMALL_MAX_SMEM ? (unsigned)bytes : 0;
+}
+
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
                       int h, void *const out[], const long long out_stride[], const float *partial_w, void *dw,
                       kjit_dtype tp, CUstream stream)

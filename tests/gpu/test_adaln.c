@@ -212,6 +212,24 @@ static void run_full(kjit_ctx *ctx, const problem *p, const outs *o)
     gpu_free(ws);
 }
 
+/* The same through the training pair (the forward builds the partition). */
+static void run_train(kjit_ctx *ctx, const problem *p, const outs *o)
+{
+    kjit_adaln_args a;
+    make_args(p, o, o->HOUT, 0, p->c.n, 0, &a);
+    size_t wsb = 0, pb = 0;
+    const kjit_adaln_op op = (kjit_adaln_op)p->c.mode;
+    CHECK_STATUS(kjit_adaln_workspace(op, p->c.n, p->c.h, p->c.r, &wsb), KJIT_OK);
+    CHECK_STATUS(kjit_adaln_partition_bytes(op, p->c.n, p->c.h, p->c.r, &pb), KJIT_OK);
+    CUdeviceptr ws = gpu_alloc(wsb), part = gpu_alloc(pb);
+    gpu_poison(ws, wsb), gpu_poison(part, pb); /* nothing of a previous partition to find */
+    CHECK_STATUS(kjit_adaln_fwd_train(ctx, op, &a, (void *)(uintptr_t)part, pb, NULL), KJIT_OK);
+    CHECK_STATUS(kjit_adaln_bwd_train(ctx, op, &a, (void *)(uintptr_t)part, pb, (void *)(uintptr_t)ws, wsb, NULL),
+                 KJIT_OK);
+    gpu_sync();
+    gpu_free(ws), gpu_free(part);
+}
+
 /* Downloads the payload of a row-strided device buffer as dense doubles. */
 static double *fetch(kjit_dtype dt, CUdeviceptr dev, int64_t rows, int h, int64_t ld, size_t off, size_t total,
                      int *pad_ok)
@@ -505,8 +523,11 @@ static void check_split(kjit_ctx *ctx, int mode)
 
 /* The one-CTA partition build (small problems) and the three-launch build
  * (big_ctx: KJIT_PART_SMALL=0) give the same bits: every gradient, row and
- * parameter. Shapes up to the small build's limits and one past them, with
- * many empty table rows, int64 indices and fp32 tables. */
+ * parameter; so does the training pair (kjit_adaln_fwd_train builds the
+ * partition in an extra block of the forward, or with the three launches
+ * before it on big_ctx and where the counters pass 48 KiB), outputs
+ * included. Shapes up to the small build's limits and past them, with many
+ * empty table rows, int64 indices and fp32 tables. */
 static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
 {
     const cfg cases[] = {
@@ -520,36 +541,56 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
          * above which the host raises the kernel's limit. */
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 16385, 9, 0, 1, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I64, 64, 1000, 2800, 0, 1, 1, 0},
+        /* 12 tiles of 4000 counters (192000 bytes): the training forward
+         * builds with three launches before its own; a forward of 1025
+         * blocks of 4 rows beside a 65-tile build; the odd-H generic path. */
+        {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 3000, 4000, 0, 1, 1, 0},
+        {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 16385, 9, 0, 1, 1, 0},
+        {mode, KJIT_F32, KJIT_BF16, KJIT_I64, 13, 700, 5, 0, 1, 1, 0},
     };
-    int differ = 0;
+    int differ = 0, tdiffer = 0;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
         problem p;
         problem_init(&p, &cases[k]);
-        outs a, b;
+        outs a, b, t[2];
         outs_init(&a, &p);
         outs_init(&b, &p);
+        outs_init(&t[0], &p);
+        outs_init(&t[1], &p);
         run_full(ctx, &p, &a);
         run_full(big_ctx, &p, &b);
-        const CUdeviceptr da[4] = {a.DX, a.DY, a.DT, a.DW}, db[4] = {b.DX, b.DY, b.DT, b.DW};
-        const size_t bytes[4] = {a.act_bytes, a.act_bytes, a.tab_bytes, a.w_bytes};
-        for (int j = 0; j < 4; ++j) {
-            unsigned char *x = malloc(bytes[j]), *y = malloc(bytes[j]);
-            gpu_download(x, da[j], bytes[j]);
-            gpu_download(y, db[j], bytes[j]);
-            if (memcmp(x, y, bytes[j])) {
-                fprintf(stderr, "%s: n=%lld r=%lld: gradient %d differs between the one-CTA and three-launch builds\n",
-                        mode_name[mode], (long long)cases[k].n, (long long)cases[k].r, j);
-                differ++;
+        run_train(ctx, &p, &t[0]);
+        run_train(big_ctx, &p, &t[1]);
+        const size_t bytes[6] = {a.act_bytes, a.act_bytes, a.tab_bytes, a.w_bytes, a.act_bytes, a.act_bytes};
+        for (int v = 0; v < 3; ++v) {
+            const outs *o = v == 0 ? &b : &t[v - 1];
+            const CUdeviceptr da[6] = {a.DX, a.DY, a.DT, a.DW, a.OUT, a.HOUT};
+            const CUdeviceptr db[6] = {o->DX, o->DY, o->DT, o->DW, o->OUT, o->HOUT};
+            for (int j = 0; j < (v == 0 ? 4 : 6); ++j) {
+                unsigned char *x = malloc(bytes[j]), *y = malloc(bytes[j]);
+                gpu_download(x, da[j], bytes[j]);
+                gpu_download(y, db[j], bytes[j]);
+                if (memcmp(x, y, bytes[j])) {
+                    fprintf(stderr, "%s: n=%lld r=%lld h=%d: output %d differs: %s\n", mode_name[mode],
+                            (long long)cases[k].n, (long long)cases[k].r, cases[k].h, j,
+                            v == 0 ? "one-CTA vs three-launch build" : v == 1 ? "plain vs training pair"
+                                                                        : "plain vs training pair (KJIT_PART_SMALL=0)");
+                    if (v == 0) differ++;
+                    else tdiffer++;
+                }
+                free(x), free(y);
             }
-            free(x), free(y);
         }
         outs_free(&a);
         outs_free(&b);
+        outs_free(&t[0]);
+        outs_free(&t[1]);
         problem_free(&p);
     }
-    printf("%s: one-CTA vs three-launch partition build: %d of %d gradients differ\n", mode_name[mode], differ,
-           (int)(4 * (sizeof cases / sizeof cases[0])));
-    if (differ) kjit_test_failures++;
+    const int nc = (int)(sizeof cases / sizeof cases[0]);
+    printf("%s: one-CTA vs three-launch partition build: %d of %d gradients differ; plain vs training pair: "
+           "%d of %d outputs and gradients differ\n", mode_name[mode], differ, 4 * nc, tdiffer, 12 * nc);
+    if (differ || tdiffer) kjit_test_failures++;
 }
 
 /* Bad arguments: the documented status, a message, outputs untouched. */
@@ -625,6 +666,33 @@ static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ct
     for (size_t i = 0; i < row; ++i) row17 &= raw[17 * row + i] == 0xFF, row16 |= raw[16 * row + i] != 0xFF;
     CHECK(row17 && row16);
     free(raw);
+    /* The training forward under asynchronous checking: the same skip and flag. */
+    {
+        outs o2;
+        outs_init(&o2, &p);
+        kjit_adaln_args g2;
+        make_args(&p, &o2, o2.HOUT, 0, c.n, 0, &g2);
+        size_t wsb = 0;
+        CHECK_STATUS(kjit_adaln_partition_bytes((kjit_adaln_op)mode, c.n, c.h, c.r, &wsb), KJIT_OK);
+        CUdeviceptr ws = gpu_alloc(wsb);
+        CHECK_STATUS(kjit_adaln_fwd_train(async_ctx, (kjit_adaln_op)mode, &g2, (void *)(uintptr_t)ws, wsb, NULL), KJIT_OK);
+        CHECK_STATUS(kjit_ctx_index_error(async_ctx, NULL, &flag), KJIT_OK);
+        CHECK_EQ_INT(flag, 1);
+        unsigned char *r1 = malloc(o.act_bytes), *r2 = malloc(o.act_bytes);
+        gpu_download(r1, o.OUT, o.act_bytes);
+        gpu_download(r2, o2.OUT, o.act_bytes);
+        CHECK(memcmp(r1, r2, o.act_bytes) == 0);
+        /* Synchronous checking: KJIT_EINDEX from the training forward too. */
+        CHECK_STATUS(kjit_adaln_fwd_train(sync_ctx, (kjit_adaln_op)mode, &g2, (void *)(uintptr_t)ws, wsb, NULL),
+                     KJIT_EINDEX);
+        CHECK_STATUS(kjit_adaln_fwd_train(ctx, (kjit_adaln_op)mode, &g2, NULL, wsb, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "partition") != NULL);
+        gpu_download(r2, o2.OUT, o.act_bytes);
+        CHECK(memcmp(r1, r2, o.act_bytes) == 0);
+        free(r1), free(r2);
+        gpu_free(ws);
+        outs_free(&o2);
+    }
     /* N = 0 is a no-op. */
     a = good;
     a.n = 0;

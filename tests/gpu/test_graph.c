@@ -41,14 +41,20 @@ typedef struct opcase {
 
 static kjit_row_gather_args gather_args;
 static kjit_adaln_args adaln_args[4];
-static CUdeviceptr ws;
-static size_t wsb;
+static CUdeviceptr ws, part;
+static size_t wsb, partb;
 
-/* The op's forward then its backward, on `stream`. */
-static int call_op(kjit_ctx *ctx, int op, CUstream stream)
+/* The op's forward then its backward, on `stream`; train (AdaLN ops): the
+ * training pair (the forward builds the backward's partition in `part`). */
+static int call_op(kjit_ctx *ctx, int op, int train, CUstream stream)
 {
     void *w = (void *)(uintptr_t)ws;
     int rc;
+    if (train && op) {
+        void *pp = (void *)(uintptr_t)part;
+        if ((rc = kjit_adaln_fwd_train(ctx, (kjit_adaln_op)op, &adaln_args[op], pp, partb, stream))) return rc;
+        return kjit_adaln_bwd_train(ctx, (kjit_adaln_op)op, &adaln_args[op], pp, partb, w, wsb, stream);
+    }
     switch (op) {
     case 0:
         if ((rc = kjit_adaln_row_gather_fwd(ctx, &gather_args, stream))) return rc;
@@ -122,7 +128,7 @@ static void test_op(kjit_ctx *ctx, CUstream stream, const opcase *c)
 
     /* Direct call: loads the kernels; every written element set, nothing else. */
     poison_outputs(c);
-    int rc = call_op(ctx, c->op, stream);
+    int rc = call_op(ctx, c->op, 0, stream);
     if (rc) {
         fprintf(stderr, "%s: direct call: %s (%s)\n", c->name, kjit_status_name(rc), kjit_last_error());
         kjit_test_failures++;
@@ -140,50 +146,54 @@ static void test_op(kjit_ctx *ctx, CUstream stream, const opcase *c)
         }
     }
 
-    /* Capture on the non-default stream. */
-    poison_outputs(c);
-    CUgraph graph = NULL;
-    CUgraphExec exec = NULL;
-    CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    rc = call_op(ctx, c->op, stream);
-    CUresult er = cu->StreamEndCapture(stream, &graph);
-    if (rc || er != CUDA_SUCCESS || !graph) {
-        const char *en = "?";
-        cu->GetErrorName(er, &en);
-        fprintf(stderr, "%s: capture: calls returned %s (%s), cuStreamEndCapture %s\n", c->name, kjit_status_name(rc),
-                kjit_last_error(), en);
-        kjit_test_failures++;
-        if (graph) cu->GraphDestroy(graph);
-        goto done;
-    }
-    /* Capturing ran nothing. */
-    gpu_sync();
-    download_outputs(c, got);
-    for (int i = 0; i < c->nout; ++i)
-        for (size_t b = 0; b < ob_bytes(&c->outs[i]); ++b)
-            if (got[i][b] != 0xFF) {
-                fprintf(stderr, "%s: %s was written while capturing\n", c->name, c->outs[i].name);
-                kjit_test_failures++;
-                break;
-            }
-    CU_CHECK(cu->GraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 3; ++rep) {
+    /* Capture on the non-default stream: the plain calls, and for the AdaLN
+     * ops the training pair (compared with the plain direct call). */
+    for (int train = 0; train <= (c->op ? 1 : 0); ++train) {
         poison_outputs(c);
-        CU_CHECK(cu->GraphLaunch(exec, stream));
-        CU_CHECK(cu->StreamSynchronize(stream));
+        CUgraph graph = NULL;
+        CUgraphExec exec = NULL;
+        CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        rc = call_op(ctx, c->op, train, stream);
+        CUresult er = cu->StreamEndCapture(stream, &graph);
+        if (rc || er != CUDA_SUCCESS || !graph) {
+            const char *en = "?";
+            cu->GetErrorName(er, &en);
+            fprintf(stderr, "%s: capture: calls returned %s (%s), cuStreamEndCapture %s\n", c->name, kjit_status_name(rc),
+                    kjit_last_error(), en);
+            kjit_test_failures++;
+            if (graph) cu->GraphDestroy(graph);
+            goto done;
+        }
+        /* Capturing ran nothing. */
+        gpu_sync();
         download_outputs(c, got);
         for (int i = 0; i < c->nout; ++i)
-            if (memcmp(got[i], direct[i], ob_bytes(&c->outs[i]))) {
-                size_t first = 0;
-                while (got[i][first] == direct[i][first]) ++first;
-                fprintf(stderr, "%s: replay %d: %s differs from the direct call (first at byte %zu)\n", c->name, rep,
-                        c->outs[i].name, first);
-                kjit_test_failures++;
-            }
+            for (size_t b = 0; b < ob_bytes(&c->outs[i]); ++b)
+                if (got[i][b] != 0xFF) {
+                    fprintf(stderr, "%s: %s was written while capturing\n", c->name, c->outs[i].name);
+                    kjit_test_failures++;
+                    break;
+                }
+        CU_CHECK(cu->GraphInstantiate(&exec, graph, 0));
+        for (int rep = 0; rep < 3; ++rep) {
+            poison_outputs(c);
+            CU_CHECK(cu->GraphLaunch(exec, stream));
+            CU_CHECK(cu->StreamSynchronize(stream));
+            download_outputs(c, got);
+            for (int i = 0; i < c->nout; ++i)
+                if (memcmp(got[i], direct[i], ob_bytes(&c->outs[i]))) {
+                    size_t first = 0;
+                    while (got[i][first] == direct[i][first]) ++first;
+                    fprintf(stderr, "%s%s: replay %d: %s differs from the direct call (first at byte %zu)\n", c->name,
+                            train ? " (training pair)" : "", rep, c->outs[i].name, first);
+                    kjit_test_failures++;
+                }
+        }
+        printf("%s%s: captured, replayed 3 times, bitwise equal to the direct call\n", c->name,
+               train ? " (training pair)" : "");
+        CU_CHECK(cu->GraphExecDestroy(exec));
+        CU_CHECK(cu->GraphDestroy(graph));
     }
-    printf("%s: captured, replayed 3 times, bitwise equal to the direct call\n", c->name);
-    CU_CHECK(cu->GraphExecDestroy(exec));
-    CU_CHECK(cu->GraphDestroy(graph));
 done:
     for (int i = 0; i < c->nout; ++i) free(direct[i]), free(got[i]);
 }
@@ -265,6 +275,11 @@ int main(void)
         if (b > wsb) wsb = b;
     }
     ws = gpu_alloc(wsb);
+    for (int op = KJIT_NORM_MODULATE; op <= KJIT_GATED_RESIDUAL_NORM_MODULATE; ++op) {
+        CHECK_STATUS(kjit_adaln_partition_bytes((kjit_adaln_op)op, N, H, R, &b), KJIT_OK);
+        if (b > partb) partb = b;
+    }
+    part = gpu_alloc(partb);
 
     opcase cases[4];
     memset(cases, 0, sizeof cases);
@@ -367,7 +382,7 @@ int main(void)
 
     for (int i = 0; i < 4; ++i)
         for (int j = 0; j < cases[i].nout; ++j) gpu_free(cases[i].outs[j].p);
-    gpu_free(ws), gpu_free(didx), gpu_free(dbad), gpu_free(table), gpu_free(weight);
+    gpu_free(ws), gpu_free(part), gpu_free(didx), gpu_free(dbad), gpu_free(table), gpu_free(weight);
     gpu_free(x), gpu_free(res), gpu_free(y), gpu_free(dout), gpu_free(dh), gpu_free(gdout);
     free(idx);
     CU_CHECK(cu->StreamDestroy(stream));

@@ -18,7 +18,7 @@ from ._lib import LibraryError
 __all__ = [
     "KjitError", "InvalidArgument", "IndexOutOfRange", "OutOfMemory", "LibraryError",
     "Context", "check", "dtype_code", "dtype_name", "dtype_size", "status_name",
-    "adaln_workspace", "row_gather_workspace", "runtime_info", "device_info", "op_names",
+    "adaln_workspace", "adaln_partition_bytes", "row_gather_workspace", "runtime_info", "device_info", "op_names",
     "library_path",
 ]
 
@@ -169,6 +169,18 @@ def adaln_workspace(op, n, hidden, rows):
     check(_lib.load().kjit_adaln_workspace(_ADALN_OPS[op], _int(n, "n"), _int(hidden, "hidden"),
                                            _int(rows, "rows"), ctypes.byref(out)),
           "kjit_adaln_workspace")
+    return out.value
+
+
+def adaln_partition_bytes(op, n, hidden, rows):
+    """Bytes of the row partition a training forward builds for its backward
+    (kjit_adaln_fwd_train / kjit_adaln_bwd_train): about 4 per row."""
+    if op not in _ADALN_OPS:
+        raise ValueError(f"op: {op!r} is not one of {sorted(_ADALN_OPS)}")
+    out = ctypes.c_size_t(0)
+    check(_lib.load().kjit_adaln_partition_bytes(_ADALN_OPS[op], _int(n, "n"), _int(hidden, "hidden"),
+                                                 _int(rows, "rows"), ctypes.byref(out)),
+          "kjit_adaln_partition_bytes")
     return out.value
 
 

@@ -241,16 +241,41 @@ def _workspace(nbytes, device):
 _adaln_workspace = functools.lru_cache(maxsize=512)(core.adaln_workspace)
 
 
-def _adaln_bwd_launch(op, a, t, n, h, rows):
-    """Launches kjit_<op>_bwd with argument block a on t's device and stream,
-    with a workspace from torch's allocator (alive until the call returns)."""
+_adaln_partition_bytes = functools.lru_cache(maxsize=512)(core.adaln_partition_bytes)
+
+
+def _adaln_fwd_launch(op, a, t, rows, train):
+    """Launches op's forward with argument block a on t's device and stream.
+    train: the training forward, which also builds the backward's row
+    partition (it depends on the index alone) into a small tensor from
+    torch's allocator, returned for the backward; else None."""
+    ctx, stream = _launch_on(t)
+    if not train:
+        ctx._run(_FWD_FN[op], ctypes.byref(a), stream)
+        return None
+    nb = _adaln_partition_bytes(op, a.n, a.hidden, rows)
+    part = torch.empty(nb, dtype=torch.uint8, device=t.device)
+    ctx._run("kjit_adaln_fwd_train", _OP_CODE[op], ctypes.byref(a), part.data_ptr(), nb, stream)
+    return part
+
+
+def _adaln_bwd_launch(op, a, t, n, h, rows, part=None):
+    """Launches op's backward with argument block a on t's device and stream,
+    with a workspace from torch's allocator (alive until the call returns);
+    with part (a training forward's partition), the training backward."""
     ws, ws_arg = _workspace(_adaln_workspace(op, n, h, rows), t.device)
     ctx, stream = _launch_on(t)
-    ctx._run(_BWD_FN[op], ctypes.byref(a), *ws_arg, stream)
+    if part is None:
+        ctx._run(_BWD_FN[op], ctypes.byref(a), *ws_arg, stream)
+    else:
+        ctx._run("kjit_adaln_bwd_train", _OP_CODE[op], ctypes.byref(a), part.data_ptr(), part.numel(),
+                 *ws_arg, stream)
 
 
-_BWD_FN = {op: f"kjit_{op}_bwd" for op in ("norm_modulate", "gated_residual",
-                                             "gated_residual_norm_modulate")}
+_ADALN_NAMES = ("norm_modulate", "gated_residual", "gated_residual_norm_modulate")
+_OP_CODE = {op: k + 1 for k, op in enumerate(_ADALN_NAMES)}  # kjit_adaln_op
+_FWD_FN = {op: f"kjit_{op}_fwd" for op in _ADALN_NAMES}
+_BWD_FN = {op: f"kjit_{op}_bwd" for op in _ADALN_NAMES}
 
 
 def _row_major(g):
@@ -275,11 +300,14 @@ def _eager_function(name, forward, setup, backward, bwd):
     """The eager path of an op (KJIT_EAGER=function): a torch.autograd.Function
     that runs the torch.library op's implementation and its registered setup
     and backward, the backward calling the implementation of the backward op
-    directly. forward and bwd are lambdas that look the implementations up
-    when called."""
+    directly. forward(*inputs, train) returns (output, partition): the
+    Function runs the training forward (the op's forward and the backward's
+    row partition in one launch) and keeps the partition for bwd(*args,
+    part), which skips building it; forward and bwd are lambdas that look
+    the implementations up when called."""
 
     def fwd(ctx, *inputs):
-        out = forward(*inputs)
+        out, ctx.kjit_part = forward(*inputs, True)
         setup(ctx, inputs, out)
         return out
 
@@ -288,7 +316,10 @@ def _eager_function(name, forward, setup, backward, bwd):
     # has no autograd formula, so differentiating kjit's gradients again
     # raises instead of silently leaving kjit's part out.
     def bwd_(ctx, *grads):
-        return backward(ctx, *grads, None if torch.is_grad_enabled() else bwd)
+        if torch.is_grad_enabled():
+            return backward(ctx, *grads, None)
+        part = ctx.kjit_part
+        return backward(ctx, *grads, lambda *args: bwd(*args, part))
 
     return type(name, (torch.autograd.Function,),
                 {"__doc__": f"The eager path of {name}.", "forward": staticmethod(fwd),
@@ -458,9 +489,9 @@ def _adaln_args(x, index, param, eps=0.0):
     return a
 
 
-def _norm_modulate_impl(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale: Tensor,
-                   index: Tensor, eps: float) -> Tensor:
+def _norm_modulate_fwd(x, weight, shift, scale, index, eps, train):
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    part = None
     if x.shape[0]:
         a = _adaln_args(x, index, shift, eps)
         a.x, a.x_stride = _rows(x)
@@ -468,9 +499,13 @@ def _norm_modulate_impl(x: Tensor, weight: Optional[Tensor], shift: Tensor, scal
         a.shift, a.shift_stride = _rows(shift)
         a.scale, a.scale_stride = _rows(scale)
         a.out, a.out_stride = _rows(out)
-        ctx, stream = _launch_on(x)
-        ctx._run("kjit_norm_modulate_fwd", ctypes.byref(a), stream)
-    return out
+        part = _adaln_fwd_launch("norm_modulate", a, x, shift.shape[0], train)
+    return out, part
+
+
+def _norm_modulate_impl(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale: Tensor,
+                   index: Tensor, eps: float) -> Tensor:
+    return _norm_modulate_fwd(x, weight, shift, scale, index, eps, False)[0]
 
 
 _norm_modulate = torch.library.custom_op("kjit::norm_modulate", mutates_args=(),
@@ -494,6 +529,10 @@ def _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dsca
 def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale: Tensor,
                        index: Tensor, eps: float, need_dweight: bool
                        ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, None)
+
+
+def _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, part):
     n, h = x.shape
     rows = scale.shape[0]
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -504,7 +543,7 @@ def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], s
         a.x, a.x_stride = _rows(x)
         a.dx, a.dx_stride = _rows(dx)
         _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dscale)
-        _adaln_bwd_launch("norm_modulate", a, x, n, h, rows)
+        _adaln_bwd_launch("norm_modulate", a, x, n, h, rows, part)
     return dx, dweight, dshift, dscale
 
 
@@ -539,8 +578,8 @@ _norm_modulate.register_autograd(_norm_modulate_backward, setup_context=_norm_mo
 
 
 _NormModulateFn = _eager_function(
-    "_NormModulateFn", lambda *a: _norm_modulate_impl(*a), _norm_modulate_setup,
-    _norm_modulate_backward, lambda *a: _norm_modulate_bwd_impl(*a))
+    "_NormModulateFn", lambda *a: _norm_modulate_fwd(*a), _norm_modulate_setup,
+    _norm_modulate_backward, lambda *a: _norm_modulate_bwd_run(*a))
 
 
 def _check_norm_args(fn, x_named, weight, shift, scale, gate, index):
@@ -569,17 +608,21 @@ def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
 # ---- gated_residual -------------------------------------------------------------------
 
 
-def _gated_residual_impl(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> Tensor:
+def _gated_residual_fwd(res, y, gate, index, train):
     out = torch.empty_like(res, memory_format=torch.contiguous_format)
+    part = None
     if res.shape[0]:
         a = _adaln_args(res, index, gate)
         a.res, a.res_stride = _rows(res)
         a.y, a.y_stride = _rows(y)
         a.gate, a.gate_stride = _rows(gate)
         a.out, a.out_stride = _rows(out)
-        ctx, stream = _launch_on(res)
-        ctx._run("kjit_gated_residual_fwd", ctypes.byref(a), stream)
-    return out
+        part = _adaln_fwd_launch("gated_residual", a, res, gate.shape[0], train)
+    return out, part
+
+
+def _gated_residual_impl(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> Tensor:
+    return _gated_residual_fwd(res, y, gate, index, False)[0]
 
 
 _gated_residual = torch.library.custom_op("kjit::gated_residual", mutates_args=(),
@@ -592,6 +635,10 @@ def _(res, y, gate, index):
 
 def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor
                         ) -> tuple[Tensor, Tensor]:
+    return _gated_residual_bwd_run(dout, y, gate, index, None)
+
+
+def _gated_residual_bwd_run(dout, y, gate, index, part):
     n, h = y.shape
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
     dgate = _param_grad(gate, n, gate.shape[0], h)
@@ -603,7 +650,7 @@ def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tenso
         a.dout, a.dout_stride = _rows(dout)
         a.dy, a.dy_stride = _rows(dy)
         a.dgate, a.dgate_stride = _rows(dgate)
-        _adaln_bwd_launch("gated_residual", a, y, n, h, gate.shape[0])
+        _adaln_bwd_launch("gated_residual", a, y, n, h, gate.shape[0], part)
     return dy, dgate
 
 
@@ -634,8 +681,8 @@ _gated_residual.register_autograd(_gated_residual_backward, setup_context=_gated
 
 
 _GatedResidualFn = _eager_function(
-    "_GatedResidualFn", lambda *a: _gated_residual_impl(*a), _gated_residual_setup,
-    _gated_residual_backward, lambda *a: _gated_residual_bwd_impl(*a))
+    "_GatedResidualFn", lambda *a: _gated_residual_fwd(*a), _gated_residual_setup,
+    _gated_residual_backward, lambda *a: _gated_residual_bwd_run(*a))
 
 
 def gated_residual(res, y, gate, index):
@@ -656,6 +703,11 @@ def gated_residual(res, y, gate, index):
 
 def _fused_impl(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], shift: Tensor,
            scale: Tensor, index: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    return _fused_fwd(res, y, gate, weight, shift, scale, index, eps, False)[0]
+
+
+def _fused_fwd(res, y, gate, weight, shift, scale, index, eps, train):
+    part = None
     h = torch.empty_like(res, memory_format=torch.contiguous_format)
     out = torch.empty_like(res, memory_format=torch.contiguous_format)
     if res.shape[0]:
@@ -668,9 +720,8 @@ def _fused_impl(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], 
         a.scale, a.scale_stride = _rows(scale)
         a.h, a.h_stride = _rows(h)
         a.out, a.out_stride = _rows(out)
-        ctx, stream = _launch_on(res)
-        ctx._run("kjit_gated_residual_norm_modulate_fwd", ctypes.byref(a), stream)
-    return h, out
+        part = _adaln_fwd_launch("gated_residual_norm_modulate", a, res, shift.shape[0], train)
+    return (h, out), part
 
 
 _fused = torch.library.custom_op("kjit::gated_residual_norm_modulate", mutates_args=(),
@@ -684,6 +735,10 @@ def _(res, y, gate, weight, shift, scale, index, eps):
 def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate: Tensor,
                weight: Optional[Tensor], scale: Tensor, index: Tensor, eps: float,
                need_dweight: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, None)
+
+
+def _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, part):
     n, hidden = h.shape
     rows = scale.shape[0]
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
@@ -701,7 +756,7 @@ def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, ga
         a.dy, a.dy_stride = _rows(dy)
         a.dgate, a.dgate_stride = _rows(dgate)
         _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dscale)
-        _adaln_bwd_launch("gated_residual_norm_modulate", a, h, n, hidden, rows)
+        _adaln_bwd_launch("gated_residual_norm_modulate", a, h, n, hidden, rows, part)
     return dres, dy, dgate, dweight, dshift, dscale
 
 
@@ -738,8 +793,8 @@ def _fused_backward(ctx, dh, dout, bwd=None):
 _fused.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 
-_FusedFn = _eager_function("_FusedFn", lambda *a: _fused_impl(*a), _fused_setup,
-                           _fused_backward, lambda *a: _fused_bwd_impl(*a))
+_FusedFn = _eager_function("_FusedFn", lambda *a: _fused_fwd(*a), _fused_setup,
+                           _fused_backward, lambda *a: _fused_bwd_run(*a))
 
 
 def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=1e-5):
