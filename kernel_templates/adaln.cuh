@@ -1133,10 +1133,11 @@ template <int MODE, class TA, class TP, int H, int TPR, int RPC> constexpr int f
 } // namespace adaln
 } // namespace kjit
 
+namespace kjit {
+namespace adaln {
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
-__global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, TP, H, TPR, RPC>())) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
+__device__ __forceinline__ void fwd_rows(const kjit_adaln_fwd_params &p, long long blk, long long nblk)
 {
-    kjit::grid_dep_sync();
     static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");
     static_assert(sizeof(TA) == 2 || sizeof(TA) == 4, "TA: kjit::f32, kjit::bf16 or kjit::f16");
     static_assert(sizeof(TP) == 2 || sizeof(TP) == 4, "TP: kjit::f32 or kjit::bf16");
@@ -1146,21 +1147,33 @@ __global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA,
     static_assert(RPC >= 1 && RPC <= 15 && TPR * RPC <= 1024, "RPC: 1..15 rows, TPR * RPC <= 1024");
     static_assert(PF >= 0 && PF <= 3, "PF: 0..3 rows ahead");
     static_assert(H > 0 || PF == 0, "generic path: PF = 0");
-    // A training forward (p.part.perm set): block 0 builds the backward's
-    // row partition while the others run the rows (the same rows per block
-    // as without it, shifted by one block).
-    long long blk = blockIdx.x, nblk = gridDim.x;
-    if (p.part.perm) {
-        if (blockIdx.x == 0) {
-            kjit::part_small_build<TI>(p.index, p.part, (int *)kjit::adaln::dyn_smem);
-            return;
-        }
-        blk -= 1, nblk -= 1;
-    }
     if constexpr (H == 0)
-        kjit::adaln::fwd_generic<MODE, TA, TP, TI, TPR, RPC>(p, blk, nblk);
+        fwd_generic<MODE, TA, TP, TI, TPR, RPC>(p, blk, nblk);
     else
-        kjit::adaln::fwd_fast<MODE, TA, TP, TI, H, TPR, RPC, PF>(p, blk, nblk);
+        fwd_fast<MODE, TA, TP, TI, H, TPR, RPC, PF>(p, blk, nblk);
+}
+} // namespace adaln
+} // namespace kjit
+
+template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
+__global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, TP, H, TPR, RPC>())) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
+{
+    kjit::grid_dep_sync();
+    kjit::adaln::fwd_rows<MODE, TA, TP, TI, H, TPR, RPC, PF>(p, blockIdx.x, gridDim.x);
+}
+
+// The training forward (a kernel of its own, so the plain forward's code is
+// not touched): block 0 builds the backward's row partition p.part while
+// the others run the rows, the same rows per block as kjit_adaln_fwd's
+// shifted by one block.
+template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
+__global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, TP, H, TPR, RPC>())) kjit_adaln_fwd_train(const __grid_constant__ kjit_adaln_fwd_params p)
+{
+    kjit::grid_dep_sync();
+    if (blockIdx.x == 0)
+        kjit::part_small_build<TI>(p.index, p.part, (int *)kjit::adaln::dyn_smem);
+    else
+        kjit::adaln::fwd_rows<MODE, TA, TP, TI, H, TPR, RPC, PF>(p, blockIdx.x - 1, gridDim.x - 1);
 }
 
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>

@@ -133,9 +133,9 @@ typedef struct kjit_adaln_fwd_params {
     long long n;
     int h;
     float eps;
-    /* part.perm != NULL (a training forward): block 0 of the launch builds
-     * this partition (kjit_part_small's build, counters in the launch's
-     * dynamic shared memory) and the rows go to blocks 1.. */
+    /* kjit_adaln_fwd_train: block 0 of the launch builds this partition
+     * (kjit_part_small's build, counters in the launch's dynamic shared
+     * memory) and the rows go to blocks 1..; unused by kjit_adaln_fwd. */
     kjit_partition part;
 } kjit_adaln_fwd_params;
 

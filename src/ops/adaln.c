@@ -42,10 +42,12 @@ static const mode_info modes[4] = {
 
 static kjit_dtype param_for(kjit_dtype act) { return act == KJIT_F16 ? KJIT_F32 : act; }
 
+/* train: the training forward (kjit_adaln_fwd_train, the same rows and an
+ * extra block that builds the backward's partition). */
 static void fwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype par, kjit_dtype idx, int h, int vec,
-                     const kjit_adaln_config *c)
+                     const kjit_adaln_config *c, int train)
 {
-    snprintf(buf, len, "kjit_adaln_fwd<%d, %s, %s, %s, %d, %d, %d, %d>", mode, kjit__dtype_cxx(act),
+    snprintf(buf, len, "kjit_adaln_fwd%s<%d, %s, %s, %s, %d, %d, %d, %d>", train ? "_train" : "", mode, kjit__dtype_cxx(act),
              kjit__dtype_cxx(par), kjit__dtype_cxx(idx), vec ? h : 0, kjit__adaln_tpr(h, act), c->rpc, vec ? c->pf : 0);
 }
 
@@ -76,13 +78,16 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
     kjit_adaln_config c;
     kjit__adaln_config_default(mode, hidden, act, &c);
     /* A count alone (what a request's check asks) formats no expression:
-     * per index dtype a forward, a backward and an index check. */
-    if (max <= 0) return kjit__part_specs(m->name, par, out, max, 6);
+     * per index dtype a forward, a training forward, a backward and an
+     * index check. */
+    if (max <= 0) return kjit__part_specs(m->name, par, out, max, 8);
     int n = 0;
     char e[224];
     for (int i = 0; i < 2; ++i) {
-        fwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden), &c);
-        n = kjit__spec_add(out, max, n, m->desc, "%s", e);
+        for (int train = 0; train < 2; ++train) {
+            fwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden), &c, train);
+            n = kjit__spec_add(out, max, n, m->desc, "%s", e);
+        }
         bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, bwd_fast_ok(mode, hidden, act, &c), &c);
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
         n = kjit__spec_add(out, max, n, m->desc, "kjit_index_check<%s>", kjit__dtype_cxx(idx[i]));
@@ -233,8 +238,8 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     if (c.grid_per_sm > 0 && groups > (long long)c.grid_per_sm * ctx->sm_count) groups = (long long)c.grid_per_sm * ctx->sm_count;
     if (groups > 2147483646LL) groups = 2147483646LL;
     char e[224];
-    fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
     size_t smem = vec ? kjit__adaln_fwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
+    fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c, 0);
     if (train) {
         kjit_partition part;
         float *partial;
@@ -242,6 +247,7 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
         kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &part, &partial, NULL);
         const unsigned inl = kjit__part_inline_smem(ctx, &part);
         if (inl) {
+            fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c, 1);
             p.part = part;
             groups += 1;
             if (inl > smem) smem = inl;
@@ -422,6 +428,6 @@ int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, 
 
 void kjit__adaln_exprs(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, char *fwd, char *bwd, size_t len)
 {
-    fwd_expr(fwd, len, mode, act, param_for(act), KJIT_I32, h, 1, c);
+    fwd_expr(fwd, len, mode, act, param_for(act), KJIT_I32, h, 1, c, 0);
     bwd_expr(bwd, len, mode, act, param_for(act), KJIT_I32, h, 1, c);
 }
