@@ -316,8 +316,9 @@ KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64
 /* Training pair. The backward's row partition depends on the index alone,
  * so a training forward builds it: kjit_adaln_fwd_train computes op's
  * forward exactly as kjit_*_fwd and, in the same launch (one extra block
- * beside the rows; three launches before it when the partition's counters
- * pass 48 KiB of shared memory), writes the partition into `partition`
+ * beside the rows, up to 16384 rows; beyond that, or when the partition's
+ * counters pass 48 KiB of shared memory, three launches before the
+ * forward), writes the partition into `partition`
  * (the caller's, 256-byte aligned, kjit_adaln_partition_bytes: ~4 bytes
  * per row). kjit_adaln_bwd_train computes the backward exactly as
  * kjit_*_bwd from that partition, without building it (workspace as

@@ -132,7 +132,9 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
 unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part)
 {
     const long long bytes = part->tiles * part->r * 4;
-    return ctx->part_small && part->n > 0 && bytes <= SMALL_MAX_SMEM ? (unsigned)bytes : 0;
+    return ctx->part_small && part->n > 0 && part->tiles <= SMALL_MAX_TILES && bytes <= SMALL_MAX_SMEM
+               ? (unsigned)bytes
+               : 0;
 }
 
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
