@@ -388,42 +388,37 @@ int kjit_adaln_bwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args 
     return rc ? rc : adaln_bwd(ctx, (int)op, a, 1, partition, partition_bytes, workspace, workspace_bytes, s);
 }
 
-/* The shared range checks of the two size queries. */
-static int sizes_ok(const char *fn, kjit_adaln_op op, int64_t n, int hidden, int64_t rows, const size_t *bytes)
+/* The two size queries: range checks, then the plan of those shapes. */
+static int sizes_plan(const char *fn, kjit_adaln_op op, int64_t n, int hidden, int64_t rows, const size_t *bytes,
+                      kjit_part_plan *pl)
 {
+    kjit__clear_error();
     int rc = op_ok(fn, op);
     if (rc) return rc;
     if (!bytes) return kjit__fail(KJIT_EINVAL, "%s: bytes is NULL", fn);
     if (n < 0 || n > KJIT_MAX_ROWS || hidden < 1 || hidden > KJIT_MAX_HIDDEN || rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
         return kjit__fail(KJIT_EINVAL, "%s: n = %lld, hidden = %d or rows = %lld out of range", fn, (long long)n,
                           hidden, (long long)rows);
+    kjit_adaln_args a = {0};
+    a.n = n, a.hidden = hidden, a.index.rows = rows;
+    plan_of((int)op, &a, pl);
     return KJIT_OK;
 }
 
 int kjit_adaln_partition_bytes(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes)
 {
-    kjit__clear_error();
-    int rc = sizes_ok("kjit_adaln_partition_bytes", op, n, hidden, rows, bytes);
-    if (rc) return rc;
-    kjit_adaln_args a = {0};
-    a.n = n, a.hidden = hidden, a.index.rows = rows;
     kjit_part_plan pl;
-    plan_of((int)op, &a, &pl);
-    *bytes = pl.off_partial;
-    return KJIT_OK;
+    int rc = sizes_plan("kjit_adaln_partition_bytes", op, n, hidden, rows, bytes, &pl);
+    if (!rc) *bytes = pl.off_partial;
+    return rc;
 }
 
 int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes)
 {
-    kjit__clear_error();
-    int rc = sizes_ok("kjit_adaln_workspace", op, n, hidden, rows, bytes);
-    if (rc) return rc;
-    kjit_adaln_args a = {0};
-    a.n = n, a.hidden = hidden, a.index.rows = rows;
     kjit_part_plan pl;
-    plan_of((int)op, &a, &pl);
-    *bytes = pl.bytes;
-    return KJIT_OK;
+    int rc = sizes_plan("kjit_adaln_workspace", op, n, hidden, rows, bytes, &pl);
+    if (!rc) *bytes = pl.bytes;
+    return rc;
 }
 
 void kjit__adaln_exprs(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, char *fwd, char *bwd, size_t len)

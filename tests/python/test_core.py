@@ -207,6 +207,14 @@ class CoreChecks(unittest.TestCase):
             self.ctx.norm_modulate_bwd(8, 64, workspace=4096, **kw)
         with self.assertRaisesRegex(ValueError, "op: 'layer_norm'"):
             core.adaln_workspace("layer_norm", 8, 64, 9)
+        with self.assertRaisesRegex(ValueError, "op: 'layer_norm'"):
+            core.adaln_partition_bytes("layer_norm", 8, 64, 9)
+        with self.assertRaisesRegex(kjit.InvalidArgument, "hidden = 0"):
+            core.adaln_partition_bytes("norm_modulate", 8, 0, 9)
+        # The training pair's partition: ~4 bytes per row, a prefix of the workspace.
+        part = core.adaln_partition_bytes("norm_modulate", 32768, 5376, 9)
+        self.assertTrue(32768 * 4 <= part <= 32768 * 4 + 8192)
+        self.assertLess(part, core.adaln_workspace("norm_modulate", 32768, 5376, 9))
 
     def test_row_gather_arguments(self):
         idx = (0x3000, "int32", 9)

@@ -160,28 +160,25 @@ def _workspace(workspace):
 # ---- queries that need no context ------------------------------------------
 
 
-def adaln_workspace(op, n, hidden, rows):
-    """Backward workspace bytes of "norm_modulate", "gated_residual" or
-    "gated_residual_norm_modulate" for n rows, hidden, R table rows."""
+def _adaln_size(function, op, n, hidden, rows):
     if op not in _ADALN_OPS:
         raise ValueError(f"op: {op!r} is not one of {sorted(_ADALN_OPS)}")
     out = ctypes.c_size_t(0)
-    check(_lib.load().kjit_adaln_workspace(_ADALN_OPS[op], _int(n, "n"), _int(hidden, "hidden"),
-                                           _int(rows, "rows"), ctypes.byref(out)),
-          "kjit_adaln_workspace")
+    check(getattr(_lib.load(), function)(_ADALN_OPS[op], _int(n, "n"), _int(hidden, "hidden"),
+                                         _int(rows, "rows"), ctypes.byref(out)), function)
     return out.value
+
+
+def adaln_workspace(op, n, hidden, rows):
+    """Backward workspace bytes of "norm_modulate", "gated_residual" or
+    "gated_residual_norm_modulate" for n rows, hidden, R table rows."""
+    return _adaln_size("kjit_adaln_workspace", op, n, hidden, rows)
 
 
 def adaln_partition_bytes(op, n, hidden, rows):
     """Bytes of the row partition a training forward builds for its backward
     (kjit_adaln_fwd_train / kjit_adaln_bwd_train): about 4 per row."""
-    if op not in _ADALN_OPS:
-        raise ValueError(f"op: {op!r} is not one of {sorted(_ADALN_OPS)}")
-    out = ctypes.c_size_t(0)
-    check(_lib.load().kjit_adaln_partition_bytes(_ADALN_OPS[op], _int(n, "n"), _int(hidden, "hidden"),
-                                                 _int(rows, "rows"), ctypes.byref(out)),
-          "kjit_adaln_partition_bytes")
-    return out.value
+    return _adaln_size("kjit_adaln_partition_bytes", op, n, hidden, rows)
 
 
 def row_gather_workspace(n, hidden, num_tables, rows):
