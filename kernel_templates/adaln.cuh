@@ -64,6 +64,14 @@
 //   In place is allowed: out may alias x (MODE 1) or res (MODE 2), h_out may
 //   alias res (MODE 3).
 //
+// kjit_adaln_fwd_train<MODE, TA, TP, TI, H, TPR, RPC, PF>: the same rows
+//   and bits, plus the backward's partition p.part (partition.cuh) built by
+//   block 0; the rows go to blocks 1.. (block b takes kjit_adaln_fwd's
+//   block b - 1's rows). grid = 1 + a kjit_adaln_fwd grid; dynamic smem =
+//   max(kjit_adaln_fwd's, p.part.tiles * p.part.r * 4); block as above (any
+//   multiple of 32 threads builds the same partition). A kernel of its own:
+//   the plain forward's code does not change.
+//
 // kjit_adaln_bwd<MODE, TA, TP, TI, H, TPR, PF, ACCS>
 //   e.g. "kjit_adaln_bwd<1, kjit::bf16, kjit::bf16, int, 5376, 224, 1, 0>"
 //   grid = p.part.chunks (one CTA per chunk of the sorted-row partition),
