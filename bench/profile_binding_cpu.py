@@ -48,7 +48,7 @@ from kjit import ops as kjit_ops  # noqa: E402
 
 _LAUNCHES = [f"kjit_{op}_{d}" for op in ("norm_modulate", "gated_residual",
                                          "gated_residual_norm_modulate") for d in ("fwd", "bwd")]
-_LAUNCHES += ["kjit_adaln_fwd_train", "kjit_adaln_bwd_train"]
+_LAUNCHES += ["kjit_adaln_train_fwd", "kjit_adaln_train_bwd"]
 
 
 def stub_library(tmp):

@@ -313,22 +313,30 @@ KJIT_API int kjit_gated_residual_norm_modulate_bwd(kjit_ctx *ctx, const kjit_ada
 /* Backward workspace bytes of an op for n rows, hidden, R table rows. */
 KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes);
 
-/* Training pair. The backward's row partition depends on the index alone,
- * so a training forward builds it: kjit_adaln_fwd_train computes op's
- * forward exactly as kjit_*_fwd and, in the same launch (one extra block
- * beside the rows, up to 16384 rows; beyond that, or when the partition's
- * counters pass 48 KiB of shared memory, three launches before the
- * forward), writes the partition into `partition`
- * (the caller's, 256-byte aligned, kjit_adaln_partition_bytes: ~4 bytes
- * per row). kjit_adaln_bwd_train computes the backward exactly as
- * kjit_*_bwd from that partition, without building it (workspace as
- * there: kjit_adaln_workspace bytes, or NULL for the context's). Between
- * the two the caller keeps n, the index and the partition buffer
- * unchanged. Bitwise the same outputs and gradients as the plain calls. */
+/* Training pair. The backward's row partition is a function of the op, n,
+ * hidden, R and the index values, none of which the backward's other
+ * inputs change, so a training forward can build it: kjit_adaln_train_fwd
+ * computes op's forward exactly as kjit_*_fwd and writes the partition
+ * into `partition` (the caller's, 256-byte aligned, partition_bytes >=
+ * kjit_adaln_partition_bytes: 4 bytes per row plus the sort's counters, 4
+ * per (table row, tile of 256+ rows); ~4 bytes per row at small R). Where
+ * it pays (measured at H = 5376; partition.c says when) one extra block
+ * of the forward's launch builds it beside the rows; otherwise the three
+ * build launches run before the forward. kjit_adaln_train_bwd computes the
+ * backward exactly as kjit_*_bwd from that partition, without building it
+ * (workspace as there: kjit_adaln_workspace bytes, or NULL for the
+ * context's; the partition buffer may be the first bytes of that same
+ * workspace, which the backward does not otherwise use). The caller must
+ * pass the same op, n, hidden, index.rows and index values to both, order
+ * the backward after a successful training forward on its stream, and
+ * leave the partition buffer unchanged in between: a partition of another
+ * op or shape passes the size check and gives wrong gradients (or faults).
+ * With n = 0 the backward writes zero gradients and does not touch the
+ * partition. Bitwise the same outputs and gradients as the plain calls. */
 KJIT_API int kjit_adaln_partition_bytes(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes);
-KJIT_API int kjit_adaln_fwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, void *partition,
+KJIT_API int kjit_adaln_train_fwd(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, void *partition,
                                   size_t partition_bytes, CUstream stream);
-KJIT_API int kjit_adaln_bwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, const void *partition,
+KJIT_API int kjit_adaln_train_bwd(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, const void *partition,
                                   size_t partition_bytes, void *workspace, size_t workspace_bytes,
                                   CUstream stream);
 

@@ -42,7 +42,7 @@ static const mode_info modes[4] = {
 
 static kjit_dtype param_for(kjit_dtype act) { return act == KJIT_F16 ? KJIT_F32 : act; }
 
-/* train: the training forward (kjit_adaln_fwd_train, the same rows and an
+/* train: the training forward (the kernel kjit_adaln_fwd_train, the same rows and an
  * extra block that builds the backward's partition). */
 static void fwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype par, kjit_dtype idx, int h, int vec,
                      const kjit_adaln_config *c, int train)
@@ -196,7 +196,7 @@ static int train_partition(const char *op, const char *dir, const void *part, si
     if ((uintptr_t)part % 256)
         return kjit__fail(KJIT_EINVAL, "%s %s: partition is not 256-byte aligned", op, dir);
     if (bytes < need)
-        return kjit__fail(KJIT_EINVAL, "%s %s: partition of %zu bytes, %zu needed (kjit_adaln_partition_bytes)", op,
+        return kjit__fail(KJIT_EINVAL, "%s %s: partition_bytes %zu, %zu needed (kjit_adaln_partition_bytes)", op,
                           dir, bytes, need);
     return KJIT_OK;
 }
@@ -235,7 +235,9 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     p.n = a->n, p.h = a->hidden, p.eps = a->eps;
     const int tpr = kjit__adaln_tpr(a->hidden, a->act_dtype);
     long long groups = (a->n + c.rpc - 1) / c.rpc;
-    if (c.grid_per_sm > 0 && groups > (long long)c.grid_per_sm * ctx->sm_count) groups = (long long)c.grid_per_sm * ctx->sm_count;
+    const long long persist = (long long)c.grid_per_sm * ctx->sm_count;
+    const int persistent = c.grid_per_sm > 0 && groups >= persist;
+    if (persistent) groups = persist;
     if (groups > 2147483646LL) groups = 2147483646LL;
     char e[224];
     size_t smem = vec ? kjit__adaln_fwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
@@ -245,7 +247,8 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
         float *partial;
         CUfunction fn;
         kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &part, &partial, NULL);
-        const unsigned inl = kjit__part_inline_smem(ctx, &part);
+        const unsigned inl = kjit__part_inline_smem(
+            ctx, &part, tpr * c.rpc, (size_t)a->hidden * kjit_dtype_size(a->act_dtype), smem, persistent);
         if (inl) {
             fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c, 1);
             p.part = part;
@@ -299,14 +302,17 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
     if ((rc = kjit__workspace(ctx, op, ws, ws_bytes, pl.bytes, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
-    if (train) {
+    /* A training backward reads the forward's partition (n > 0; with no rows
+     * it builds the empty one in the workspace, as the plain backward does,
+     * and never writes the caller's partition). */
+    const int built = train && a->n > 0;
+    if (built) {
         float *unused;
         kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &p.part, &unused, NULL);
     }
     /* Zero rows: the gradients of the tables and weight are zero. */
     if (a->n == 0) pl.n = p.part.n = 0;
-    if ((!train || a->n == 0) && (rc = kjit__part_build(ctx, op, &p.part, &p.index, a->index.dtype, stream)))
-        goto out;
+    if (!built && (rc = kjit__part_build(ctx, op, &p.part, &p.index, a->index.dtype, stream))) goto out;
     p.x = a->x, p.x_stride = a->x_stride;
     p.y = a->y, p.y_stride = a->y_stride;
     p.w = mode != 2 ? a->weight : NULL;
@@ -372,19 +378,19 @@ static int op_ok(const char *fn, kjit_adaln_op op)
     return KJIT_OK;
 }
 
-int kjit_adaln_fwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, void *partition,
+int kjit_adaln_train_fwd(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, void *partition,
                          size_t partition_bytes, CUstream s)
 {
     kjit__clear_error();
-    int rc = op_ok("kjit_adaln_fwd_train", op);
+    int rc = op_ok("kjit_adaln_train_fwd", op);
     return rc ? rc : adaln_fwd(ctx, (int)op, a, 1, partition, partition_bytes, s);
 }
 
-int kjit_adaln_bwd_train(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, const void *partition,
+int kjit_adaln_train_bwd(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, const void *partition,
                          size_t partition_bytes, void *workspace, size_t workspace_bytes, CUstream s)
 {
     kjit__clear_error();
-    int rc = op_ok("kjit_adaln_bwd_train", op);
+    int rc = op_ok("kjit_adaln_train_bwd", op);
     return rc ? rc : adaln_bwd(ctx, (int)op, a, 1, partition, partition_bytes, workspace, workspace_bytes, s);
 }
 

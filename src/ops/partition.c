@@ -12,6 +12,18 @@
  * smallest tile) whose counters fit 48 KiB of shared memory. */
 #define SMALL_MAX_TILES 64
 #define SMALL_MAX_SMEM (48 * 1024)
+/* The training forward's partition block (kjit__part_inline_smem): at most
+ * 3 tiles per warp of the forward's block (1 when the forward's grid is a
+ * full persistent grid: there the block holds a row block's slot until it
+ * is done), rows of at least 4 KiB (a forward long enough to hide the
+ * build), and counters that fit the forward's own dynamic shared memory or
+ * 4 KiB (every row block reserves them). Measured only at H = 5376 bf16,
+ * 4097 rows (1 tile per warp with norm_modulate's persistent grid, 3 with
+ * the gated ops' full grids: each at least as fast as the separate build);
+ * other shapes take the separate build, as the plain calls do. */
+#define INLINE_MAX_ROUNDS 3
+#define INLINE_MIN_ROW_BYTES 4096
+#define INLINE_FREE_SMEM 4096
 /* fp32 partial sums of a backward: with the sort's scratch this keeps the
  * workspace at N = 32768, H = 5376 under 32 MB for R up to 4096. */
 #define PARTIAL_BUDGET (28LL << 20)
@@ -129,12 +141,16 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
     return rc;
 }
 
-unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part)
+unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part, int threads, size_t row_bytes,
+                                size_t fwd_smem, int persistent)
 {
     const long long bytes = part->tiles * part->r * 4;
-    return ctx->part_small && part->n > 0 && part->tiles <= SMALL_MAX_TILES && bytes <= SMALL_MAX_SMEM
-               ? (unsigned)bytes
-               : 0;
+    const long long warps = threads / 32, rounds = warps > 0 ? (part->tiles + warps - 1) / warps : 1 << 30;
+    const size_t room = fwd_smem > INLINE_FREE_SMEM ? fwd_smem : INLINE_FREE_SMEM;
+    const int ok = ctx->part_small && part->n > 0 && part->tiles <= SMALL_MAX_TILES && bytes <= SMALL_MAX_SMEM &&
+                   rounds <= (persistent ? 1 : INLINE_MAX_ROUNDS) && row_bytes >= INLINE_MIN_ROW_BYTES &&
+                   (size_t)bytes <= room;
+    return ok ? (unsigned)bytes : 0;
 }
 
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,

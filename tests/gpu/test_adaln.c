@@ -223,8 +223,8 @@ static void run_train(kjit_ctx *ctx, const problem *p, const outs *o)
     CHECK_STATUS(kjit_adaln_partition_bytes(op, p->c.n, p->c.h, p->c.r, &pb), KJIT_OK);
     CUdeviceptr ws = gpu_alloc(wsb), part = gpu_alloc(pb);
     gpu_poison(ws, wsb), gpu_poison(part, pb); /* nothing of a previous partition to find */
-    CHECK_STATUS(kjit_adaln_fwd_train(ctx, op, &a, (void *)(uintptr_t)part, pb, NULL), KJIT_OK);
-    CHECK_STATUS(kjit_adaln_bwd_train(ctx, op, &a, (void *)(uintptr_t)part, pb, (void *)(uintptr_t)ws, wsb, NULL),
+    CHECK_STATUS(kjit_adaln_train_fwd(ctx, op, &a, (void *)(uintptr_t)part, pb, NULL), KJIT_OK);
+    CHECK_STATUS(kjit_adaln_train_bwd(ctx, op, &a, (void *)(uintptr_t)part, pb, (void *)(uintptr_t)ws, wsb, NULL),
                  KJIT_OK);
     gpu_sync();
     gpu_free(ws), gpu_free(part);
@@ -523,7 +523,7 @@ static void check_split(kjit_ctx *ctx, int mode)
 
 /* The one-CTA partition build (small problems) and the three-launch build
  * (big_ctx: KJIT_PART_SMALL=0) give the same bits: every gradient, row and
- * parameter; so does the training pair (kjit_adaln_fwd_train builds the
+ * parameter; so does the training pair (kjit_adaln_train_fwd builds the
  * partition in an extra block of the forward, or with the three launches
  * before it on big_ctx and where the counters pass 48 KiB), outputs
  * included. Shapes up to the small build's limits and past them, with many
@@ -542,11 +542,14 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 16385, 9, 0, 1, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I64, 64, 1000, 2800, 0, 1, 1, 0},
         /* 12 tiles of 4000 counters (192000 bytes): the training forward
-         * builds with three launches before its own (as past 64 tiles: the
-         * 16385-row case above); H = 5376 at 64 tiles, the largest build
-         * beside the forward's rows; the odd-H generic path. */
+         * builds with three launches before its own (as past 64 tiles, with
+         * rows under 4 KiB, or more than 3 tiles per warp: the cases above
+         * and the 16384-row one); H = 5376 at 4097 rows, where every op's
+         * training forward builds beside its rows; the odd-H generic path. */
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 3000, 4000, 0, 1, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 16384, 9, 0, 1, 1, 0},
+        {mode, KJIT_BF16, KJIT_BF16, KJIT_I64, 5376, 4097, 9, 0, 1, 1, 0},
+        {mode, KJIT_F32, KJIT_F32, KJIT_I32, 3072, 2000, 300, 0, 1, 1, 0},
         {mode, KJIT_F32, KJIT_BF16, KJIT_I64, 13, 700, 5, 0, 1, 1, 0},
     };
     int differ = 0, tdiffer = 0;
@@ -676,7 +679,7 @@ static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ct
         size_t wsb = 0;
         CHECK_STATUS(kjit_adaln_partition_bytes((kjit_adaln_op)mode, c.n, c.h, c.r, &wsb), KJIT_OK);
         CUdeviceptr ws = gpu_alloc(wsb);
-        CHECK_STATUS(kjit_adaln_fwd_train(async_ctx, (kjit_adaln_op)mode, &g2, (void *)(uintptr_t)ws, wsb, NULL), KJIT_OK);
+        CHECK_STATUS(kjit_adaln_train_fwd(async_ctx, (kjit_adaln_op)mode, &g2, (void *)(uintptr_t)ws, wsb, NULL), KJIT_OK);
         CHECK_STATUS(kjit_ctx_index_error(async_ctx, NULL, &flag), KJIT_OK);
         CHECK_EQ_INT(flag, 1);
         unsigned char *r1 = malloc(o.act_bytes), *r2 = malloc(o.act_bytes);
@@ -684,9 +687,9 @@ static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ct
         gpu_download(r2, o2.OUT, o.act_bytes);
         CHECK(memcmp(r1, r2, o.act_bytes) == 0);
         /* Synchronous checking: KJIT_EINDEX from the training forward too. */
-        CHECK_STATUS(kjit_adaln_fwd_train(sync_ctx, (kjit_adaln_op)mode, &g2, (void *)(uintptr_t)ws, wsb, NULL),
+        CHECK_STATUS(kjit_adaln_train_fwd(sync_ctx, (kjit_adaln_op)mode, &g2, (void *)(uintptr_t)ws, wsb, NULL),
                      KJIT_EINDEX);
-        CHECK_STATUS(kjit_adaln_fwd_train(ctx, (kjit_adaln_op)mode, &g2, NULL, wsb, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_fwd(ctx, (kjit_adaln_op)mode, &g2, NULL, wsb, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "partition") != NULL);
         gpu_download(r2, o2.OUT, o.act_bytes);
         CHECK(memcmp(r1, r2, o.act_bytes) == 0);

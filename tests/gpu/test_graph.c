@@ -52,8 +52,8 @@ static int call_op(kjit_ctx *ctx, int op, int train, CUstream stream)
     int rc;
     if (train && op) {
         void *pp = (void *)(uintptr_t)part;
-        if ((rc = kjit_adaln_fwd_train(ctx, (kjit_adaln_op)op, &adaln_args[op], pp, partb, stream))) return rc;
-        return kjit_adaln_bwd_train(ctx, (kjit_adaln_op)op, &adaln_args[op], pp, partb, w, wsb, stream);
+        if ((rc = kjit_adaln_train_fwd(ctx, (kjit_adaln_op)op, &adaln_args[op], pp, partb, stream))) return rc;
+        return kjit_adaln_train_bwd(ctx, (kjit_adaln_op)op, &adaln_args[op], pp, partb, w, wsb, stream);
     }
     switch (op) {
     case 0:

@@ -174,8 +174,8 @@ PROTOTYPES = {
                                                    _P(_c.c_size_t)]),
     "kjit_adaln_workspace": (_c.c_int, [_enum, _i64, _c.c_int, _i64, _P(_c.c_size_t)]),
     "kjit_adaln_partition_bytes": (_c.c_int, [_enum, _i64, _c.c_int, _i64, _P(_c.c_size_t)]),
-    "kjit_adaln_fwd_train": (_c.c_int, [_ptr, _enum, _P(AdalnArgs), _ptr, _c.c_size_t, _ptr]),
-    "kjit_adaln_bwd_train": (_c.c_int, [_ptr, _enum, _P(AdalnArgs), _ptr, _c.c_size_t, _ptr,
+    "kjit_adaln_train_fwd": (_c.c_int, [_ptr, _enum, _P(AdalnArgs), _ptr, _c.c_size_t, _ptr]),
+    "kjit_adaln_train_bwd": (_c.c_int, [_ptr, _enum, _P(AdalnArgs), _ptr, _c.c_size_t, _ptr,
                                         _c.c_size_t, _ptr]),
 }
 for _op in ("norm_modulate", "gated_residual", "gated_residual_norm_modulate"):

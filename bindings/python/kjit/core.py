@@ -177,7 +177,8 @@ def adaln_workspace(op, n, hidden, rows):
 
 def adaln_partition_bytes(op, n, hidden, rows):
     """Bytes of the row partition a training forward builds for its backward
-    (kjit_adaln_fwd_train / kjit_adaln_bwd_train): about 4 per row."""
+    (kjit_adaln_train_fwd / kjit_adaln_train_bwd): 4 per row plus the
+    sort's counters (about 4 per row at small R)."""
     return _adaln_size("kjit_adaln_partition_bytes", op, n, hidden, rows)
 
 

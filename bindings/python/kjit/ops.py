@@ -255,7 +255,7 @@ def _adaln_fwd_launch(op, a, t, rows, train):
         return None
     nb = _adaln_partition_bytes(op, a.n, a.hidden, rows)
     part = torch.empty(nb, dtype=torch.uint8, device=t.device)
-    ctx._run("kjit_adaln_fwd_train", _OP_CODE[op], ctypes.byref(a), part.data_ptr(), nb, stream)
+    ctx._run("kjit_adaln_train_fwd", _OP_CODE[op], ctypes.byref(a), part.data_ptr(), nb, stream)
     return part
 
 
@@ -268,12 +268,12 @@ def _adaln_bwd_launch(op, a, t, n, h, rows, part=None):
     if part is None:
         ctx._run(_BWD_FN[op], ctypes.byref(a), *ws_arg, stream)
     else:
-        ctx._run("kjit_adaln_bwd_train", _OP_CODE[op], ctypes.byref(a), part.data_ptr(), part.numel(),
+        ctx._run("kjit_adaln_train_bwd", _OP_CODE[op], ctypes.byref(a), part.data_ptr(), part.numel(),
                  *ws_arg, stream)
 
 
 _ADALN_NAMES = ("norm_modulate", "gated_residual", "gated_residual_norm_modulate")
-_OP_CODE = {op: k + 1 for k, op in enumerate(_ADALN_NAMES)}  # kjit_adaln_op
+_OP_CODE = core._ADALN_OPS  # op name -> kjit_adaln_op
 _FWD_FN = {op: f"kjit_{op}_fwd" for op in _ADALN_NAMES}
 _BWD_FN = {op: f"kjit_{op}_bwd" for op in _ADALN_NAMES}
 
