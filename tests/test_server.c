@@ -640,6 +640,50 @@ static void test_sigterm(const char *cache)
     CHECK(access(sock, F_OK) != 0);
 }
 
+/* SIGTERM and SIGINT early in the server's first compile (an empty cache):
+ * libnvrtc replaces the process's handlers while its first compile runs, so
+ * a handler-based server died there (no reply, the socket left behind).
+ * The signals are read from a signalfd: the compile's reply comes, exit 0.
+ * Then two signals in a row: the second ends the process by the signal. */
+static void test_signal_first_compile(const char *cache_base)
+{
+    static const int sigs[3] = {SIGTERM, SIGINT, SIGTERM};
+    const int delays_us[3] = {5000, 1000, 20000};
+    for (int k = 0; k < 4; ++k) {
+        char sock[4200], cache[4300];
+        snprintf(sock, sizeof sock, "%s/first%d/kjit.sock", tmp, k);
+        snprintf(cache, sizeof cache, "%s-%d", cache_base, k); /* empty: the compile runs NVRTC */
+        pid_t pid = kjit_test_serve(sock, cache, NULL);
+        int fd = kjit_test_connect(sock);
+        kjit_test_frame(fd, HELLO, NULL, 0);
+        cJSON_Delete(kjit_test_reply(fd, 10000));
+        kjit_test_frame(fd, "{\"id\":3,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,"
+                      "\"dtype\":\"bf16\"}", NULL, 0);
+        if (k < 3) {
+            usleep((useconds_t)delays_us[k]);
+            kill(pid, sigs[k]);
+            cJSON *r = kjit_test_reply(fd, 60000);
+            CHECK(r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
+            cJSON_Delete(r);
+            close(fd);
+            int st = 0;
+            waitpid(pid, &st, 0);
+            CHECK_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
+            CHECK(access(sock, F_OK) != 0);
+        } else {
+            usleep(5000);
+            kill(pid, SIGTERM);
+            usleep(2000);
+            kill(pid, SIGTERM);
+            int st = 0;
+            waitpid(pid, &st, 0);
+            /* Drained within the 2 ms (exit 0) or ended by the second signal. */
+            CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0) || (WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM));
+            close(fd);
+        }
+    }
+}
+
 int main(void)
 {
     const char *bin = getenv("KJIT_BIN");
@@ -676,6 +720,8 @@ int main(void)
     test_peer_refusal(cache);
     snprintf(cache, sizeof cache, "%s/cache-term", tmp);
     test_sigterm(cache);
+    snprintf(cache, sizeof cache, "%s/cache-first", tmp);
+    test_signal_first_compile(cache);
     kjit_test_rmtree(tmp);
     free(tmp);
     return kjit_test_result("test_server");

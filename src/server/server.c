@@ -5,9 +5,19 @@
  * connections are refused with "shutting_down"; jobs in flight finish and
  * their waiters are answered; then each connection closes once its replies
  * are written (or after CLOSE_WAIT if its client stopped reading), and the
- * loop runs out of handles. The signal handlers close with the listener, so
- * a second signal ends the process the default way. */
+ * loop runs out of handles. A second signal ends the process the default
+ * way.
+ *
+ * The signals are blocked in every thread (the mask is set before the
+ * server starts any) and read from a signalfd on the loop, not caught by
+ * handlers: libnvrtc replaces the process's SIGINT and SIGTERM handlers
+ * while a process's first compile runs (seen with strace), and its handler
+ * exits the process from under the compiling worker (a crash, no reply, the
+ * socket file left behind). A blocked signal waits for the loop whatever
+ * handler is installed. */
+#include <pthread.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +53,7 @@ static void maybe_finish(kjit_server *s)
 {
     if (s->draining && !s->jobs && !s->conns) {
         close_handle((uv_handle_t *)&s->sweep, &s->sweep_open);
+        close_handle((uv_handle_t *)&s->sig_poll, &s->sig_open);
         kjit__gpu_close(s);
     }
 }
@@ -68,14 +79,56 @@ void kjit__server_stop(kjit_server *s, const char *why)
     s->draining = 1;
     fprintf(stderr, "kjit serve: %s: finishing %u job(s) in flight, then exiting\n", why, s->jobs);
     kjit__listen_close(s);
-    close_handle((uv_handle_t *)&s->sig_term, &s->sig_term_open);
-    close_handle((uv_handle_t *)&s->sig_int, &s->sig_int_open);
     kjit__server_drain_check(s);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+/* The second signal: the default action (the process ends by it). */
+static void die_by(int signum)
 {
-    kjit__server_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, signum);
+    signal(signum, SIG_DFL);
+    raise(signum);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+}
+
+static void on_signal(uv_poll_t *h, int status, int events)
+{
+    kjit_server *s = h->data;
+    (void)events;
+    if (status < 0) return;
+    struct signalfd_siginfo si;
+    while (read(s->sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
+        const int signum = (int)si.ssi_signo;
+        if (s->signals++) die_by(signum);
+        kjit__server_stop(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    }
+}
+
+/* SIGTERM and SIGINT blocked in this thread (and so in every thread it
+ * starts), *old the mask before; the fd that reads them. */
+static int signals_block(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    if (pthread_sigmask(SIG_BLOCK, &set, old)) return -1;
+    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+/* Consumes what is pending (the loop has ended), closes the fd, restores
+ * the mask. */
+static void signals_restore(int fd, const sigset_t *old)
+{
+    struct signalfd_siginfo si;
+    if (fd >= 0) {
+        while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) {
+        }
+        close(fd);
+    }
+    pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
 static void on_sweep(uv_timer_t *t)
@@ -101,13 +154,13 @@ static int start(kjit_server *s)
     kjit__remote_off(s->ctx);
     if ((rc = kjit__arch_parse(kjit_ctx_arch(s->ctx), &s->default_sm))) return rc;
     if ((rc = kjit__listen_open(s))) return rc;
-    int r = uv_signal_init(&s->loop, &s->sig_term);
-    s->sig_term_open = !r;
-    if (!r) s->sig_int_open = !(r = uv_signal_init(&s->loop, &s->sig_int));
-    if (r) return kjit__fail(KJIT_EIO, "uv_signal_init: %s", uv_strerror(r));
-    s->sig_term.data = s->sig_int.data = s;
-    if ((r = uv_signal_start(&s->sig_term, on_signal, SIGTERM)) || (r = uv_signal_start(&s->sig_int, on_signal, SIGINT)))
-        return kjit__fail(KJIT_EIO, "uv_signal_start: %s", uv_strerror(r));
+    if (s->sig_fd < 0) return kjit__fail(KJIT_EIO, "signalfd for SIGTERM and SIGINT failed");
+    int r = uv_poll_init(&s->loop, &s->sig_poll, s->sig_fd);
+    if (r) return kjit__fail(KJIT_EIO, "uv_poll_init (signals): %s", uv_strerror(r));
+    s->sig_open = 1;
+    s->sig_poll.data = s;
+    if ((r = uv_poll_start(&s->sig_poll, UV_READABLE, on_signal)))
+        return kjit__fail(KJIT_EIO, "uv_poll_start (signals): %s", uv_strerror(r));
     if ((r = uv_timer_init(&s->loop, &s->sweep))) return kjit__fail(KJIT_EIO, "uv_timer_init: %s", uv_strerror(r));
     s->sweep_open = 1;
     s->sweep.data = s;
@@ -134,11 +187,16 @@ int kjit__server_run(const kjit_server_config *cfg)
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
     s->lock_fd = -1;
+    /* Before any thread of the server exists (the context's, the pool's,
+     * the lane). */
+    sigset_t old_mask;
+    s->sig_fd = signals_block(&old_mask);
     s->spin_us = kjit__spin_us(LOOP_SPIN_US);
     const char *graph = getenv("KJIT_RUN_GRAPH");
     s->run_graph = !(graph && !strcmp(graph, "0"));
     int r = uv_loop_init(&s->loop);
     if (r) {
+        signals_restore(s->sig_fd, &old_mask);
         free(s);
         return kjit__fail(KJIT_EIO, "uv_loop_init: %s", uv_strerror(r));
     }
@@ -157,8 +215,7 @@ int kjit__server_run(const kjit_server_config *cfg)
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", kjit_last_error());
         kjit__listen_close(s);
-        close_handle((uv_handle_t *)&s->sig_term, &s->sig_term_open);
-        close_handle((uv_handle_t *)&s->sig_int, &s->sig_int_open);
+        close_handle((uv_handle_t *)&s->sig_poll, &s->sig_open);
         close_handle((uv_handle_t *)&s->sweep, &s->sweep_open);
         kjit__gpu_close(s);
         uv_run(&s->loop, UV_RUN_DEFAULT);
@@ -172,6 +229,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     kjit__jobs_free(s);
     kjit_ctx_destroy(s->ctx);
     pthread_mutex_destroy(&s->snap_mu);
+    signals_restore(s->sig_fd, &old_mask);
     free(s);
     if (rc == KJIT_OK) fprintf(stderr, "kjit serve: stopped\n");
     return rc;

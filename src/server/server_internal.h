@@ -70,10 +70,13 @@ typedef struct kjit_tuple_map {
 struct kjit_server {
     uv_loop_t loop;
     uv_pipe_t listener;
-    uv_signal_t sig_term, sig_int;
+    /* SIGTERM and SIGINT, blocked in every thread of the server and read
+     * from a signalfd (server.c says why). */
+    uv_poll_t sig_poll;
+    int sig_fd, signals;
     uv_timer_t sweep;
     uv_pipe_t spare; /* drops a connection there is no memory for */
-    int listener_open, sig_term_open, sig_int_open, sweep_open, spare_busy, in_drain_check;
+    int listener_open, sig_open, sweep_open, spare_busy, in_drain_check;
     kjit_server_config cfg;
     kjit_ctx *ctx;
     int default_sm;
