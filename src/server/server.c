@@ -5,8 +5,8 @@
  * connections are refused with "shutting_down"; jobs in flight finish and
  * their waiters are answered; then each connection closes once its replies
  * are written (or after CLOSE_WAIT if its client stopped reading), and the
- * loop runs out of handles. A second signal ends the process the default
- * way.
+ * loop runs out of handles. A second signal ends the process at once (exit
+ * status 128 + its number).
  *
  * The signals are blocked in every thread (the mask is set before the
  * server starts any) and read from a signalfd on the loop, not caught by
@@ -82,15 +82,15 @@ void kjit__server_stop(kjit_server *s, const char *why)
     kjit__server_drain_check(s);
 }
 
-/* The second signal: the default action (the process ends by it). */
+/* The second signal ends the process at once, exit status 128 + its
+ * number as a shell reports a death by it. Not by the signal's default
+ * action: that would go through whatever handler libnvrtc has installed
+ * at that moment (its handler calls exit(), which joins the compiling
+ * worker's pool: a hang or a crash). _exit runs no exit handlers. */
 static void die_by(int signum)
 {
-    sigset_t one;
-    sigemptyset(&one);
-    sigaddset(&one, signum);
-    signal(signum, SIG_DFL);
-    raise(signum);
-    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    fprintf(stderr, "kjit serve: second %s: exiting now\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    _exit(128 + signum);
 }
 
 static void on_signal(uv_poll_t *h, int status, int events)
