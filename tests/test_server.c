@@ -256,6 +256,20 @@ static void test_bad_input(const char *sock)
         {"{\"id\":1,\"type\":\"hello\",\"client\":\"a/../b\"}", "bad_request", "'client'"},
         {"{\"id\":1,\"type\":\"hello\",\"versions\":[7]}", "version", "version"},
         {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\\u0001\"}", "bad_request", "control"},
+        /* An escaped NUL would end the decoded string before what the checks
+         * must see; bytes that are not UTF-8 would be echoed in replies. */
+        {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\\u0000/../../etc/passwd\",\"hidden\":256,"
+         "\"dtype\":\"bf16\"}", "bad_json", "\\u0000"},
+        {"{\"id\":1,\"type\":\"ping\\u0000 x\"}", "bad_json", "NUL"},
+        {"{\"id\":1,\"type\":\"p\xffing\"}", "bad_json", "UTF-8"},
+        {"{\"id\":1,\"type\":\"\xc3\x28\"}", "bad_json", "UTF-8"},
+        {"{\"id\":1,\"type\":\"\xc0\xaf\"}", "bad_json", "UTF-8"},
+        {"{\"id\":1,\"type\":\"\xed\xa0\x80\"}", "bad_json", "UTF-8"},
+        {"{\"id\":1,\"type\":\"\xf4\x90\x80\x80\"}", "bad_json", "UTF-8"},
+        {"{\"\xff\":1,\"id\":1,\"type\":\"ping\"}", "bad_json", "UTF-8"},
+        /* An escaped backslash before u0000 is text, not a NUL: refused by name. */
+        {"{\"id\":1,\"type\":\"ping\\\\u0000\"}", "unknown_type", "u0000"},
+        {"{\"id\":1,\"type\":\"caf\xc3\xa9\"}", "unknown_type", "caf\xc3\xa9"},
         {"{\"id\":1,\"type\":\"prewarm\",\"ops\":\"all\",\"hidden\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24],"
          "\"dtype\":[\"fp32\",\"bf16\",\"fp16\"],\"arch\":[\"sm_80\",\"sm_90\",\"sm_100\",\"sm_120\"]}", "bad_request", "combinations"},
         {"{\"id\":1,\"type\":\"prewarm\",\"ops\":[],\"hidden\":256,\"dtype\":\"bf16\"}", "bad_request", "empty"},

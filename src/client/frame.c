@@ -80,3 +80,42 @@ int kjit__json_depth(const char *json, size_t len, int limit)
     }
     return deepest;
 }
+
+/* Length of the UTF-8 sequence at p (n bytes left), 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    const unsigned c = p[0];
+    if (c < 0x80) return 1;
+    size_t k;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) k = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) k = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return 0;
+    if (n < k || p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < k; ++i)
+        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return k;
+}
+
+const char *kjit__json_text_problem(const char *json, size_t len, size_t *at)
+{
+    const unsigned char *p = (const unsigned char *)json;
+    for (size_t i = 0; i < len;) {
+        if (p[i] == '\\' && i + 1 < len) {
+            if (p[i + 1] == 'u' && i + 6 <= len && !memcmp(p + i + 2, "0000", 4)) {
+                *at = i;
+                return "escapes a NUL (\\u0000)";
+            }
+            i += 2; /* the escaped character: an escaped backslash escapes nothing after it */
+            continue;
+        }
+        const size_t k = utf8_seq(p + i, len - i);
+        if (!k) {
+            *at = i;
+            return "is not UTF-8";
+        }
+        i += k;
+    }
+    return NULL;
+}

@@ -45,4 +45,11 @@ int kjit__frame_decode(const uint8_t in[KJIT_FRAME_HEADER], uint32_t max_json, u
  * Returns the deepest level reached, stopping once it exceeds `limit`. */
 int kjit__json_depth(const char *json, size_t len, int limit);
 
+/* What a JSON header must not hold before it is parsed: bytes that are not
+ * UTF-8 (RFC 3629: no overlong forms, surrogates or code points past
+ * U+10FFFF) and the escape \u0000 (a decoded string would end there, and
+ * the checks of what follows it with it). Returns NULL when the text is
+ * clean, else the reason, with *at the byte offset of the problem. */
+const char *kjit__json_text_problem(const char *json, size_t len, size_t *at);
+
 #endif

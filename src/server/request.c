@@ -552,12 +552,15 @@ int kjit__req_parse(const char *json, size_t len, uint32_t payload_len, int defa
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
     if (memchr(json, '\0', len)) return fail(err, "bad_json", "the JSON header contains a NUL byte");
+    size_t at = 0;
+    const char *why = kjit__json_text_problem(json, len, &at);
+    if (why) return fail(err, "bad_json", "the JSON header %s (at byte %zu)", why, at);
     if (kjit__json_depth(json, len, KJIT_MAX_JSON_DEPTH) > KJIT_MAX_JSON_DEPTH)
         return fail(err, "bad_json", "the JSON header nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
-        size_t at = end ? (size_t)(end - json) : 0;
+        at = end ? (size_t)(end - json) : 0;
         return fail(err, "bad_json", "the header is not valid JSON (at byte %zu of %zu)", at, len);
     }
     for (const char *p = end; p < json + len; ++p)
