@@ -226,6 +226,34 @@ static void expect_fatal(const char *sock, const void *bytes, size_t len, const 
     close(fd);
 }
 
+/* Ids up to 2^53 - 1 come back exactly in every kind of reply (the largest
+ * were rounded to 15 digits in stats, hello and error replies). */
+static void test_big_ids(const char *sock)
+{
+    static const char *const reqs[] = {
+        "{\"id\":%s,\"type\":\"stats\"}", "{\"id\":%s,\"type\":\"ping\"}", "{\"id\":%s,\"type\":\"fly\"}",
+        "{\"id\":%s,\"type\":\"compile\",\"op\":\"nope\",\"hidden\":256,\"dtype\":\"bf16\"}",
+        "{\"id\":%s,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\"}"};
+    static const char *const ids[] = {"9007199254740991", "5000000000000001", "4503599627370497"};
+    int fd = kjit_test_connect(sock);
+    kjit_test_frame(fd, HELLO, NULL, 0);
+    cJSON_Delete(kjit_test_reply(fd, 10000));
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i)
+        for (size_t k = 0; k < sizeof reqs / sizeof reqs[0]; ++k) {
+            char q[256];
+            snprintf(q, sizeof q, reqs[k], ids[i]);
+            kjit_test_frame(fd, q, NULL, 0);
+            cJSON *r = kjit_test_reply(fd, 60000);
+            const double want = strtod(ids[i], NULL), got = r ? kjit_test_num(r, "id") : -1;
+            if (got != want) {
+                fprintf(stderr, "id %s came back as %.17g in the reply to %s\n", ids[i], got, q);
+                kjit_test_failures++;
+            }
+            cJSON_Delete(r);
+        }
+    close(fd);
+}
+
 static void test_bad_input(const char *sock)
 {
     static const bad_case cases[] = {
@@ -718,6 +746,7 @@ int main(void)
     pid_t pid = kjit_test_serve(sock, cache, NULL);
     test_round_trips(sock);
     test_bad_input(sock);
+    test_big_ids(sock);
     test_concurrent(sock);
     test_single_flight(sock);
     test_disconnect(sock);

@@ -149,10 +149,17 @@ void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char
     c->writes++;
 }
 
+void kjit__json_add_id(cJSON *o, uint64_t id)
+{
+    char t[24];
+    snprintf(t, sizeof t, "%llu", (unsigned long long)id);
+    cJSON_AddRawToObject(o, "id", t);
+}
+
 static void send_error(kjit_conn *c, int has_id, uint64_t id, const char *code, const char *msg, int final)
 {
     cJSON *o = cJSON_CreateObject(), *e;
-    if (has_id) cJSON_AddNumberToObject(o, "id", (double)id);
+    if (has_id) kjit__json_add_id(o, id);
     else cJSON_AddNullToObject(o, "id");
     cJSON_AddFalseToObject(o, "ok");
     cJSON_AddItemToObject(o, "error", e = cJSON_CreateObject());

@@ -25,7 +25,7 @@ static void reply_json(kjit_conn *c, cJSON *o)
 static cJSON *ok_reply(uint64_t id)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)id);
+    kjit__json_add_id(o, id);
     cJSON_AddTrueToObject(o, "ok");
     return o;
 }

@@ -215,7 +215,7 @@ static void prewarm_finish(prewarm *pw)
     if (pw->submitting || pw->done < pw->total) return;
     kjit_conn *c = pw->c;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)pw->id);
+    kjit__json_add_id(o, pw->id);
     cJSON_AddBoolToObject(o, "ok", !pw->failed);
     if (pw->failed) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");

@@ -42,7 +42,7 @@ static char *reply_text(const kernel_job *j)
     cJSON *o = cJSON_CreateObject(), *ks, *k;
     char arch[16];
     snprintf(arch, sizeof arch, "sm_%d", j->sm);
-    cJSON_AddNumberToObject(o, "id", (double)j->id);
+    kjit__json_add_id(o, j->id);
     cJSON_AddTrueToObject(o, "ok");
     cJSON_AddStringToObject(o, "op", j->spec.op);
     cJSON_AddStringToObject(o, "arch", arch);

@@ -133,6 +133,10 @@ void kjit__conn_accept(uv_stream_t *listener, int status);
  * payload buffers are referenced (cubins owned by the library context).
  * final: the request's last frame, which ends its `pending` when written.
  * A closing connection drops it. */
+/* Adds "id": the request's id as an exact integer (cJSON's own number
+ * printing keeps 15 significant digits: ids past 10^15 came back rounded). */
+struct cJSON;
+void kjit__json_add_id(struct cJSON *o, uint64_t id);
 void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char *tail, size_t tail_len,
                      const uv_buf_t *payload, int n_payload, int final);
 /* The final reply of a refused request ({"ok":false,"error":{code,message}}). */
