@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -539,6 +540,67 @@ static void test_disconnect(const char *sock)
 
 /* ---- limits ------------------------------------------------------------- */
 
+/* Reads exactly n bytes, `chunk` at a time with a pause between reads: a
+ * client slower than the idle timeout at taking a large reply. 0 on EOF. */
+static int slow_read(int fd, char *buf, size_t n, size_t chunk, int pause_us)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t k = read(fd, buf + got, n - got < chunk ? n - got : chunk);
+        if (k <= 0) return 0;
+        got += (size_t)k;
+        if (got < n) usleep((useconds_t)pause_us);
+    }
+    return 1;
+}
+
+/* A large reply read more slowly than --idle-timeout (1 s here) but without
+ * stopping: bytes keep moving, so it arrives whole, before any timeout (the
+ * idle clock ran from the request and, with the reply in the socket's
+ * buffer, ignored the client's reading: the reply was cut off). */
+static void slow_reader(const char *sock)
+{
+    int fd = kjit_test_connect(sock);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    kjit_test_frame(fd, HELLO, NULL, 0);
+    cJSON_Delete(kjit_test_reply(fd, 10000));
+    kjit_test_frame(fd, "{\"id\":7,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":5376,\"dtype\":\"bf16\"}",
+                  NULL, 0);
+    uint8_t h[KJIT_FRAME_HEADER];
+    kjit_frame_header fh;
+    char why[128];
+    const double t0 = kjit_test_now();
+    int ok = slow_read(fd, (char *)h, sizeof h, sizeof h, 0) &&
+             !kjit__frame_decode(h, 1u << 20, 1u << 30, &fh, why, sizeof why);
+    char *body = ok ? malloc((size_t)fh.json_len + fh.payload_len + 1) : NULL;
+    ok = ok && body && slow_read(fd, body, (size_t)fh.json_len + fh.payload_len, 4096, 12000);
+    const double took = kjit_test_now() - t0;
+    if (ok) {
+        body[fh.json_len] = '\0';
+        cJSON *r = cJSON_Parse(body);
+        ok = r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) && kjit_test_num(r, "id") == 7;
+        cJSON_Delete(r);
+    }
+    if (!ok || took < 1.5) {
+        fprintf(stderr, "slow reader: reply %s after %.1f s (a read slower than the 1 s idle time expected)\n",
+                ok ? "whole" : "cut off or wrong", took);
+        kjit_test_failures++;
+    }
+    /* Then idle: the timeout comes a second after the last byte moved, not
+     * queued while the reply was still being read. */
+    const double t1 = kjit_test_now();
+    cJSON *r = kjit_test_reply(fd, 5000);
+    const double quiet = kjit_test_now() - t1;
+    if (!r || strcmp(kjit_test_err_code(r), "timeout") || quiet < 0.7) {
+        fprintf(stderr, "slow reader: after the reply, %s after %.2f s (timeout after ~1 s expected)\n",
+                r ? kjit_test_err_code(r) : "nothing", quiet);
+        kjit_test_failures++;
+    }
+    cJSON_Delete(r);
+    free(body);
+    close(fd);
+}
+
 static void test_limits(const char *cache)
 {
     char sock[4200];
@@ -579,6 +641,7 @@ static void test_limits(const char *cache)
     CHECK(kjit_test_closed_within(fds[2], 5000));
     CHECK_LE(kjit_test_now() - t0, 4.0);
     for (int i = 0; i < 4; ++i) close(fds[i]);
+    slow_reader(sock);
     /* A client that sends and never reads: the server stops reading it and
      * keeps serving others. */
     int hog = kjit_test_connect(sock);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "client/frame.h"
@@ -147,6 +149,9 @@ void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char
         return;
     }
     c->writes++;
+    /* A reply on its way is activity: the idle and close-wait clocks start
+     * here, not at the request a long job answers. */
+    c->last_activity = uv_now(&c->srv->loop);
 }
 
 void kjit__json_add_id(cJSON *o, uint64_t id)
@@ -339,6 +344,18 @@ void kjit__conn_accept(uv_stream_t *listener, int status)
     resume(c);
 }
 
+/* Bytes of replies not yet read by the client: libuv's write queue and
+ * what the socket holds (SIOCOUTQ of a Unix stream socket counts what the
+ * peer has not consumed). */
+static size_t unsent_bytes(kjit_conn *c)
+{
+    size_t n = c->writes ? uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) : 0;
+    uv_os_fd_t fd;
+    int out = 0;
+    if (!uv_fileno((uv_handle_t *)&c->pipe, &fd) && ioctl(fd, SIOCOUTQ, &out) == 0 && out > 0) n += (size_t)out;
+    return n;
+}
+
 void kjit__conn_sweep(kjit_server *s)
 {
     uint64_t now = uv_now(&s->loop);
@@ -346,6 +363,13 @@ void kjit__conn_sweep(kjit_server *s)
     uint64_t frame = idle && idle < FRAME_TIMEOUT_MS ? idle : FRAME_TIMEOUT_MS;
     for (kjit_conn *c = s->conns, *next; c; c = next) {
         next = c->next;
+        /* A reply the client is still reading: bytes leaving libuv's queue
+         * or the socket's send buffer are activity too (uv_write reports
+         * only a whole write's end, and a slow reader can take longer than
+         * the idle time to drain the socket's buffer alone). */
+        const size_t wq = unsent_bytes(c);
+        if (wq != c->last_wq) c->last_activity = now;
+        c->last_wq = wq;
         uint64_t quiet = now - c->last_activity;
         if (c->close_after_write) {
             if (quiet > CLOSE_WAIT_MS) kjit__conn_close(c);

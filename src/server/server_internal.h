@@ -53,7 +53,8 @@ typedef struct kjit_conn {
     uint32_t pending;       /* accepted requests whose final reply is not written */
     uint32_t writes;        /* uv_write requests in flight */
     uint32_t n_parked;      /* requests waiting on a worker job */
-    uint64_t last_activity; /* uv_now of the last byte moved */
+    uint64_t last_activity; /* uv_now of the last byte moved (or reply queued) */
+    size_t last_wq;         /* write queue bytes at the last sweep: progress of a long write */
     uint64_t partial_since; /* uv_now when an incomplete frame began; 0: none */
     kjit_ipc_cache *ipc;    /* the handles its runs opened (created by its first run) */
     struct kjit_run_memo *run_memo; /* its last run request, parsed (run_memo.c) */
