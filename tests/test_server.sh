@@ -151,6 +151,33 @@ wait $P1; rc=$?
 [ $rc = 0 ] || fail "serve after shutdown exited $rc: $(cat "$T/s1.log")"
 [ ! -e "$S" ] || fail "socket left after shutdown"
 
+# A full server: the Python client reports `busy` every time, never the
+# broken pipe of sending hello to a connection the server already closed.
+"$KJIT" serve --socket "$T/full.sock" --max-clients 1 --cache-dir "$T/cache" 2>"$T/full.log" & PF=$!; pids+=($PF)
+wait_sock "$T/full.sock" || fail "serve --max-clients 1 did not come up: $(cat "$T/full.log")"
+python3 - "$CLIENT_PY" "$T/full.sock" <<'PY' || fail "python client against a full server"
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+held = m.Client(sys.argv[2], timeout=30)
+seen = {}
+for _ in range(30):
+    try:
+        m.Client(sys.argv[2], timeout=30)
+        k = "connected"
+    except m.ServerError as e:
+        k = e.code
+    except Exception as e:
+        k = type(e).__name__
+    seen[k] = seen.get(k, 0) + 1
+    time.sleep(0.005)
+held.close()
+assert seen == {"busy": 30}, seen
+print("python client, full server: busy 30 of 30")
+PY
+kill -TERM $PF; wait $PF
+
 # A server killed with SIGKILL leaves its socket; the next one replaces it.
 "$KJIT" serve --cache-dir "$T/cache" 2>"$T/s2.log" & P2=$!; pids+=($P2)
 wait_sock "$S" || fail "serve 2 did not come up"
