@@ -574,9 +574,9 @@ static void slow_reader(const char *sock)
     uint8_t h[KJIT_FRAME_HEADER];
     kjit_frame_header fh;
     char why[128];
-    const double t0 = kjit_test_now();
     int ok = slow_read(fd, (char *)h, sizeof h, sizeof h, 0) &&
              !kjit__frame_decode(h, 1u << 20, 1u << 30, &fh, why, sizeof why);
+    const double t0 = kjit_test_now(); /* the reading alone: 117 pauses of 12 ms */
     char *body = ok ? malloc((size_t)fh.json_len + fh.payload_len + 1) : NULL;
     ok = ok && body && slow_read(fd, body, (size_t)fh.json_len + fh.payload_len, 4096, 12000);
     const double took = kjit_test_now() - t0;
@@ -586,7 +586,7 @@ static void slow_reader(const char *sock)
         ok = r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) && kjit_test_num(r, "id") == 7;
         cJSON_Delete(r);
     }
-    if (!ok || took < 1.5) {
+    if (!ok || took < 1.2) {
         fprintf(stderr, "slow reader: reply %s after %.1f s (a read slower than the 1 s idle time expected)\n",
                 ok ? "whole" : "cut off or wrong", took);
         kjit_test_failures++;

@@ -178,6 +178,19 @@ print("python client, full server: busy 30 of 30")
 PY
 kill -TERM $PF; wait $PF
 
+# A signal after a `shutdown` request (work still in flight) ends the
+# server at once, as a second signal does: exit 128 + SIGTERM.
+"$KJIT" serve --socket "$T/shut.sock" --cache-dir "$T/cache-shut" 2>"$T/shut.log" & PS=$!; pids+=($PS)
+wait_sock "$T/shut.sock" || fail "serve for the shutdown test did not come up: $(cat "$T/shut.log")"
+"$KJIT" call --socket "$T/shut.sock" '{"type":"prewarm","ops":"all","hidden":[64,128,192],"dtype":["fp32","bf16"],"arch":["sm_80","sm_90"]}' \
+  >/dev/null 2>&1 & PC=$!
+sleep 0.3
+"$KJIT" call --socket "$T/shut.sock" '{"type":"shutdown"}' >/dev/null 2>&1
+kill -TERM $PS; t0=$(date +%s%N); wait $PS; rc=$?; t1=$(date +%s%N)
+[ $rc = 143 ] || fail "a signal after shutdown: exit $rc (143 expected): $(cat "$T/shut.log")"
+[ $(( (t1 - t0) / 1000000 )) -lt 2000 ] || fail "a signal after shutdown took $(( (t1 - t0) / 1000000 )) ms"
+wait $PC 2>/dev/null
+
 # A server killed with SIGKILL leaves its socket; the next one replaces it.
 "$KJIT" serve --cache-dir "$T/cache" 2>"$T/s2.log" & P2=$!; pids+=($P2)
 wait_sock "$S" || fail "serve 2 did not come up"

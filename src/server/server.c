@@ -101,7 +101,8 @@ static void on_signal(uv_poll_t *h, int status, int events)
     struct signalfd_siginfo si;
     while (read(s->sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
         const int signum = (int)si.ssi_signo;
-        if (s->signals++) die_by(signum);
+        /* A second signal, or one after a `shutdown` request: at once. */
+        if (s->signals++ || s->draining) die_by(signum);
         kjit__server_stop(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
     }
 }
@@ -118,14 +119,15 @@ static int signals_block(sigset_t *old)
     return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
-/* Consumes what is pending (the loop has ended), closes the fd, restores
- * the mask. */
+/* The loop has ended: a signal that came since ends the process at once;
+ * else the fd closes and the caller's mask comes back, before the teardown
+ * (joining the lane, the context), so a hung teardown can still be
+ * stopped. */
 static void signals_restore(int fd, const sigset_t *old)
 {
     struct signalfd_siginfo si;
     if (fd >= 0) {
-        while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) {
-        }
+        if (read(fd, &si, sizeof si) == (ssize_t)sizeof si) die_by((int)si.ssi_signo);
         close(fd);
     }
     pthread_sigmask(SIG_SETMASK, old, NULL);
@@ -221,6 +223,7 @@ int kjit__server_run(const kjit_server_config *cfg)
         uv_run(&s->loop, UV_RUN_DEFAULT);
         kjit__fail(rc, "%s", msg);
     }
+    signals_restore(s->sig_fd, &old_mask);
     /* Before the context goes: the lane closes the IPC handles still open. */
     kjit__gpu_stop(s);
     kjit__listen_release(s);
@@ -229,7 +232,6 @@ int kjit__server_run(const kjit_server_config *cfg)
     kjit__jobs_free(s);
     kjit_ctx_destroy(s->ctx);
     pthread_mutex_destroy(&s->snap_mu);
-    signals_restore(s->sig_fd, &old_mask);
     free(s);
     if (rc == KJIT_OK) fprintf(stderr, "kjit serve: stopped\n");
     return rc;

@@ -23,7 +23,11 @@ typedef struct kjit_server_config {
 
 void kjit__server_config_init(kjit_server_config *cfg);
 
-/* Serves until SIGTERM, SIGINT or a `shutdown` request, then stops
+/* Call it before the process starts any other thread: it blocks SIGTERM
+ * and SIGINT in the calling thread (so in every thread it starts) and reads
+ * them from a signalfd; a thread started earlier would still take them by
+ * the handler in place.
+ * Serves until SIGTERM, SIGINT or a `shutdown` request, then stops
  * accepting, finishes the work in flight, removes the socket and returns
  * KJIT_OK. Returns a status with kjit_last_error() set when it cannot start
  * (bad directory, a live server on the path, ...). */

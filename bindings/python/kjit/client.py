@@ -200,16 +200,19 @@ class Client:
         try:
             self._sock.sendall(_HEADER.pack(b"KJIT", PROTO_VERSION, 0, len(body), len(payload)) + body + payload)
         except (BrokenPipeError, ConnectionResetError) as e:
-            # The server may have answered and closed before this request
-            # went out (a refused connection: `busy`): its frame is still in
-            # the socket; raise that, else the broken pipe.
-            try:
-                header, data = self._read_frame()
-            except (OSError, ProtocolError, ValueError):
-                raise e from None
-            if check and not header.get("ok"):
-                raise ServerError(header) from None
-            return header, data
+            # The server may have refused the connection (`busy`, id null)
+            # and closed it before this request went out: that frame is
+            # still in the socket; raise it, else the broken pipe. Replies
+            # to earlier requests are passed over.
+            while True:
+                try:
+                    header, data = self._read_frame()
+                except (OSError, ProtocolError, ValueError):
+                    raise e from None
+                if header.get("id") is None:
+                    if check and not header.get("ok"):
+                        raise ServerError(header) from None
+                    return header, data
         if self._spin_s and req.get("type") == "run":
             # Only a run waits on purpose for the device: poll for its reply.
             end = time.perf_counter() + self._spin_s
