@@ -244,9 +244,8 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c, 0);
     if (train) {
         kjit_partition part;
-        float *partial;
         CUfunction fn;
-        kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &part, &partial, NULL);
+        kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &part, NULL, NULL);
         const unsigned inl = kjit__part_inline_smem(
             ctx, &part, tpr * c.rpc, (size_t)a->hidden * kjit_dtype_size(a->act_dtype), smem, persistent);
         if (inl) {
@@ -306,10 +305,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
      * it builds the empty one in the workspace, as the plain backward does,
      * and never writes the caller's partition). */
     const int built = train && a->n > 0;
-    if (built) {
-        float *unused;
-        kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &p.part, &unused, NULL);
-    }
+    if (built) kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &p.part, NULL, NULL);
     /* Zero rows: the gradients of the tables and weight are zero. */
     if (a->n == 0) pl.n = p.part.n = 0;
     if (!built && (rc = kjit__part_build(ctx, op, &p.part, &p.index, a->index.dtype, stream))) goto out;

@@ -90,7 +90,7 @@ void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition
     part->tiles = pl->tiles;
     part->chunk = pl->chunk;
     part->chunks = pl->chunks;
-    *partial = (float *)(uintptr_t)(base + pl->off_partial);
+    if (partial) *partial = (float *)(uintptr_t)(base + pl->off_partial);
     if (partial_w) *partial_w = pl->with_w ? (float *)(uintptr_t)(base + pl->off_partial_w) : NULL;
 }
 

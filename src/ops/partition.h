@@ -26,7 +26,8 @@ typedef struct kjit_part_plan {
  * chunks, both fixed per op. */
 void kjit__part_plan(kjit_part_plan *pl, int64_t n, int64_t r, int ng, int h, int with_w, int min_chunk,
                      int max_chunks);
-/* Points part / partial / partial_w into the workspace at base. */
+/* Points part / partial / partial_w into the workspace at base (partial and
+ * partial_w may be NULL: a partition alone). */
 void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition *part, float **partial,
                       float **partial_w);
 /* Loads every partition kernel a backward will launch before the backward

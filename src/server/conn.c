@@ -205,20 +205,20 @@ void kjit__conn_fatal(kjit_conn *c, const char *code, const char *fmt, ...)
     c->last_activity = uv_now(&c->srv->loop);
 }
 
-int kjit__conn_parked(const kjit_conn *c, uint64_t id)
+int kjit__conn_refuse_parked(kjit_conn *c, uint64_t id)
 {
     for (uint32_t i = 0; i < c->n_parked; ++i)
-        if (c->parked[i] == id) return 1;
+        if (c->parked[i] == id) {
+            kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
+                             (unsigned long long)id);
+            return -1;
+        }
     return 0;
 }
 
 int kjit__conn_park(kjit_conn *c, uint64_t id)
 {
-    if (kjit__conn_parked(c, id)) {
-        kjit__conn_error(c, 1, id, "out_of_order", "request id %llu is already waiting for its reply",
-                         (unsigned long long)id);
-        return -1;
-    }
+    if (kjit__conn_refuse_parked(c, id)) return -1;
     c->parked[c->n_parked++] = id;
     return 0;
 }

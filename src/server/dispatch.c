@@ -150,11 +150,7 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
      * (kjit__conn_park does it for the ones that wait): a ping or stats
      * answered under it would look to the client like that request's
      * reply. */
-    if (kjit__conn_parked(c, r.id)) {
-        kjit__conn_error(c, 1, r.id, "out_of_order", "request id %llu is already waiting for its reply",
-                         (unsigned long long)r.id);
-        return;
-    }
+    if (kjit__conn_refuse_parked(c, r.id)) return;
     if (s->draining) {
         kjit__conn_error(c, 1, r.id, "shutting_down", "the server is shutting down");
         return;

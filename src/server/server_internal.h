@@ -148,7 +148,8 @@ void kjit__conn_fatal(kjit_conn *c, const char *code, const char *fmt, ...) __at
 void kjit__conn_close(kjit_conn *c);
 void kjit__conn_ref(kjit_conn *c);
 void kjit__conn_unref(kjit_conn *c);
-int kjit__conn_parked(const kjit_conn *c, uint64_t id); /* 1 when id waits for a worker */
+/* -1 (and the out_of_order reply) when id waits for a worker, else 0. */
+int kjit__conn_refuse_parked(kjit_conn *c, uint64_t id);
 int kjit__conn_park(kjit_conn *c, uint64_t id);   /* -1 (and the out_of_order reply) when id is already parked */
 void kjit__conn_unpark(kjit_conn *c, uint64_t id);
 /* Idle, stuck and slow connections (the sweep timer). */

@@ -272,10 +272,9 @@ def _adaln_bwd_launch(op, a, t, n, h, rows, part=None):
                  *ws_arg, stream)
 
 
-_ADALN_NAMES = ("norm_modulate", "gated_residual", "gated_residual_norm_modulate")
 _OP_CODE = core._ADALN_OPS  # op name -> kjit_adaln_op
-_FWD_FN = {op: f"kjit_{op}_fwd" for op in _ADALN_NAMES}
-_BWD_FN = {op: f"kjit_{op}_bwd" for op in _ADALN_NAMES}
+_FWD_FN = {op: f"kjit_{op}_fwd" for op in _OP_CODE}
+_BWD_FN = {op: f"kjit_{op}_bwd" for op in _OP_CODE}
 
 
 def _row_major(g):
