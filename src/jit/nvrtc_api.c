@@ -82,3 +82,23 @@ const kjit_nvrtc_api *kjit__nvrtc(void)
     }
     return &api;
 }
+
+/* libnvrtc's first compile in a process installs its own SIGINT and
+ * SIGTERM handlers for the compile's length, and sets SIGINT to SIG_IGN on
+ * the way (seen with strace; later compiles leave the handlers alone).
+ * Setting SIG_IGN discards a pending SIGINT even where it is blocked, so a
+ * process that takes its signals from a signalfd (`kjit serve`) can lose
+ * one that arrives then. An empty program's compile does that first
+ * compile now, before the caller blocks its signals. */
+int kjit__nvrtc_warm(void)
+{
+    const kjit_nvrtc_api *n = kjit__nvrtc();
+    if (!n) return load_status;
+    nvrtcProgram p;
+    nvrtcResult r = n->CreateProgram(&p, "", "kjit_warm.cu", 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS) return kjit__fail(KJIT_ECOMPILE, "nvrtcCreateProgram: %s", n->GetErrorString(r));
+    r = n->CompileProgram(p, 0, NULL);
+    n->DestroyProgram(&p);
+    if (r != NVRTC_SUCCESS) return kjit__fail(KJIT_ECOMPILE, "nvrtcCompileProgram (empty program): %s", n->GetErrorString(r));
+    return KJIT_OK;
+}

@@ -33,4 +33,8 @@ typedef struct kjit_nvrtc_api {
 /* Thread-safe, loads once. NULL with KJIT_ENONVRTC set when not found. */
 const kjit_nvrtc_api *kjit__nvrtc(void);
 
+/* Compiles an empty program, so that libnvrtc's once-per-process signal
+ * handling (nvrtc_api.c says what it does) happens now. */
+int kjit__nvrtc_warm(void);
+
 #endif

@@ -14,7 +14,8 @@
  * while a process's first compile runs (seen with strace), and its handler
  * exits the process from under the compiling worker (a crash, no reply, the
  * socket file left behind). A blocked signal waits for the loop whatever
- * handler is installed. */
+ * handler is installed, but not through SIG_IGN, which that first compile
+ * also sets for SIGINT: the server runs it before blocking the signals. */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -26,6 +27,7 @@
 #include "core/error.h"
 #include "core/remote.h"
 #include "jit/compile.h"
+#include "jit/nvrtc_api.h"
 #include "server/server_internal.h"
 
 #define SWEEP_MS 250
@@ -189,6 +191,12 @@ int kjit__server_run(const kjit_server_config *cfg)
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
     s->lock_fd = -1;
+    /* libnvrtc's first compile sets SIGINT to SIG_IGN for a moment, which
+     * would discard a SIGINT waiting in the signalfd: that compile happens
+     * here, before the signals are blocked (a signal now takes its default
+     * action: the socket does not exist yet). A failure shows again, and is
+     * reported, at the first real compile. */
+    (void)kjit__nvrtc_warm();
     /* Before any thread of the server exists (the context's, the pool's,
      * the lane). */
     sigset_t old_mask;
