@@ -3,6 +3,7 @@
  * peer credentials, disconnects and SIGTERM with work in flight. Runs the
  * `kjit` binary named by $KJIT_BIN; needs NVRTC, not a GPU. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -780,6 +781,35 @@ static void dispositions(pid_t pid, char *out, size_t n)
     if (found == 2) snprintf(out, n, "%llx/%llx", ign & mine, cgt & mine);
 }
 
+/* How many of the server's threads do not block both SIGINT and SIGTERM
+ * (/proc/PID/task/T/status); *threads the count seen. */
+static int threads_taking_signals(pid_t pid, int *threads)
+{
+    const unsigned long long mine = (1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1));
+    char dir[64], path[400], line[256];
+    int open_ = 0;
+    *threads = 0;
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s/status", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* a thread that ended meanwhile */
+        unsigned long long blk = 0;
+        int found = 0;
+        while (fgets(line, sizeof line, f)) found += sscanf(line, "SigBlk: %llx", &blk) == 1;
+        fclose(f);
+        if (found) {
+            ++*threads;
+            open_ += (blk & mine) != mine;
+        }
+    }
+    closedir(d);
+    return open_;
+}
+
 /* A client's first compile leaves the server's signal dispositions alone:
  * libnvrtc's once-per-process handler swap, with SIGINT set to SIG_IGN on
  * the way (which discards a pending SIGINT), happened at start-up.
@@ -810,6 +840,11 @@ static void test_first_compile_dispositions(const char *cache)
     cJSON_Delete(r);
     CHECK(samples > 0);
     CHECK_EQ_INT(changed, 0);
+    /* The signals come from the signalfd only if no thread takes them: not
+     * the pool's, the lane's, the driver's or libnvrtc's own. */
+    int threads = 0;
+    CHECK_EQ_INT(threads_taking_signals(pid, &threads), 0);
+    CHECK(threads > 1);
     if (changed)
         fprintf(stderr, "SIGINT/SIGTERM ignored/caught changed in %d of %d samples during the first compile: %s -> %s\n",
                 changed, samples, before, seen);

@@ -89,7 +89,7 @@ const kjit_nvrtc_api *kjit__nvrtc(void)
  * Setting SIG_IGN discards a pending SIGINT even where it is blocked, so a
  * process that takes its signals from a signalfd (`kjit serve`) can lose
  * one that arrives then. An empty program's compile does that first
- * compile now, before the caller blocks its signals. */
+ * compile now, at a moment the caller chooses. */
 int kjit__nvrtc_warm(void)
 {
     const kjit_nvrtc_api *n = kjit__nvrtc();

@@ -15,7 +15,7 @@
  * exits the process from under the compiling worker (a crash, no reply, the
  * socket file left behind). A blocked signal waits for the loop whatever
  * handler is installed, but not through SIG_IGN, which that first compile
- * also sets for SIGINT: the server runs it before blocking the signals. */
+ * also sets for SIGINT: the server runs it at start-up. */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -191,16 +191,17 @@ int kjit__server_run(const kjit_server_config *cfg)
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
     s->lock_fd = -1;
-    /* libnvrtc's first compile sets SIGINT to SIG_IGN for a moment, which
-     * would discard a SIGINT waiting in the signalfd: that compile happens
-     * here, before the signals are blocked (a signal now takes its default
-     * action: the socket does not exist yet). A failure shows again, and is
-     * reported, at the first real compile. */
-    (void)kjit__nvrtc_warm();
     /* Before any thread of the server exists (the context's, the pool's,
-     * the lane). */
+     * the lane, libnvrtc's own). */
     sigset_t old_mask;
     s->sig_fd = signals_block(&old_mask);
+    /* libnvrtc's first compile sets SIGINT to SIG_IGN for a moment, which
+     * discards a pending SIGINT: that compile happens now, before the
+     * socket exists, instead of during a client's request (only a SIGINT in
+     * the few ms before it is lost). Not before the signals are blocked:
+     * libnvrtc may start threads there, which would take the signals. A
+     * failure shows again, and is reported, at the first real compile. */
+    (void)kjit__nvrtc_warm();
     s->spin_us = kjit__spin_us(LOOP_SPIN_US);
     const char *graph = getenv("KJIT_RUN_GRAPH");
     s->run_graph = !(graph && !strcmp(graph, "0"));
