@@ -251,7 +251,11 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
         if (inl) {
             fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c, 1);
             p.part = part;
-            groups += 1;
+            /* Block 0 builds. A full persistent grid gives it one of its
+             * slots (the rows spread over the others: a row's result does
+             * not depend on its block) instead of one block more, which
+             * would wait for a slot and run its rows after the build. */
+            if (!persistent || groups < 2) groups += 1;
             if (inl > smem) smem = inl;
         } else {
             /* Load the forward before the build writes anything. */

@@ -14,8 +14,8 @@
 #define SMALL_MAX_SMEM (48 * 1024)
 /* The training forward's partition block (kjit__part_inline_smem): at most
  * 3 tiles per warp of the forward's block (1 when the forward's grid is a
- * full persistent grid: there the block holds a row block's slot until it
- * is done), rows of at least 4 KiB (a forward long enough to hide the
+ * full persistent grid: there the block takes one of its slots, its rows
+ * going to the others), rows of at least 4 KiB (a forward long enough to hide the
  * build), and counters that fit the forward's own dynamic shared memory or
  * 4 KiB (every row block reserves them). Measured only at H = 5376 bf16,
  * 4097 rows (1 tile per warp with norm_modulate's persistent grid, 3 with
