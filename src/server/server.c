@@ -201,7 +201,7 @@ int kjit__server_run(const kjit_server_config *cfg)
      * the few ms before it is lost). Not before the signals are blocked:
      * libnvrtc may start threads there, which would take the signals. A
      * failure shows again, and is reported, at the first real compile. */
-    (void)kjit__nvrtc_warm();
+    if (kjit__nvrtc_warm()) kjit__clear_error();
     s->spin_us = kjit__spin_us(LOOP_SPIN_US);
     const char *graph = getenv("KJIT_RUN_GRAPH");
     s->run_graph = !(graph && !strcmp(graph, "0"));
