@@ -596,10 +596,13 @@ __device__ __forceinline__ float sum_strided(const float *q, long long m, long l
 }
 } // namespace kjit
 
+// The partition (start[]) was written by a grid that completed before the
+// backward kernel's own wait returned, so before this grid could launch:
+// each block reads it and finds its work before waiting for the backward
+// kernel (programmatic dependent launch), and only the partials after.
 template <class TP>
 __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
 {
-    kjit::grid_dep_sync();
     __shared__ int list_r[1024], list_c0[1024], list_m[1024];
     __shared__ int n_list;
     const int g = blockIdx.z;
@@ -618,6 +621,7 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
         const int ngrp = (int)((m + KJIT_COLSUM_GROUP - 1) / KJIT_COLSUM_GROUP);
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
         const int blk = blockIdx.y * gridDim.x + blockIdx.x, nblk = gridDim.x * gridDim.y;
+        kjit::grid_dep_sync();
         for (long long c0 = (long long)blk * 32; c0 < p.h; c0 += (long long)nblk * 32) {
             const long long col = c0 + lane;
             if (col < p.h)
@@ -641,6 +645,7 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
         return;
     }
     if (g > p.ng) return;
+    bool waited = false;
     const long long cstride = 2ll * p.ng * p.h; // one chunk's partials
     TP *out = (TP *)p.out[g];
     const long long os = p.out_stride[g];
@@ -664,6 +669,7 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
         }
         __syncthreads();
         const int nl = n_list;
+        if (!waited) kjit::grid_dep_sync(), waited = true;
         for (int i = 0; i < nl; ++i) {
             const long long rr = list_r[i], c0 = list_c0[i];
             const int heads = list_m[i];
