@@ -133,6 +133,14 @@ __device__ __forceinline__ float ldg_f32(const float *p)
 {
     return __ldg(p);
 }
+// From the L2 (the point of coherence), never a line an L1 kept: for reads
+// made before a grid's dependency wait (volatile: it stays behind its guard).
+__device__ __forceinline__ int ldcg_i32(const int *p)
+{
+    int v;
+    asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
 
 // Table row of row n, or -1 when n >= n1 or the index is outside [0, r).
 template <class TI>
@@ -598,8 +606,9 @@ __device__ __forceinline__ float sum_strided(const float *q, long long m, long l
 
 // The partition (start[]) was written by a grid that completed before the
 // backward kernel's own wait returned, so before this grid could launch:
-// each block reads it and finds its work before waiting for the backward
-// kernel (programmatic dependent launch), and only the partials after.
+// each block reads it (from the L2) and finds its work before waiting for
+// the backward kernel (programmatic dependent launch), and only the
+// partials after.
 template <class TP>
 __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
 {
@@ -616,7 +625,7 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
         // flight. A block takes 32 columns; its warps take the groups.
         __shared__ float grp[8][32];
         if (p.partial_w == 0) return;
-        const long long total = kjit::ldg_i32(pt.start + pt.r);
+        const long long total = kjit::ldcg_i32(pt.start + pt.r);
         const long long m = (total + chunk - 1) / chunk; // chunks holding rows
         const int ngrp = (int)((m + KJIT_COLSUM_GROUP - 1) / KJIT_COLSUM_GROUP);
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -658,7 +667,7 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
         __syncthreads();
         const long long r = blockIdx.y + (i0 + threadIdx.x) * gridDim.y;
         if (r < pt.r) {
-            const long long b = kjit::ldg_i32(pt.start + r), e = kjit::ldg_i32(pt.start + r + 1);
+            const long long b = kjit::ldcg_i32(pt.start + r), e = kjit::ldcg_i32(pt.start + r + 1);
             const long long c0 = b / chunk, c1 = (e - 1) / chunk;
             if (b == e || c0 != c1) {
                 const int i = atomicAdd(&n_list, 1);
