@@ -756,11 +756,6 @@ static void test_sigterm(const char *cache)
     CHECK(access(sock, F_OK) != 0);
 }
 
-/* SIGTERM and SIGINT early in the server's first compile (an empty cache):
- * libnvrtc replaces the process's handlers while its first compile runs, so
- * a handler-based server died there (no reply, the socket left behind).
- * The signals are read from a signalfd: the compile's reply comes, exit 0.
- * Then two signals in a row: the second ends the process at once. */
 /* SIGINT's and SIGTERM's bits of the server's ignored and caught signal
  * sets (/proc/PID/status), as "ign/cgt", or "" when unreadable. */
 static void dispositions(pid_t pid, char *out, size_t n)
@@ -825,9 +820,18 @@ static void test_first_compile_dispositions(const char *cache)
     kjit_test_frame(fd, "{\"id\":1,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":512,"
                   "\"dtype\":\"bf16\"}", NULL, 0);
     int changed = 0, samples = 0;
+    const double deadline = kjit_test_now() + 60;
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 0) > 0) break;
+        if (kjit_test_now() > deadline) {
+            fprintf(stderr, "no reply to the first compile in 60 s: the server hung\n");
+            kjit_test_failures++;
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            close(fd);
+            return;
+        }
         dispositions(pid, now, sizeof now);
         if (strcmp(now, before)) {
             if (!changed++) snprintf(seen, sizeof seen, "%s", now);
@@ -852,12 +856,49 @@ static void test_first_compile_dispositions(const char *cache)
     CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
 }
 
+/* A SIGINT already waiting when the server starts (blocked and raised
+ * before exec: a pending signal survives execve) stops it before it
+ * listens: exit 0, no socket. Before the check ahead of the start-up
+ * compile, libnvrtc's SIG_IGN discarded it and the server ran on. */
+static void test_signal_at_start(const char *cache)
+{
+    char sock[4200];
+    snprintf(sock, sizeof sock, "%s/early/kjit.sock", tmp);
+    const char *bin = getenv("KJIT_BIN");
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigprocmask(SIG_BLOCK, &set, NULL);
+        raise(SIGINT);
+        execl(bin, bin, "serve", "--socket", sock, "--cache-dir", cache, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    pid_t w = 0;
+    for (int t = 0; t < 600 && !(w = waitpid(pid, &st, WNOHANG)); ++t) usleep(50000);
+    if (!w) {
+        fprintf(stderr, "a SIGINT pending at start-up: the server ran on\n");
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CHECK_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
+    CHECK(access(sock, F_OK) != 0);
+}
+
+/* SIGTERM and SIGINT early in a client's first compile (an empty cache):
+ * libnvrtc replaced the process's handlers while the process's first
+ * compile ran, so a handler-based server died there (no reply, the socket
+ * left behind); now that compile runs at start-up and the signals are read
+ * from a signalfd: the compile's reply comes, exit 0. Then two signals in a
+ * row: the second ends the process at once. */
 static void test_signal_first_compile(const char *cache_base)
 {
     static const int sigs[3] = {SIGTERM, SIGINT, SIGTERM};
-    /* SIGINT 1 ms in: libnvrtc's first compile in a process sets SIGINT to
-     * SIG_IGN for a moment, discarding a pending one (the server then never
-     * stopped); the server does that compile before blocking its signals. */
+    /* SIGINT 1 ms in: libnvrtc's first compile sets SIGINT to SIG_IGN for a
+     * moment, discarding a pending one (the server then never stopped) when
+     * a client's compile was the process's first. */
     const int delays_us[3] = {5000, 1000, 20000};
     for (int k = 0; k < 4; ++k) {
         char sock[4200], cache[4300];
@@ -939,6 +980,7 @@ int main(void)
     test_sigterm(cache);
     snprintf(cache, sizeof cache, "%s/cache-first", tmp);
     test_first_compile_dispositions(cache);
+    test_signal_at_start(cache);
     test_signal_first_compile(cache);
     kjit_test_rmtree(tmp);
     free(tmp);

@@ -121,15 +121,22 @@ static int signals_block(sigset_t *old)
     return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
+/* The number of a signal waiting in fd (read: taken), else 0. */
+static int signal_pending(int fd)
+{
+    struct signalfd_siginfo si;
+    return fd >= 0 && read(fd, &si, sizeof si) == (ssize_t)sizeof si ? (int)si.ssi_signo : 0;
+}
+
 /* The loop has ended: a signal that came since ends the process at once;
  * else the fd closes and the caller's mask comes back, before the teardown
  * (joining the lane, the context), so a hung teardown can still be
  * stopped. */
 static void signals_restore(int fd, const sigset_t *old)
 {
-    struct signalfd_siginfo si;
     if (fd >= 0) {
-        if (read(fd, &si, sizeof si) == (ssize_t)sizeof si) die_by((int)si.ssi_signo);
+        const int signum = signal_pending(fd);
+        if (signum) die_by(signum);
         close(fd);
     }
     pthread_sigmask(SIG_SETMASK, old, NULL);
@@ -197,11 +204,21 @@ int kjit__server_run(const kjit_server_config *cfg)
     s->sig_fd = signals_block(&old_mask);
     /* libnvrtc's first compile sets SIGINT to SIG_IGN for a moment, which
      * discards a pending SIGINT: that compile happens now, before the
-     * socket exists, instead of during a client's request (only a SIGINT in
-     * the few ms before it is lost). Not before the signals are blocked:
-     * libnvrtc may start threads there, which would take the signals. A
-     * failure shows again, and is reported, at the first real compile. */
-    if (kjit__nvrtc_warm()) kjit__clear_error();
+     * socket exists, instead of during a client's request. Not before the
+     * signals are blocked: libnvrtc may start threads there, which would
+     * take the signals. A signal that came before it (loading libnvrtc
+     * takes ms) stops the server here; one inside the compile's first ms is
+     * lost. A failure shows again, and is reported, at the first real
+     * compile. */
+    const int early = kjit__nvrtc() ? signal_pending(s->sig_fd) : 0;
+    if (!early) (void)kjit__nvrtc_warm();
+    kjit__clear_error();
+    if (early) {
+        fprintf(stderr, "kjit serve: %s during start-up: exiting\n", early == SIGTERM ? "SIGTERM" : "SIGINT");
+        signals_restore(s->sig_fd, &old_mask);
+        free(s);
+        return KJIT_OK;
+    }
     s->spin_us = kjit__spin_us(LOOP_SPIN_US);
     const char *graph = getenv("KJIT_RUN_GRAPH");
     s->run_graph = !(graph && !strcmp(graph, "0"));
