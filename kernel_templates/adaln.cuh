@@ -66,8 +66,10 @@
 //
 // kjit_adaln_fwd_train<MODE, TA, TP, TI, H, TPR, RPC, PF>: the same rows
 //   and bits, plus the backward's partition p.part (partition.cuh) built by
-//   block 0; the rows go to blocks 1.. (block b takes kjit_adaln_fwd's
-//   block b - 1's rows). grid = 1 + a kjit_adaln_fwd grid; dynamic smem =
+//   block 0; the rows go to blocks 1.. as they would to a kjit_adaln_fwd
+//   grid one block smaller (a row's result does not depend on its block).
+//   grid = 1 + a kjit_adaln_fwd grid, or a full persistent grid with one
+//   row block fewer (the host's choice); dynamic smem =
 //   max(kjit_adaln_fwd's, p.part.tiles * p.part.r * 4); block as above (any
 //   multiple of 32 threads builds the same partition). A kernel of its own:
 //   the plain forward's code does not change.
@@ -1172,8 +1174,7 @@ __global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA,
 
 // The training forward (a kernel of its own, so the plain forward's code is
 // not touched): block 0 builds the backward's row partition p.part while
-// the others run the rows, the same rows per block as kjit_adaln_fwd's
-// shifted by one block.
+// the others run the rows, as a kjit_adaln_fwd grid one block smaller would.
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
 __global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, TP, H, TPR, RPC>())) kjit_adaln_fwd_train(const __grid_constant__ kjit_adaln_fwd_params p)
 {

@@ -82,7 +82,11 @@
 // walk reaches it; a dw-style column sum writes partial_w[c][col] for every
 // chunk with rows (fp32, sum over the chunk's rows in q order).
 //
-// Finishers (launch after the backward kernel, same stream):
+// Finishers (launch right after the backward kernel, same stream; the
+// partition must be complete before that kernel's dependency wait returns,
+// and that kernel must wait before it lets dependents launch, as every kjit
+// kernel does on its first line: the finisher reads start[] before its own
+// wait):
 //   kjit_part_finish<TP>     TP = kjit::bf16 | kjit::f16 | kjit::f32
 //       kjit_finish_params; grid (X, Y, ng + (partial_w ? 1 : 0)), block B
 //       (multiple of 32, <= 1024), smem 0. X, Y >= 1 and B are launch-only
