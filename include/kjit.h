@@ -320,8 +320,9 @@ KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64
  * into `partition` (the caller's, 256-byte aligned, partition_bytes >=
  * kjit_adaln_partition_bytes: 4 bytes per row plus the sort's counters, 4
  * per (table row, tile of 256+ rows); ~4 bytes per row at small R). Where
- * it pays (measured at H = 5376; partition.c says when) one extra block
- * of the forward's launch builds it beside the rows; otherwise the three
+ * it pays (measured at H = 5376; partition.c says when) one block of the
+ * forward's launch (one more, or one of a full persistent grid's) builds it
+ * beside the rows; otherwise the three
  * build launches run before the forward. kjit_adaln_train_bwd computes the
  * backward exactly as kjit_*_bwd from that partition, without building it
  * (workspace as there: kjit_adaln_workspace bytes, or NULL for the
