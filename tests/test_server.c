@@ -856,6 +856,22 @@ static void test_first_compile_dispositions(const char *cache)
     CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
 }
 
+/* pid's exit status as a shell reports it (128 + the signal for a death
+ * by one), waiting at most 30 s: a server that hangs is killed and reported
+ * with `hang` (a failure here instead of the suite's timeout). */
+static int exit_within_30s(pid_t pid, const char *hang)
+{
+    int st = 0;
+    pid_t w = 0;
+    for (int t = 0; t < 600 && !(w = waitpid(pid, &st, WNOHANG)); ++t) usleep(50000);
+    if (!w) {
+        fprintf(stderr, "%s\n", hang);
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 /* A SIGINT already waiting when the server starts (blocked and raised
  * before exec: a pending signal survives execve) stops it before it
  * listens: exit 0, no socket. Before the check ahead of the start-up
@@ -875,15 +891,7 @@ static void test_signal_at_start(const char *cache)
         execl(bin, bin, "serve", "--socket", sock, "--cache-dir", cache, (char *)NULL);
         _exit(127);
     }
-    int st = 0;
-    pid_t w = 0;
-    for (int t = 0; t < 600 && !(w = waitpid(pid, &st, WNOHANG)); ++t) usleep(50000);
-    if (!w) {
-        fprintf(stderr, "a SIGINT pending at start-up: the server ran on\n");
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-    }
-    CHECK_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
+    CHECK_EQ_INT(exit_within_30s(pid, "a SIGINT pending at start-up: the server ran on"), 0);
     CHECK(access(sock, F_OK) != 0);
 }
 
@@ -915,16 +923,9 @@ static void test_signal_first_compile(const char *cache_base)
             CHECK(r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
             cJSON_Delete(r);
             close(fd);
-            /* Bounded: a server that hangs fails here instead of the suite's timeout. */
-            int st = 0;
-            pid_t w = 0;
-            for (int t = 0; t < 600 && !(w = waitpid(pid, &st, WNOHANG)); ++t) usleep(50000);
-            if (!w) {
-                fprintf(stderr, "signal %d during the first compile: the server hung\n", sigs[k]);
-                kill(pid, SIGKILL);
-                waitpid(pid, &st, 0);
-            }
-            CHECK_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
+            CHECK_EQ_INT(exit_within_30s(pid, sigs[k] == SIGINT ? "SIGINT during the first compile: the server hung"
+                                                                : "SIGTERM during the first compile: the server hung"),
+                         0);
             CHECK(access(sock, F_OK) != 0);
         } else {
             usleep(5000);

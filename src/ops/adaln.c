@@ -42,8 +42,8 @@ static const mode_info modes[4] = {
 
 static kjit_dtype param_for(kjit_dtype act) { return act == KJIT_F16 ? KJIT_F32 : act; }
 
-/* train: the training forward (the kernel kjit_adaln_fwd_train, the same rows and an
- * extra block that builds the backward's partition). */
+/* train: the training forward (the kernel kjit_adaln_fwd_train: the same
+ * rows, and block 0 builds the backward's partition). */
 static void fwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype par, kjit_dtype idx, int h, int vec,
                      const kjit_adaln_config *c, int train)
 {

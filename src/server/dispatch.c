@@ -146,9 +146,9 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
                          kjit__req_type_name(r.type));
         return;
     }
-    /* An id still waiting for a worker is refused whatever the request
-     * (kjit__conn_park does it for the ones that wait): a ping or stats
-     * answered under it would look to the client like that request's
+    /* An id still waiting for a worker is refused whatever the request (the
+     * one place this is checked: kjit__conn_park relies on it): a ping or
+     * stats answered under it would look to the client like that request's
      * reply. */
     if (kjit__conn_refuse_parked(c, r.id)) return;
     if (s->draining) {

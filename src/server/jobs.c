@@ -439,7 +439,7 @@ void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
         send_compiled(c, id, e->text, e->text_len, e->cubins, e->n, 0);
         return;
     }
-    if (kjit__conn_park(c, id)) return;
+    kjit__conn_park(c, id);
     if (!(e = entry_for(s, t)) || add_waiter(e->job, (waiter){c, id, NULL})) {
         kjit__conn_unpark(c, id);
         kjit__conn_error(c, 1, id, "internal", "out of memory for a compile job");
@@ -458,11 +458,7 @@ void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r)
         kjit__conn_error(c, 1, id, "internal", "out of memory for a prewarm");
         return;
     }
-    if (kjit__conn_park(c, id)) {
-        cJSON_Delete(pw->failures);
-        free(pw);
-        return;
-    }
+    kjit__conn_park(c, id);
     kjit__conn_ref(c);
     pw->c = c;
     pw->id = id;

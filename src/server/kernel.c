@@ -99,10 +99,7 @@ void kjit__kernel_request(kjit_conn *c, uint64_t id, const kjit_kernel_spec *spe
         kjit__conn_error(c, 1, id, "internal", "out of memory for a kernel job");
         return;
     }
-    if (kjit__conn_park(c, id)) {
-        free(j);
-        return;
-    }
+    kjit__conn_park(c, id);
     kjit__conn_ref(c);
     j->srv = s;
     j->c = c;

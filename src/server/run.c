@@ -146,10 +146,7 @@ void kjit__run_request(kjit_conn *c, uint64_t id, const kjit_run_req *r, const u
         kjit__conn_error(c, 1, id, "internal", "out of memory for a run");
         return;
     }
-    if (kjit__conn_park(c, id)) {
-        free(j);
-        return;
-    }
+    kjit__conn_park(c, id);
     kjit__conn_ref(c);
     memset(j, 0, sizeof *j);
     j->item.work = work_cb;

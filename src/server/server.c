@@ -95,14 +95,19 @@ static void die_by(int signum)
     _exit(128 + signum);
 }
 
+/* The number of a signal waiting in fd (read: taken), else 0. */
+static int signal_pending(int fd)
+{
+    struct signalfd_siginfo si;
+    return fd >= 0 && read(fd, &si, sizeof si) == (ssize_t)sizeof si ? (int)si.ssi_signo : 0;
+}
+
 static void on_signal(uv_poll_t *h, int status, int events)
 {
     kjit_server *s = h->data;
     (void)events;
     if (status < 0) return;
-    struct signalfd_siginfo si;
-    while (read(s->sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
-        const int signum = (int)si.ssi_signo;
+    for (int signum; (signum = signal_pending(s->sig_fd));) {
         /* A second signal, or one after a `shutdown` request: at once. */
         if (s->signals++ || s->draining) die_by(signum);
         kjit__server_stop(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -119,13 +124,6 @@ static int signals_block(sigset_t *old)
     sigaddset(&set, SIGINT);
     if (pthread_sigmask(SIG_BLOCK, &set, old)) return -1;
     return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-}
-
-/* The number of a signal waiting in fd (read: taken), else 0. */
-static int signal_pending(int fd)
-{
-    struct signalfd_siginfo si;
-    return fd >= 0 && read(fd, &si, sizeof si) == (ssize_t)sizeof si ? (int)si.ssi_signo : 0;
 }
 
 /* The loop has ended: a signal that came since ends the process at once;

@@ -129,15 +129,15 @@ void kjit__run_memo_free(kjit_conn *c);
 
 /* conn.c: connections, frames in and out. */
 void kjit__conn_accept(uv_stream_t *listener, int status);
+/* Adds "id": the request's id as an exact integer (cJSON's own number
+ * printing keeps 15 significant digits: ids past 10^15 came back rounded). */
+struct cJSON;
+void kjit__json_add_id(struct cJSON *o, uint64_t id);
 /* Queues one frame. The JSON header is head (copied) followed by tail
  * (referenced: it must outlive the server, as a memo's text does); the
  * payload buffers are referenced (cubins owned by the library context).
  * final: the request's last frame, which ends its `pending` when written.
  * A closing connection drops it. */
-/* Adds "id": the request's id as an exact integer (cJSON's own number
- * printing keeps 15 significant digits: ids past 10^15 came back rounded). */
-struct cJSON;
-void kjit__json_add_id(struct cJSON *o, uint64_t id);
 void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char *tail, size_t tail_len,
                      const uv_buf_t *payload, int n_payload, int final);
 /* The final reply of a refused request ({"ok":false,"error":{code,message}}). */
@@ -150,7 +150,8 @@ void kjit__conn_ref(kjit_conn *c);
 void kjit__conn_unref(kjit_conn *c);
 /* -1 (and the out_of_order reply) when id waits for a worker, else 0. */
 int kjit__conn_refuse_parked(kjit_conn *c, uint64_t id);
-int kjit__conn_park(kjit_conn *c, uint64_t id);   /* -1 (and the out_of_order reply) when id is already parked */
+/* id waits for a worker (kjit__dispatch has refused an id already waiting). */
+void kjit__conn_park(kjit_conn *c, uint64_t id);
 void kjit__conn_unpark(kjit_conn *c, uint64_t id);
 /* Idle, stuck and slow connections (the sweep timer). */
 void kjit__conn_sweep(kjit_server *s);

@@ -108,10 +108,7 @@ void kjit__tune_request(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
         kjit__conn_error(c, 1, id, "internal", "out of memory for a tune");
         return;
     }
-    if (kjit__conn_park(c, id)) {
-        if (fresh) free(j);
-        return;
-    }
+    kjit__conn_park(c, id);
     if (add_waiter(j, c, id)) {
         kjit__conn_unpark(c, id);
         if (fresh) free(j);
