@@ -94,6 +94,8 @@ for s in $stages; do
       summary+=("test_server_ipc $1 rc=$?")
       echo "== $1"; grep -E "round trip" "$LOG" | tail -n 21 | sed -E 's/^[0-9]+: +//; s/ \(target <= 60\)//'
     }
+    # Every ordering mechanism, the client's stream busy before each run.
+    section "ipc_order_probe"; $B/bench/ipc_order_probe 40 2>&1 | tee -a "$LOG"
     ipc_test "(polling)"
     KJIT_RUN_GRAPH=0 ipc_test "(KJIT_RUN_GRAPH=0: each run launched directly)"
     KJIT_SPIN_US=0 ipc_test "(KJIT_SPIN_US=0)"
@@ -103,6 +105,7 @@ for s in $stages; do
       if nvidia-cuda-mps-control -d; then
         sleep 1
         ipc_test "(MPS)"
+        section "ipc_order_probe (MPS)"; $B/bench/ipc_order_probe 40 2>&1 | tee -a "$LOG"
         # The Python client under MPS: order="auto" should pick the event.
         section "test_client_gpu (MPS)"
         KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH} \
