@@ -5,7 +5,8 @@
 # with headers) and reports.tar (the conformance JSON); a summary is printed last.
 # Usage (from the project root):
 #   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
-# Stages (default: tests bench): tests, bench, python, conformance, tune,
+# Stages (default: tests bench): tests, bench, python, fuzz (random shapes
+# through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), conformance, tune,
 # sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
 # under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
 # profile (ncu: each backward kernel's time and DRAM bytes), ncudetail (ncu
@@ -58,6 +59,16 @@ for s in $stages; do
     section h3_block; python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 15
     summary+=("h3_block rc=${PIPESTATUS[0]}")
     section profile_binding; python3 bench/profile_binding.py 2>&1 | tee -a "$LOG" | tail -n 30 ;;
+  fuzz)
+    # Random shapes, dtypes, strides, index patterns and table layouts through
+    # the public Python API: accuracy, batch invariance, repeatability.
+    export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    section fuzz_torch_gpu; python3 tests/python/fuzz_torch_gpu.py --seconds ${KJIT_FUZZ_SECONDS:-150} \
+      ${KJIT_FUZZ_SEED:+--seed $KJIT_FUZZ_SEED} 2>&1 | tee -a "$LOG" | tail -n 30
+    summary+=("fuzz_torch_gpu rc=${PIPESTATUS[0]}")
+    section "fuzz_torch_gpu --inject (every draw must fail)"
+    python3 tests/python/fuzz_torch_gpu.py --inject --seconds 20 2>&1 | tee -a "$LOG" | tail -n 1
+    summary+=("fuzz_torch_gpu --inject rc=${PIPESTATUS[0]}") ;;
   conformance)
     export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
     section conformance; python3 bench/conformance.py ${KJIT_CONFORMANCE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -v "^ " | tail -n 60

@@ -1,0 +1,226 @@
+"""Randomized GPU check of kjit's torch ops through the public API alone:
+shapes, dtypes, strides, index patterns and table layouts drawn at random
+(hidden sizes from 1 to 16384, R up to 65535, rows up to 70000, activations
+as column slices of wider buffers, tables as chunk(6) views, separate
+tensors or slices with their own row stride, int32 / int64 indices that are
+uniform, constant, sorted, reversed or two-valued). For each draw:
+  - outputs and every gradient vs the float64 reference (SPEC.md contract 4);
+  - a few rows again in a batch of their own, shuffled: outputs and row
+    gradients bitwise equal (contract 1);
+  - the whole call again: parameter gradients bitwise equal (contract 2).
+Runs draws until --seconds have passed (each new shape compiles first).
+
+    KJIT_LIBRARY=build-gpu/libkjit.so python3 tests/python/fuzz_torch_gpu.py [--seed S] [--seconds T]
+"""
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
+
+import torch  # noqa: E402
+
+import kjit  # noqa: E402
+from kjit import reference as ref  # noqa: E402
+
+DEV = "cuda"
+TOL = {torch.float32: 1e-6, torch.bfloat16: 4e-3, torch.float16: 1e-3}
+OPS = ("norm_modulate", "gated_residual", "gated_residual_norm_modulate", "adaln_row_gather")
+HIDDEN = (8, 24, 77, 256, 1000, 1032, 2056, 3072, 5376, 6144, 12288, 16384, 16383)
+
+
+def draw(rng):
+    op = rng.choice(OPS)
+    act = rng.choice((torch.bfloat16, torch.float16, torch.float32))
+    param = rng.choice((torch.bfloat16, torch.float32))
+    if op == "adaln_row_gather":
+        act = param
+    h = rng.choice(HIDDEN)
+    r = rng.choice((1, 2, 9, 37, 1000, 4096, 65535))
+    r = max(1, min(r, 40_000_000 // (6 * h)))
+    n = rng.choice((1, 2, 17, 257, 1000, 4097)) if rng.random() < 0.8 else rng.choice((20000, 70000))
+    n = max(1, min(n, 60_000_000 // h))
+    return dict(op=op, act=act, param=param, h=h, r=r, n=n,
+                idx=rng.choice((torch.int32, torch.int64)),
+                pattern=rng.choice(("uniform", "constant", "sorted", "reversed", "two", "cyclic")),
+                x_pad=rng.choice((0, 0, 8, 5)), table=rng.choice(("chunk", "separate", "strided")),
+                weight=rng.choice((True, True, False)), seed=rng.randrange(1 << 30))
+
+
+def rows_of(buf_rows, h, pad, dtype, g, scale=1.0):
+    """(N, h) activations: contiguous, or a column slice of an (N, h + pad) buffer."""
+    base = (torch.randn(buf_rows, h + pad, device=DEV, generator=g) * scale).to(dtype)
+    return base[:, pad // 2: pad // 2 + h] if pad else base
+
+
+def index_of(c, g):
+    n, r = c["n"], c["r"]
+    p = c["pattern"]
+    if p == "constant":
+        i = torch.full((n,), r - 1, device=DEV)
+    elif p == "two":
+        i = torch.randint(0, 2, (n,), device=DEV, generator=g) * (r - 1)
+    elif p == "cyclic":
+        i = torch.arange(n, device=DEV) % r
+    else:
+        i = torch.randint(0, r, (n,), device=DEV, generator=g)
+        if p == "sorted":
+            i = i.sort().values
+        elif p == "reversed":
+            i = i.sort(descending=True).values
+    return i.to(c["idx"])
+
+
+def tables_of(c, g):
+    """Six (R, h) tables (shift, scale, gate, ... as chunk(6) orders them),
+    every one a leaf or a view of one, so its gradient can be asked for."""
+    r, h, dt = c["r"], c["h"], c["param"]
+    if c["table"] == "chunk":
+        t6 = (torch.randn(r, 6 * h, device=DEV, generator=g) * 0.1).to(dt).requires_grad_()
+        return list(t6.chunk(6, 1)), [t6]
+    if c["table"] == "separate":
+        ts = [(torch.randn(r, h, device=DEV, generator=g) * 0.1).to(dt).requires_grad_() for _ in range(6)]
+        return ts, ts
+    wide = (torch.randn(r, 6 * h + 8, device=DEV, generator=g) * 0.1).to(dt).requires_grad_()
+    return [wide[:, 8 + k * h: 8 + (k + 1) * h] for k in range(6)], [wide]
+
+
+def inputs(c):
+    g = torch.Generator(device=DEV).manual_seed(c["seed"])
+    x = rows_of(c["n"], c["h"], c["x_pad"], c["act"], g, 2.0).requires_grad_()
+    y = rows_of(c["n"], c["h"], c["x_pad"], c["act"], g).requires_grad_()
+    tabs, _ = tables_of(c, g)
+    w = ((0.5 + torch.rand(c["h"], device=DEV, generator=g)).to(c["param"]).requires_grad_()
+         if c["weight"] else None)
+    return dict(x=x, y=y, tabs=tabs, w=w, index=index_of(c, g))
+
+
+def call(lib, op, m):
+    t, i = m["tabs"], m["index"]
+    if op == "norm_modulate":
+        return [lib.norm_modulate(m["x"], m["w"], t[0], t[1], i)]
+    if op == "gated_residual":
+        return [lib.gated_residual(m["x"], m["y"], t[2], i)]
+    if op == "gated_residual_norm_modulate":
+        kw = {"h_dtype": m["h_dtype"]} if "h_dtype" in m else {}
+        return list(lib.gated_residual_norm_modulate(m["x"], m["y"], t[2], m["w"], t[0], t[1], i, **kw))
+    return list(lib.adaln_row_gather(t, i))
+
+
+def used(op):
+    """Which inputs the op reads (by name), which tables (by chunk)."""
+    return {"norm_modulate": (("x", "w"), (0, 1)), "gated_residual": (("x", "y"), (2,)),
+            "gated_residual_norm_modulate": (("x", "y", "w"), (0, 1, 2)),
+            "adaln_row_gather": ((), tuple(range(6)))}[op]
+
+
+def grads(op, m, outs, ups):
+    names, chunks = used(op)
+    wrt = [m[k] for k in names if m[k] is not None] + [m["tabs"][k] for k in chunks]
+    return list(torch.autograd.grad(outs, wrt, ups))
+
+
+def double(m):
+    d = {k: (v.detach().double().requires_grad_() if torch.is_tensor(v) and v.is_floating_point() else v)
+         for k, v in m.items() if k != "tabs"}
+    d["tabs"] = [t.detach().double().requires_grad_() for t in m["tabs"]]
+    d["h_dtype"] = m["x"].dtype
+    return d
+
+
+def upstream(outs, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    return [torch.randn(o.shape, device=DEV, generator=g).to(o.dtype) for o in outs]
+
+
+def check(c, inject=False):
+    op = c["op"]
+    m = inputs(c)
+    outs = call(kjit, op, m)
+    ups = upstream(outs, c["seed"] + 1)
+    gs = grads(op, m, outs, ups)
+    outs = [o.detach() for o in outs]
+    if inject:  # the check's own test: one wrong element must fail the draw
+        outs[0] = outs[0].clone()
+        outs[0][0, 0] += 1
+    d = double(m)
+    routs = call(ref, op, d)
+    rgs = grads(op, d, routs, [u.double() for u in ups])
+    fails = []
+    for k, (o, ro) in enumerate(zip(outs, routs)):
+        e = ref.rel_err(o, ro)
+        if not e <= TOL[o.dtype]:
+            fails.append(f"out{k} rel err {e:.3g} > {TOL[o.dtype]:g}")
+    for k, (a, b) in enumerate(zip(gs, rgs)):
+        e = ref.rel_err(a, b)
+        if not e <= TOL[a.dtype]:
+            fails.append(f"grad{k} ({a.dtype}) rel err {e:.3g} > {TOL[a.dtype]:g}")
+    # Repeatable: the same call again, every output and gradient bitwise.
+    outs2 = call(kjit, op, m)
+    gs2 = grads(op, m, outs2, ups)
+    for k, (a, b) in enumerate(zip(outs + gs, outs2 + gs2)):
+        if not torch.equal(a, b):
+            fails.append(f"tensor {k} differs on a second call")
+    # Batch invariance: a few rows, shuffled, in a batch of their own.
+    n = c["n"]
+    rng = random.Random(c["seed"])
+    pick = sorted(set(rng.randrange(n) for _ in range(min(n, 5))))
+    rng.shuffle(pick)
+    rows = torch.tensor(pick, device=DEV)
+    names, _ = used(op)
+    sub = dict(m, index=m["index"][rows])
+    for k in ("x", "y"):
+        sub[k] = m[k].detach()[rows].requires_grad_()
+    souts = call(kjit, op, sub)
+    sgs = grads(op, sub, souts, [u[rows] for u in ups])
+    for k, (a, b) in enumerate(zip(souts, outs)):
+        if not torch.equal(a, b[rows]):
+            fails.append(f"out{k}: rows {pick} alone differ from the batch")
+    for k, name in enumerate(x for x in names if m[x] is not None):
+        if name in ("x", "y") and not torch.equal(sgs[k], gs[k][rows]):
+            fails.append(f"d{name}: rows {pick} alone differ from the batch")
+    return fails
+
+
+def describe(c):
+    return (f"{c['op']} n={c['n']} h={c['h']} r={c['r']} act={str(c['act'])[6:]} param={str(c['param'])[6:]} "
+            f"idx={str(c['idx'])[6:]} {c['pattern']} x_pad={c['x_pad']} table={c['table']} weight={c['weight']} "
+            f"seed={c['seed']}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--inject", action="store_true",
+                    help="add 1 to one output element of every draw: every draw must fail (exit 0 iff all did)")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: skipped")
+        return 77
+    rng = random.Random(a.seed)
+    print(f"seed {a.seed}", flush=True)
+    t_end = time.time() + a.seconds
+    done = bad = 0
+    while time.time() < t_end:
+        c = draw(rng)
+        try:
+            fails = check(c, a.inject)
+        except Exception as e:  # an exception is a failure of the draw, reported with it
+            fails = [f"{type(e).__name__}: {e}"]
+        done += 1
+        if fails:
+            bad += 1
+            print(f"FAIL {describe(c)}\n  " + "\n  ".join(fails[:6]), flush=True)
+        torch.cuda.empty_cache()
+    print(f"{done} draws, {bad} failed" + (" (--inject: every draw should)" if a.inject else ""))
+    if a.inject:
+        return 0 if done and bad == done else 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
