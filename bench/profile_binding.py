@@ -7,7 +7,8 @@ and the forward+backward step:
   host_us  wall time per call on the host, the GPU kept busy (no sync);
   gpu_us   CUDA-event time per call after a 256 MiB memset (conformance.py's
            method);
-and the top CPU entries of torch.profiler for the fwd+bwd step.
+and the top CPU entries of torch.profiler for the fwd+bwd step, then the
+device's kernels and memsets of the default path's step.
 Usage: python3 bench/profile_binding.py [--rows 4097]
 """
 
@@ -81,6 +82,18 @@ def main():
             step()
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
+
+    # What the default path (the Function) puts on the device per step: every
+    # kernel and memset with its count and device time (20 steps).
+    kjit_ops._EAGER = "function"
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(20):
+            flush.zero_()
+            step()
+        torch.cuda.synchronize()
+    print("device work of 20 fwd+bwd steps (function path), each after a 256 MiB memset:")
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=args.top))
 
 
 if __name__ == "__main__":

@@ -211,6 +211,9 @@ def main():
             fails = check(c, a.inject)
         except Exception as e:  # an exception is a failure of the draw, reported with it
             fails = [f"{type(e).__name__}: {e}"]
+            if a.inject:  # not the failure injected: stop
+                print(f"FAIL {describe(c)}\n  {fails[0]}")
+                return 1
         done += 1
         if fails:
             bad += 1
