@@ -76,7 +76,9 @@ static void xwrite(int fd, const void *p, size_t n)
 #define A_BYTES (64u << 20)
 #define W_BYTES (256u << 20)
 
-static void server(int rfd, int wfd, volatile uint32_t *page)
+/* This process's context on GPU 0 (primary, current), a stream, and the
+ * shared host page's device address. */
+static CUdevice gpu_start(CUstream *s, volatile uint32_t *page, CUdeviceptr *hpage)
 {
     CUdevice d;
     CUcontext c;
@@ -84,18 +86,24 @@ static void server(int rfd, int wfd, volatile uint32_t *page)
     CK(cuDeviceGet(&d, 0));
     CK(cuDevicePrimaryCtxRetain(&c, d));
     CK(cuCtxSetCurrent(c));
+    CK(cuStreamCreate(s, CU_STREAM_NON_BLOCKING));
+    CK(cuMemHostRegister((void *)page, 4096, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
+    CK(cuMemHostGetDevicePointer(hpage, (void *)page, 0));
+    return d;
+}
+
+static void server(int rfd, int wfd, volatile uint32_t *page)
+{
     CUstream s;
-    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a, b, flag, hpage;
+    gpu_start(&s, page, &hpage);
     handles h;
     xread(rfd, &h, sizeof h);
-    CUdeviceptr a, b, flag, hpage;
     CUevent ev, e0, e1;
     CK(cuIpcOpenMemHandle(&a, h.a, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     CK(cuIpcOpenMemHandle(&b, h.b, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     CK(cuIpcOpenMemHandle(&flag, h.flag, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     CK(cuIpcOpenEventHandle(&ev, h.ev));
-    CK(cuMemHostRegister((void *)page, 4096, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
-    CK(cuMemHostGetDevicePointer(&hpage, (void *)page, 0));
     CK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
     CK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
     for (;;) {
@@ -144,27 +152,19 @@ int main(int argc, char **argv)
         server(to_s[0], to_c[1], page);
     }
     close(to_s[0]), close(to_c[1]);
-    CUdevice d;
-    CUcontext c;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&d, 0));
-    CK(cuDevicePrimaryCtxRetain(&c, d));
-    CK(cuCtxSetCurrent(c));
+    CUstream s;
+    CUdeviceptr a, b, flag, w, hpage;
+    const CUdevice d = gpu_start(&s, page, &hpage);
     int memops = 0;
     CK(cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, d));
     char name[128];
     CK(cuDeviceGetName(name, sizeof name, d));
     printf("device %s, wait-value NOR %d\n", name, memops);
-    CUstream s;
-    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CUdeviceptr a, b, flag, w, hpage;
     CK(cuMemAlloc(&a, A_BYTES));
     CK(cuMemAlloc(&b, A_BYTES));
     CK(cuMemAlloc(&flag, 2 << 20));
     CK(cuMemAlloc(&w, W_BYTES));
     CK(cuMemsetD32(flag, 0, 1));
-    CK(cuMemHostRegister((void *)page, 4096, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
-    CK(cuMemHostGetDevicePointer(&hpage, (void *)page, 0));
     CUevent ev;
     CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS));
     handles h;
