@@ -741,10 +741,19 @@ static void test_sigterm(const char *cache)
     CHECK(r && cJSON_GetObjectItemCaseSensitive(r, "event"));
     cJSON_Delete(r);
     kill(pid, SIGTERM);
+    /* The final reply still comes: every combination accounted for, those
+     * not started by then failed with "shutting_down". */
     int final_ok = 0, events = 1;
     while ((r = kjit_test_reply(fd, 60000))) {
         if (cJSON_GetObjectItemCaseSensitive(r, "event")) events++;
-        else final_ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) && kjit_test_num(r, "combinations") == 12;
+        else {
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "error");
+            const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "code"));
+            final_ok = kjit_test_num(r, "combinations") == 12 &&
+                       kjit_test_num(r, "compiled") + kjit_test_num(r, "cached") == kjit_test_num(r, "kernels") &&
+                       (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) ||
+                        (code && !strcmp(code, "shutting_down")));
+        }
         cJSON_Delete(r);
     }
     CHECK(final_ok);
@@ -872,6 +881,102 @@ static int exit_within_30s(pid_t pid, const char *hang)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* ---- the memo's bound, a prewarm's share of the workers, stopping ------ */
+
+/* With KJIT_SERVE_MEMO_MAX=2, a third tuple drops the least recently used
+ * one; asked again, it comes back whole (from the library's cache). A
+ * reply stays intact while its memo entry goes: the first client reads it
+ * only after the entry was dropped. */
+static void test_memo_bound(const char *cache)
+{
+    char sock[4200];
+    snprintf(sock, sizeof sock, "%s/memo/kjit.sock", tmp);
+    setenv("KJIT_SERVE_MEMO_MAX", "2", 1);
+    pid_t pid = kjit_test_serve(sock, cache, NULL);
+    unsetenv("KJIT_SERVE_MEMO_MAX");
+    static const char *const q[3] = {
+        "{\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":1008,\"dtype\":\"fp32\",\"arch\":\"sm_80\"}",
+        "{\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":1016,\"dtype\":\"fp32\",\"arch\":\"sm_80\"}",
+        "{\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":1024,\"dtype\":\"fp32\",\"arch\":\"sm_80\"}"};
+    kjit_client *c = NULL;
+    CHECK_EQ_INT(kjit_client_connect(&c, sock, 10000), KJIT_OK);
+    size_t first_len = 0, len = 0;
+    cJSON *first = c ? call(c, q[0], &first_len) : NULL;
+    CHECK(first && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(first, "ok")) && first_len > 0);
+    /* A reply to a memo hit of q[0], left unread in the socket. */
+    int fd = greeted(sock);
+    char text[256];
+    snprintf(text, sizeof text, "{\"id\":5,%s", q[0] + 1);
+    kjit_test_frame(fd, text, NULL, 0);
+    usleep(100000);
+    for (int i = 1; c && i < 3; ++i) cJSON_Delete(call(c, q[i], NULL));
+    CHECK_EQ_INT(kjit_test_stat(sock, "memo"), 2);
+    CHECK_EQ_INT(kjit_test_stat(sock, "memo_evictions"), 1);
+    cJSON *r = kjit_test_reply(fd, 10000); /* its entry is gone by now */
+    CHECK(r && kjit_test_num(r, "id") == 5 && kjit_test_num(r, "payload_bytes") == (double)first_len);
+    cJSON_Delete(r);
+    close(fd);
+    cJSON *again = c ? call(c, q[0], &len) : NULL;
+    CHECK(again && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(again, "ok")) && len == first_len);
+    CHECK(again && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(again, "cached")));
+    CHECK_EQ_INT(kjit_test_stat(sock, "memo"), 2);
+    CHECK_EQ_INT(kjit_test_stat(sock, "memo_evictions"), 2);
+    cJSON_Delete(first);
+    cJSON_Delete(again);
+    kjit_client_close(c);
+    CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
+}
+
+/* A large prewarm does not hold back another client's compile: that
+ * compile is answered while most of the prewarm is still to come (before,
+ * its kernel queued behind all 1024 of the prewarm's). Then
+ * SIGTERM: the combinations not started are given up ("shutting_down"),
+ * and the server exits at once rather than after all of them. */
+static void test_prewarm_share(const char *cache)
+{
+    char sock[4200];
+    snprintf(sock, sizeof sock, "%s/share/kjit.sock", tmp);
+    pid_t pid = kjit_test_serve(sock, cache, NULL);
+    char *pw = malloc(16384);
+    int n = snprintf(pw, 16384, "{\"id\":3,\"type\":\"prewarm\",\"ops\":\"norm_modulate\",\"dtype\":\"fp32\","
+                                "\"arch\":\"sm_86\",\"hidden\":[");
+    for (int h = 0; h < 64; ++h) n += snprintf(pw + n, 16384 - (size_t)n, "%s%d", h ? "," : "", 2008 + 8 * h);
+    snprintf(pw + n, 16384 - (size_t)n, "]}");
+    int fd = greeted(sock);
+    kjit_test_frame(fd, pw, NULL, 0);
+    free(pw);
+    cJSON *r = kjit_test_reply(fd, 60000); /* under way */
+    CHECK(r && cJSON_GetObjectItemCaseSensitive(r, "event"));
+    cJSON_Delete(r);
+    kjit_client *c = NULL;
+    CHECK_EQ_INT(kjit_client_connect(&c, sock, 10000), KJIT_OK);
+    cJSON *other = c ? call(c, "{\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":64,"
+                                 "\"dtype\":\"fp32\",\"arch\":\"sm_75\"}", NULL) : NULL;
+    CHECK(other && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(other, "ok")));
+    cJSON_Delete(other);
+    kjit_client_close(c);
+    const double compiles = kjit_test_stat(sock, "compiles");
+    printf("a 64-combination prewarm (1024 kernels): %.0f compiles when another client's compile was answered\n",
+           compiles);
+    CHECK(compiles >= 1 && compiles < 200);
+    kill(pid, SIGTERM);
+    int final = 0, events = 1;
+    while ((r = kjit_test_reply(fd, 30000))) {
+        if (cJSON_GetObjectItemCaseSensitive(r, "event")) events++;
+        else {
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "error");
+            const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "code"));
+            final = kjit_test_num(r, "combinations") == 64 && kjit_test_num(r, "failed") > 0 && code &&
+                    !strcmp(code, "shutting_down");
+        }
+        cJSON_Delete(r);
+    }
+    CHECK(final);
+    CHECK_EQ_INT(events, 64);
+    close(fd);
+    CHECK_EQ_INT(exit_within_30s(pid, "SIGTERM during a large prewarm: the server did not exit within 30 s"), 0);
+}
+
 /* A SIGINT already waiting when the server starts (blocked and raised
  * before exec: a pending signal survives execve) stops it before it
  * listens: exit 0, no socket. Before the check ahead of the start-up
@@ -979,6 +1084,9 @@ int main(void)
     test_peer_refusal(cache);
     snprintf(cache, sizeof cache, "%s/cache-term", tmp);
     test_sigterm(cache);
+    snprintf(cache, sizeof cache, "%s/cache-memo", tmp);
+    test_memo_bound(cache);
+    test_prewarm_share(cache);
     snprintf(cache, sizeof cache, "%s/cache-first", tmp);
     test_first_compile_dispositions(cache);
     test_signal_at_start(cache);

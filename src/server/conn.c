@@ -125,8 +125,8 @@ void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char
                      const uv_buf_t *payload, int n_payload, int final)
 {
     if (c->closing) return;
-    unsigned nbufs = 1 + (tail_len ? 1 : 0) + (unsigned)n_payload;
-    wreq *w = malloc(sizeof *w + nbufs * sizeof(uv_buf_t) + KJIT_FRAME_HEADER + head_len);
+    unsigned nbufs = 1 + (unsigned)n_payload;
+    wreq *w = malloc(sizeof *w + nbufs * sizeof(uv_buf_t) + KJIT_FRAME_HEADER + head_len + tail_len);
     if (!w) {
         kjit__conn_close(c); /* an unanswered request would hang the client */
         return;
@@ -136,12 +136,12 @@ void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char
     for (int i = 0; i < n_payload; ++i) payload_len += payload[i].len;
     kjit__frame_encode((uint8_t *)bytes, (uint32_t)(head_len + tail_len), (uint32_t)payload_len);
     memcpy(bytes + KJIT_FRAME_HEADER, head, head_len);
+    if (tail_len) memcpy(bytes + KJIT_FRAME_HEADER + head_len, tail, tail_len);
     w->c = c;
     w->final = final;
     w->nbufs = nbufs;
     unsigned k = 0;
-    w->bufs[k++] = uv_buf_init(bytes, (unsigned)(KJIT_FRAME_HEADER + head_len));
-    if (tail_len) w->bufs[k++] = uv_buf_init((char *)tail, (unsigned)tail_len);
+    w->bufs[k++] = uv_buf_init(bytes, (unsigned)(KJIT_FRAME_HEADER + head_len + tail_len));
     for (int i = 0; i < n_payload; ++i) w->bufs[k++] = payload[i];
     if (uv_write(&w->req, (uv_stream_t *)&c->pipe, w->bufs, nbufs, on_write)) {
         free(w);
@@ -152,6 +152,11 @@ void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char
     /* A reply on its way is activity: the idle and close-wait clocks start
      * here, not at the request a long job answers. */
     c->last_activity = uv_now(&c->srv->loop);
+}
+
+size_t kjit__conn_backlog(kjit_conn *c)
+{
+    return uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) + (size_t)c->writes * (sizeof(wreq) + 64);
 }
 
 void kjit__json_add_id(cJSON *o, uint64_t id)

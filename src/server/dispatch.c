@@ -94,6 +94,7 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddNumberToObject(o, "bad_frames", (double)s->n.bad_frames);
     cJSON_AddNumberToObject(o, "timeouts", (double)s->n.idle_closed);
     cJSON_AddNumberToObject(o, "memo", (double)kjit__jobs_memo_count(s));
+    cJSON_AddNumberToObject(o, "memo_evictions", (double)kjit__jobs_memo_evictions(s));
     cJSON *k = cJSON_AddObjectToObject(o, "cache");
     cJSON_AddNumberToObject(k, "mem_hits", (double)cc.mem_hits);
     cJSON_AddNumberToObject(k, "disk_hits", (double)cc.disk_hits);

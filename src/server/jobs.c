@@ -7,9 +7,19 @@
  * many ask. (The library cache also merges concurrent builds of one kernel
  * key, which covers tuples that share kernels.) Once done the entry keeps
  * the reply text and the cubin addresses, so later requests are answered
- * on the loop thread with no copy: the cubins stay owned by the library
- * cache, valid until kjit_ctx_destroy, which comes after the loop ends.
- * A failed job leaves the map, so the next request tries again. */
+ * on the loop thread with no copy of the cubins: they stay owned by the
+ * library cache, valid until kjit_ctx_destroy, which comes after the loop
+ * ends. A failed job leaves the map, so the next request tries again. The
+ * done entries are kept up to a count (least recently used dropped first:
+ * KJIT_SERVE_MEMO_MAX, default 8192), so no client can grow the map without
+ * bound by asking for ever new tuples.
+ *
+ * A prewarm hands out its combinations a few at a time (until
+ * PREWARM_WINDOW kernels wait on jobs), so one large prewarm does not fill libuv's
+ * work queue ahead of every other client's compile; it stops handing them
+ * out when its client leaves or the server stops. On stop, parts still
+ * queued are cancelled (their waiters get "shutting_down"); only the ones
+ * already compiling are waited for. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +30,22 @@
 #define MAX_FAILURES_LISTED 16
 /* Progress events are advisory: skipped while a client has this much unread. */
 #define EVENT_BACKLOG (1u << 20)
+/* Kernels of one prewarm queued or compiling at once: twice libuv's
+ * default pool, so the pool stays busy and another client's compile
+ * waits for at most this many kernels (and a combination's). */
+#define PREWARM_WINDOW 8
+#define MEMO_MAX_DEFAULT 8192
+/* A part's status when stopping cancelled it before it started. */
+#define JOB_CANCELLED (-1000)
 
 typedef struct prewarm {
     kjit_conn *c; /* holds a reference */
     uint64_t id;
     int total, done, submitting;
-    int kernels, compiled, cached, failed;
+    int next, waiting; /* the next combination to hand out; kernels on jobs */
+    int kernels, compiled, cached, failed, cancelled;
     cJSON *failures;
+    kjit_req_tuple t[]; /* total of them */
 } prewarm;
 
 typedef struct waiter {
@@ -56,6 +75,7 @@ typedef struct job {
     int left;       /* parts not yet back on the loop */
     int status;     /* the first failed kernel's, in kernel order */
     const char *message;
+    int cancelled;  /* a part was cancelled (the server is stopping) */
     waiter *w;
     int n_w, cap_w;
 } job;
@@ -69,6 +89,8 @@ struct kjit_tuple_entry {
     uv_buf_t *cubins; /* the payload, in kernel order */
     char *text;       /* the reply after the id: {"ok":true,...} */
     size_t text_len;
+    kjit_tuple_entry *older, *newer; /* the map's list of done entries */
+    int in_lru;
 };
 
 /* ---- the map ------------------------------------------------------------ */
@@ -127,8 +149,39 @@ static void entry_free(kjit_tuple_entry *e)
     free(e);
 }
 
+/* The list of done entries, least recently used first. */
+static void lru_unlink(kjit_tuple_map *m, kjit_tuple_entry *e)
+{
+    if (!e->in_lru) return;
+    if (e->older) e->older->newer = e->newer;
+    else m->lru_old = e->newer;
+    if (e->newer) e->newer->older = e->older;
+    else m->lru_new = e->older;
+    e->older = e->newer = NULL;
+    e->in_lru = 0;
+    m->n_done--;
+}
+
+static void lru_push(kjit_tuple_map *m, kjit_tuple_entry *e)
+{
+    e->older = m->lru_new;
+    e->newer = NULL;
+    if (m->lru_new) m->lru_new->newer = e;
+    else m->lru_old = e;
+    m->lru_new = e;
+    e->in_lru = 1;
+    m->n_done++;
+}
+
+static void lru_touch(kjit_tuple_map *m, kjit_tuple_entry *e)
+{
+    lru_unlink(m, e);
+    lru_push(m, e);
+}
+
 static void map_remove(kjit_server *s, kjit_tuple_entry *e)
 {
+    lru_unlink(&s->map, e);
     kjit_tuple_entry **p = &s->map.slots[e->hash & (s->map.n_slots - 1)];
     while (*p != e) p = &(*p)->next;
     *p = e->next;
@@ -137,6 +190,22 @@ static void map_remove(kjit_server *s, kjit_tuple_entry *e)
 }
 
 size_t kjit__jobs_memo_count(const kjit_server *s) { return s->map.n_entries; }
+uint64_t kjit__jobs_memo_evictions(const kjit_server *s) { return s->map.evictions; }
+
+/* Drops the least recently used done entries past the cap. */
+static void memo_trim(kjit_server *s)
+{
+    kjit_tuple_map *m = &s->map;
+    if (!m->max_done) {
+        const char *v = getenv("KJIT_SERVE_MEMO_MAX");
+        long n = v ? strtol(v, NULL, 10) : 0;
+        m->max_done = n >= 1 && n <= (1L << 30) ? (size_t)n : MEMO_MAX_DEFAULT;
+    }
+    while (m->n_done > m->max_done) {
+        m->evictions++;
+        map_remove(s, m->lru_old);
+    }
+}
 
 void kjit__jobs_free(kjit_server *s)
 {
@@ -188,24 +257,11 @@ static char *reply_text(const job *j, int all_cached, size_t *len)
     return text;
 }
 
-static void send_compiled(kjit_conn *c, uint64_t id, const char *text, size_t len, const uv_buf_t *cubins, int n,
-                          int copy)
+static void send_compiled(kjit_conn *c, uint64_t id, const char *text, size_t len, const uv_buf_t *cubins, int n)
 {
     char head[32];
     int hn = snprintf(head, sizeof head, "{\"id\":%llu,", (unsigned long long)id);
-    if (!copy) {
-        kjit__conn_send(c, head, (size_t)hn, text + 1, len - 1, cubins, n, 1);
-        return;
-    }
-    char *all = malloc((size_t)hn + len);
-    if (!all) {
-        kjit__conn_close(c);
-        return;
-    }
-    memcpy(all, head, (size_t)hn);
-    memcpy(all + hn, text + 1, len - 1);
-    kjit__conn_send(c, all, (size_t)hn + len - 1, NULL, 0, cubins, n, 1);
-    free(all);
+    kjit__conn_send(c, head, (size_t)hn, text + 1, len - 1, cubins, n, 1);
 }
 
 /* ---- prewarm ------------------------------------------------------------ */
@@ -219,9 +275,12 @@ static void prewarm_finish(prewarm *pw)
     cJSON_AddBoolToObject(o, "ok", !pw->failed);
     if (pw->failed) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(e, "code", "compile_failed");
-        char msg[128];
-        snprintf(msg, sizeof msg, "%d of %d combinations failed (see failures)", pw->failed, pw->total);
+        cJSON_AddStringToObject(e, "code", pw->cancelled ? "shutting_down" : "compile_failed");
+        char msg[160];
+        if (pw->cancelled)
+            snprintf(msg, sizeof msg, "%d of %d combinations failed, %d of them not started: the server is shutting "
+                     "down (see failures)", pw->failed, pw->total, pw->cancelled);
+        else snprintf(msg, sizeof msg, "%d of %d combinations failed (see failures)", pw->failed, pw->total);
         cJSON_AddStringToObject(e, "message", msg);
     }
     cJSON_AddNumberToObject(o, "combinations", pw->total);
@@ -241,6 +300,8 @@ static void prewarm_finish(prewarm *pw)
     kjit__conn_unref(c);
 }
 
+static void prewarm_pump(prewarm *pw);
+
 /* One combination of a prewarm is done. imgs NULL: all from the memo. */
 static void prewarm_step(prewarm *pw, const kjit_req_tuple *t, int n, const kjit_kernel_image *imgs, int status,
                          const char *message)
@@ -252,6 +313,7 @@ static void prewarm_step(prewarm *pw, const kjit_req_tuple *t, int n, const kjit
     pw->done++;
     if (status) {
         pw->failed++;
+        pw->cancelled += status == JOB_CANCELLED;
         if (cJSON_GetArraySize(pw->failures) < MAX_FAILURES_LISTED) {
             cJSON *f = cJSON_CreateObject();
             cJSON_AddStringToObject(f, "op", t->op);
@@ -267,7 +329,7 @@ static void prewarm_step(prewarm *pw, const kjit_req_tuple *t, int n, const kjit
         pw->compiled += compiled;
         pw->cached += n - compiled;
     }
-    if (!c->closing && uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) < EVENT_BACKLOG) {
+    if (!c->closing && kjit__conn_backlog(c) < EVENT_BACKLOG) {
         char text[512];
         int len = snprintf(text, sizeof text,
                            "{\"id\":%llu,\"event\":\"progress\",\"done\":%d,\"total\":%d,\"op\":\"%s\",\"hidden\":%d,"
@@ -276,7 +338,6 @@ static void prewarm_step(prewarm *pw, const kjit_req_tuple *t, int n, const kjit
                            kjit_dtype_name(t->dtype), arch, status ? "false" : "true", n, compiled);
         kjit__conn_send(c, text, (size_t)len, NULL, 0, NULL, 0, 0);
     }
-    prewarm_finish(pw);
 }
 
 /* ---- jobs --------------------------------------------------------------- */
@@ -324,8 +385,12 @@ static void job_free(job *j)
 /* Back on the loop: keep the memo, answer every waiter, drop the job. */
 static void done_cb(uv_work_t *req, int status)
 {
-    (void)status; /* never cancelled */
-    job *j = ((part *)req->data)->job;
+    part *p = req->data;
+    job *j = p->job;
+    if (status == UV_ECANCELED) {
+        p->status = JOB_CANCELLED;
+        j->cancelled = 1;
+    }
     if (--j->left) return;
     kjit_server *s = j->srv;
     kjit_tuple_entry *e = j->e;
@@ -352,29 +417,46 @@ static void done_cb(uv_work_t *req, int status)
     }
     int all_cached = 1;
     for (int i = 0; i < j->n; ++i) all_cached &= j->imgs[i].cached;
-    const char *why = j->message ? j->message : kjit_status_string(j->status);
+    const char *why = j->cancelled ? "the server is shutting down: this compile had not started"
+                      : j->message ? j->message : kjit_status_string(j->status);
+    /* The entry's fate first: a prewarm below may ask for this tuple again
+     * (a failed one then starts anew; a done one is a memo hit). */
+    if (j->status) map_remove(s, e);
+    else lru_push(&s->map, e);
     for (int i = 0; i < j->n_w; ++i) {
         waiter *w = &j->w[i];
         if (w->pw) {
+            w->pw->waiting -= j->n;
             prewarm_step(w->pw, &j->t, j->n, j->imgs, j->status, why);
+            prewarm_pump(w->pw);
             continue;
         }
         kjit_conn *c = w->c;
         if (!c->closing) {
             kjit__conn_unpark(c, w->id);
             if (j->status) {
-                kjit__conn_error(c, 1, w->id, j->status == KJIT_ECOMPILE ? "compile_failed" : "internal", "%s", why);
+                kjit__conn_error(c, 1, w->id,
+                                 j->cancelled ? "shutting_down"
+                                 : j->status == KJIT_ECOMPILE ? "compile_failed" : "internal", "%s", why);
             } else {
                 ++*(all_cached ? &s->n.hits : &s->n.misses);
-                send_compiled(c, w->id, fresh, fresh_len, e->cubins, e->n, 1);
+                send_compiled(c, w->id, fresh, fresh_len, e->cubins, e->n);
             }
         }
         kjit__conn_unref(c);
     }
-    if (j->status) map_remove(s, e);
+    if (!j->status) memo_trim(s);
     cJSON_free(fresh);
     job_free(j);
     kjit__server_drain_check(s);
+}
+
+void kjit__jobs_cancel(kjit_server *s)
+{
+    for (size_t i = 0; i < s->map.n_slots; ++i)
+        for (kjit_tuple_entry *e = s->map.slots[i]; e; e = e->next)
+            for (int k = 0; e->job && k < e->job->n; ++k)
+                uv_cancel((uv_req_t *)&e->job->parts[k].work); /* UV_EBUSY once it runs */
 }
 
 /* The entry for t, starting its job when it has none. NULL: out of memory. */
@@ -436,7 +518,8 @@ void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
     kjit_tuple_entry *e = map_find(s, t, tuple_hash(t));
     if (e && !e->job) {
         s->n.hits++;
-        send_compiled(c, id, e->text, e->text_len, e->cubins, e->n, 0);
+        lru_touch(&s->map, e);
+        send_compiled(c, id, e->text, e->text_len, e->cubins, e->n);
         return;
     }
     kjit__conn_park(c, id);
@@ -448,11 +531,41 @@ void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
     kjit__conn_ref(c);
 }
 
+/* Hands out combinations until PREWARM_WINDOW kernels wait on jobs or none
+ * is left; those found in the memo (or that cannot start) finish at once.
+ * `submitting` holds the final reply until the loop is over. */
+static void prewarm_pump(prewarm *pw)
+{
+    if (pw->submitting) return;
+    kjit_server *s = pw->c->srv;
+    pw->submitting = 1;
+    while (pw->next < pw->total && pw->waiting < PREWARM_WINDOW) {
+        const kjit_req_tuple *t = &pw->t[pw->next++];
+        if (s->draining || pw->c->closing) {
+            prewarm_step(pw, t, 0, NULL, JOB_CANCELLED,
+                         s->draining ? "the server is shutting down" : "the client closed its connection");
+            continue;
+        }
+        kjit_tuple_entry *e = entry_for(s, t);
+        if (e && !e->job) {
+            lru_touch(&s->map, e);
+            prewarm_step(pw, t, e->n, NULL, 0, NULL);
+        } else if (!e || add_waiter(e->job, (waiter){pw->c, pw->id, pw})) {
+            prewarm_step(pw, t, 0, NULL, KJIT_ENOMEM, "out of memory for a compile job");
+        } else {
+            pw->waiting += e->job->n;
+        }
+    }
+    pw->submitting = 0;
+    prewarm_finish(pw);
+}
+
 void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r)
 {
     kjit_server *s = c->srv;
     s->n.prewarm_requests++;
-    prewarm *pw = calloc(1, sizeof *pw);
+    const int total = r->n_ops * r->n_hidden * r->n_dtypes * r->n_sms;
+    prewarm *pw = calloc(1, sizeof *pw + (size_t)total * sizeof pw->t[0]);
     if (!pw || !(pw->failures = cJSON_CreateArray())) {
         free(pw);
         kjit__conn_error(c, 1, id, "internal", "out of memory for a prewarm");
@@ -462,20 +575,12 @@ void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r)
     kjit__conn_ref(c);
     pw->c = c;
     pw->id = id;
-    pw->total = r->n_ops * r->n_hidden * r->n_dtypes * r->n_sms;
-    /* Combinations found in the memo finish at once; `submitting` keeps the
-     * final reply until every combination has been handed out. */
-    pw->submitting = 1;
+    pw->total = total;
+    int k = 0;
     for (int a = 0; a < r->n_sms; ++a)
         for (int o = 0; o < r->n_ops; ++o)
             for (int h = 0; h < r->n_hidden; ++h)
-                for (int d = 0; d < r->n_dtypes; ++d) {
-                    kjit_req_tuple t = {r->ops[o], r->hidden[h], r->dtypes[d], r->sms[a]};
-                    kjit_tuple_entry *e = entry_for(s, &t);
-                    if (e && !e->job) prewarm_step(pw, &t, e->n, NULL, 0, NULL);
-                    else if (!e || add_waiter(e->job, (waiter){c, id, pw}))
-                        prewarm_step(pw, &t, 0, NULL, KJIT_ENOMEM, "out of memory for a compile job");
-                }
-    pw->submitting = 0;
-    prewarm_finish(pw);
+                for (int d = 0; d < r->n_dtypes; ++d)
+                    pw->t[k++] = (kjit_req_tuple){r->ops[o], r->hidden[h], r->dtypes[d], r->sms[a]};
+    prewarm_pump(pw);
 }

@@ -2,8 +2,9 @@
  *
  * Stopping (SIGTERM, SIGINT or `shutdown`): the listener closes and the
  * socket file goes at once, so no new client arrives; requests on open
- * connections are refused with "shutting_down"; jobs in flight finish and
- * their waiters are answered; then each connection closes once its replies
+ * connections are refused with "shutting_down"; compiles still queued are
+ * cancelled (their waiters get "shutting_down"), jobs already running finish
+ * and their waiters are answered; then each connection closes once its replies
  * are written (or after CLOSE_WAIT if its client stopped reading), and the
  * loop runs out of handles. A second signal ends the process at once (exit
  * status 128 + its number).
@@ -79,7 +80,9 @@ void kjit__server_stop(kjit_server *s, const char *why)
 {
     if (s->draining) return;
     s->draining = 1;
-    fprintf(stderr, "kjit serve: %s: finishing %u job(s) in flight, then exiting\n", why, s->jobs);
+    fprintf(stderr, "kjit serve: %s: cancelling the compiles not started, finishing the %u job(s) in flight, then "
+                    "exiting\n", why, s->jobs);
+    kjit__jobs_cancel(s);
     kjit__listen_close(s);
     kjit__server_drain_check(s);
 }

@@ -66,6 +66,12 @@ typedef struct kjit_conn {
 typedef struct kjit_tuple_map {
     kjit_tuple_entry **slots;
     size_t n_slots, n_entries;
+    /* The entries whose job is done, least recently used first: past
+     * max_done the oldest is dropped (its kernels stay in the library's
+     * cache; a later request fetches them again from there). */
+    kjit_tuple_entry *lru_old, *lru_new;
+    size_t n_done, max_done;
+    uint64_t evictions;
 } kjit_tuple_map;
 
 struct kjit_server {
@@ -133,13 +139,16 @@ void kjit__conn_accept(uv_stream_t *listener, int status);
  * printing keeps 15 significant digits: ids past 10^15 came back rounded). */
 struct cJSON;
 void kjit__json_add_id(struct cJSON *o, uint64_t id);
-/* Queues one frame. The JSON header is head (copied) followed by tail
- * (referenced: it must outlive the server, as a memo's text does); the
- * payload buffers are referenced (cubins owned by the library context).
+/* Queues one frame. The JSON header is head followed by tail (both copied:
+ * a reply can wait in the queue for as long as its client does not read);
+ * the payload buffers are referenced (cubins owned by the library context).
  * final: the request's last frame, which ends its `pending` when written.
  * A closing connection drops it. */
 void kjit__conn_send(kjit_conn *c, const char *head, size_t head_len, const char *tail, size_t tail_len,
                      const uv_buf_t *payload, int n_payload, int final);
+/* Bytes a connection's unwritten frames hold: their bytes as libuv counts
+ * them plus each write request's own allocation. */
+size_t kjit__conn_backlog(kjit_conn *c);
 /* The final reply of a refused request ({"ok":false,"error":{code,message}}). */
 void kjit__conn_error(kjit_conn *c, int has_id, uint64_t id, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -163,6 +172,9 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
 void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t);
 void kjit__jobs_prewarm(kjit_conn *c, uint64_t id, const kjit_req *r);
 size_t kjit__jobs_memo_count(const kjit_server *s);
+uint64_t kjit__jobs_memo_evictions(const kjit_server *s);
+/* Stopping: cancels every compile part not yet started. */
+void kjit__jobs_cancel(kjit_server *s);
 /* On a worker or the lane after a fetch, run or tune: folds the library's
  * counters into s->snap. */
 void kjit__jobs_snapshot(kjit_server *s);
