@@ -927,6 +927,48 @@ static void test_memo_bound(const char *cache)
     CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
 }
 
+/* A client that sends 64 prewarms (61,440 combinations) and reads nothing
+ * until they are done gets their 64 final replies and only the progress
+ * events that fit in 1 MiB of queued frames, bookkeeping included (about
+ * 3,000 here; 6,000 when only the frames' bytes were counted). */
+static void test_event_backlog(const char *cache)
+{
+    char sock[4200];
+    snprintf(sock, sizeof sock, "%s/backlog/kjit.sock", tmp);
+    pid_t pid = kjit_test_serve(sock, cache, NULL);
+    int fd = greeted(sock);
+    char q[2048];
+    int n = snprintf(q, sizeof q, "\"type\":\"prewarm\",\"ops\":\"timestep_sinusoid\",\"dtype\":[\"fp32\",\"bf16\","
+                                  "\"fp16\"],\"arch\":[\"sm_80\",\"sm_86\",\"sm_89\",\"sm_90\",\"sm_100\"],\"hidden\":[");
+    for (int h = 0; h < 64; ++h) n += snprintf(q + n, sizeof q - (size_t)n, "%s%d", h ? "," : "", 8 + 8 * h);
+    snprintf(q + n, sizeof q - (size_t)n, "]}");
+    for (int i = 1; i <= 64; ++i) {
+        char text[2100];
+        snprintf(text, sizeof text, "{\"id\":%d,%s", i, q);
+        kjit_test_frame(fd, text, NULL, 0);
+    }
+    /* Done: all 64 taken and no job left (a prewarm hands out its next
+     * combinations as a job ends, on the loop, so no gap shows 0 early). */
+    int done = 0;
+    for (int t = 0; t < 600 && !done; ++t) {
+        done = kjit_test_stat(sock, "prewarm_requests") == 64 && kjit_test_stat(sock, "jobs") == 0;
+        if (!done) usleep(50000);
+    }
+    CHECK(done);
+    int events = 0, finals = 0;
+    cJSON *r;
+    while (finals < 64 && (r = kjit_test_reply(fd, 10000))) {
+        if (cJSON_GetObjectItemCaseSensitive(r, "event")) events++;
+        else finals += kjit_test_num(r, "combinations") == 960;
+        cJSON_Delete(r);
+    }
+    printf("64 prewarms unread: %d progress events kept, %d final replies\n", events, finals);
+    CHECK_EQ_INT(finals, 64);
+    CHECK(events > 0 && events < 4500);
+    close(fd);
+    CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
+}
+
 /* A large prewarm does not hold back another client's compile: that
  * compile is answered while most of the prewarm is still to come (before,
  * its kernel queued behind all 1024 of the prewarm's). Then
@@ -1087,6 +1129,7 @@ int main(void)
     snprintf(cache, sizeof cache, "%s/cache-memo", tmp);
     test_memo_bound(cache);
     test_prewarm_share(cache);
+    test_event_backlog(cache);
     snprintf(cache, sizeof cache, "%s/cache-first", tmp);
     test_first_compile_dispositions(cache);
     test_signal_at_start(cache);
