@@ -12,14 +12,17 @@
  * ends. A failed job leaves the map, so the next request tries again. The
  * done entries are kept up to a count (least recently used dropped first:
  * KJIT_SERVE_MEMO_MAX, default 8192), so no client can grow the map without
- * bound by asking for ever new tuples.
+ * bound by asking for ever new tuples that share kernels.
  *
  * A prewarm hands out its combinations a few at a time (until
  * PREWARM_WINDOW kernels wait on jobs), so one large prewarm does not fill libuv's
  * work queue ahead of every other client's compile; it stops handing them
  * out when its client leaves or the server stops. On stop, parts still
  * queued are cancelled (their waiters get "shutting_down"); only the ones
- * already compiling are waited for. */
+ * already compiling are waited for (and `kernel` requests, one kernel each:
+ * kernel.c). The cap bounds the memo's own entries; the library's cache
+ * keeps every cubin it has built in memory (tens of KB each) until the
+ * server ends. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +78,6 @@ typedef struct job {
     int left;       /* parts not yet back on the loop */
     int status;     /* the first failed kernel's, in kernel order */
     const char *message;
-    int cancelled;  /* a part was cancelled (the server is stopping) */
     waiter *w;
     int n_w, cap_w;
 } job;
@@ -387,10 +389,7 @@ static void done_cb(uv_work_t *req, int status)
 {
     part *p = req->data;
     job *j = p->job;
-    if (status == UV_ECANCELED) {
-        p->status = JOB_CANCELLED;
-        j->cancelled = 1;
-    }
+    if (status == UV_ECANCELED) p->status = JOB_CANCELLED;
     if (--j->left) return;
     kjit_server *s = j->srv;
     kjit_tuple_entry *e = j->e;
@@ -417,7 +416,10 @@ static void done_cb(uv_work_t *req, int status)
     }
     int all_cached = 1;
     for (int i = 0; i < j->n; ++i) all_cached &= j->imgs[i].cached;
-    const char *why = j->cancelled ? "the server is shutting down: this compile had not started"
+    /* The first failed kernel's cause, in kernel order: a compile error
+     * before a cancelled kernel is reported as such. */
+    const int cancelled = j->status == JOB_CANCELLED;
+    const char *why = cancelled ? "the server is shutting down: this compile had not started"
                       : j->message ? j->message : kjit_status_string(j->status);
     /* The entry's fate first: a prewarm below may ask for this tuple again
      * (a failed one then starts anew; a done one is a memo hit). */
@@ -436,7 +438,7 @@ static void done_cb(uv_work_t *req, int status)
             kjit__conn_unpark(c, w->id);
             if (j->status) {
                 kjit__conn_error(c, 1, w->id,
-                                 j->cancelled ? "shutting_down"
+                                 cancelled ? "shutting_down"
                                  : j->status == KJIT_ECOMPILE ? "compile_failed" : "internal", "%s", why);
             } else {
                 ++*(all_cached ? &s->n.hits : &s->n.misses);
@@ -540,10 +542,14 @@ static void prewarm_pump(prewarm *pw)
     kjit_server *s = pw->c->srv;
     pw->submitting = 1;
     while (pw->next < pw->total && pw->waiting < PREWARM_WINDOW) {
+        if (pw->c->closing) { /* nobody to answer: the rest is dropped, not failed */
+            pw->done += pw->total - pw->next;
+            pw->next = pw->total;
+            break;
+        }
         const kjit_req_tuple *t = &pw->t[pw->next++];
-        if (s->draining || pw->c->closing) {
-            prewarm_step(pw, t, 0, NULL, JOB_CANCELLED,
-                         s->draining ? "the server is shutting down" : "the client closed its connection");
+        if (s->draining) {
+            prewarm_step(pw, t, 0, NULL, JOB_CANCELLED, "the server is shutting down");
             continue;
         }
         kjit_tuple_entry *e = entry_for(s, t);

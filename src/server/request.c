@@ -251,6 +251,15 @@ static const cJSON *list_items(const cJSON *o, const char *name, int *n, int wan
 
 #define NEXT(v, i) (cJSON_IsArray(v) ? (i)->next : NULL)
 
+/* A prewarm's lists keep each value once: a combination listed twice would
+ * be fetched twice (a failing one compiled again). */
+static int has_int(const int *v, int n, int x)
+{
+    for (int k = 0; k < n; ++k)
+        if (v[k] == x) return 1;
+    return 0;
+}
+
 static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_error *err)
 {
     int n;
@@ -259,10 +268,13 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
     if (n < 0) return -1;
     if (!n) return fail(err, "bad_request", "field 'ops' (an op name, \"all\" or a list) is missing");
     for (; it; it = NEXT(v, it)) {
-        if (!strcmp(it->valuestring, "all")) {
-            for (int k = 0; k < kjit_op_count() && r->n_ops < KJIT_REQ_MAX_LIST; ++k) r->ops[r->n_ops++] = kjit_op_name(k);
-        } else if (r->n_ops < KJIT_REQ_MAX_LIST) {
-            if (lookup_op(it->valuestring, &r->ops[r->n_ops++], err)) return -1;
+        const int all = !strcmp(it->valuestring, "all");
+        for (int k = 0; k < (all ? kjit_op_count() : 1) && r->n_ops < KJIT_REQ_MAX_LIST; ++k) {
+            const char *op = all ? kjit_op_name(k) : NULL;
+            if (!all && lookup_op(it->valuestring, &op, err)) return -1;
+            int dup = 0;
+            for (int m = 0; m < r->n_ops; ++m) dup |= r->ops[m] == op;
+            if (!dup) r->ops[r->n_ops++] = op;
         }
     }
     v = cJSON_GetObjectItemCaseSensitive(o, "hidden");
@@ -273,7 +285,7 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
         double d = it->valuedouble;
         if (!isfinite(d) || floor(d) != d || d < 1 || d > KJIT_REQ_MAX_HIDDEN)
             return fail(err, "bad_request", "field 'hidden': %.17g is not an integer in 1..%d", d, KJIT_REQ_MAX_HIDDEN);
-        r->hidden[r->n_hidden++] = (int)d;
+        if (!has_int(r->hidden, r->n_hidden, (int)d)) r->hidden[r->n_hidden++] = (int)d;
     }
     v = cJSON_GetObjectItemCaseSensitive(o, "dtype");
     it = list_items(o, "dtype", &n, 1, err);
@@ -290,8 +302,11 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
     it = list_items(o, "arch", &n, 1, err);
     if (n < 0) return -1;
     if (!n) r->sms[r->n_sms++] = default_sm;
-    for (; it; it = NEXT(v, it))
-        if (parse_arch(it->valuestring, &r->sms[r->n_sms++], err)) return -1;
+    for (; it; it = NEXT(v, it)) {
+        int sm;
+        if (parse_arch(it->valuestring, &sm, err)) return -1;
+        if (!has_int(r->sms, r->n_sms, sm)) r->sms[r->n_sms++] = sm;
+    }
     long tuples = (long)r->n_ops * r->n_hidden * r->n_dtypes * r->n_sms;
     if (tuples > KJIT_REQ_MAX_TUPLES)
         return fail(err, "bad_request", "prewarm of %ld combinations: at most %d per request", tuples,
