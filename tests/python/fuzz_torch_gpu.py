@@ -1,4 +1,6 @@
-"""Randomized GPU check of kjit's torch ops through the public API alone:
+"""Randomized GPU check of kjit's torch ops through the public API alone
+(timestep_sinusoid in a tenth of the draws: dims 1 to 65536, its options,
+each output dtype):
 shapes, dtypes, strides, index patterns and table layouts drawn at random
 (hidden sizes from 1 to 16384, R up to 65535, rows up to 70000, activations
 as column slices of wider buffers, tables as chunk(6) views, separate
@@ -32,7 +34,47 @@ OPS = ("norm_modulate", "gated_residual", "gated_residual_norm_modulate", "adaln
 HIDDEN = (8, 24, 77, 256, 1000, 1032, 2056, 3072, 5376, 6144, 12288, 16384, 16383)
 
 
+def draw_sinusoid(rng):
+    dim = rng.choice((1, 2, 3, 64, 255, 256, 320, 1000, 4096, 65536))
+    shift = rng.choice((0.0, 1.0, 0.5))
+    if dim // 2 - shift == 0:
+        shift = 0.5
+    return dict(op="timestep_sinusoid", n=rng.choice((1, 2, 17, 1000, 4097)) if dim <= 4096 else rng.choice((1, 33)),
+                dim=dim, flip=rng.random() < 0.5, shift=shift, scale=rng.choice((1.0, 1000.0, 0.25)),
+                max_period=rng.choice((10000.0, 5000.0)), out=rng.choice((torch.float32, torch.bfloat16, torch.float16)),
+                tmax=rng.choice((1.0, 1000.0)), seed=rng.randrange(1 << 30))
+
+
+def check_sinusoid(c, inject=False):
+    """Against the float64 reference (2e-7 for fp32 output, SPEC.md; the
+    output dtype's bound otherwise); a few rows alone, shuffled, bitwise."""
+    g = torch.Generator(device=DEV).manual_seed(c["seed"])
+    t = torch.rand(c["n"], device=DEV, generator=g) * c["tmax"]
+    kw = dict(flip_sin_to_cos=c["flip"], downscale_freq_shift=c["shift"], scale=c["scale"],
+              max_period=c["max_period"])
+    out = kjit.timestep_sinusoid(t, c["dim"], out_dtype=c["out"], **kw)
+    if inject:
+        out = out.clone()
+        out[0, 0] += 1
+    want = ref.timestep_sinusoid(t.double(), c["dim"], **kw)
+    tol = 2e-7 if c["out"] == torch.float32 else TOL[c["out"]]
+    fails = []
+    e = ref.rel_err(out, want)
+    if not e <= tol:
+        fails.append(f"out rel err {e:.3g} > {tol:g}")
+    rng = random.Random(c["seed"])
+    pick = sorted(set(rng.randrange(c["n"]) for _ in range(min(c["n"], 5))))
+    rng.shuffle(pick)
+    rows = torch.tensor(pick, device=DEV)
+    alone = kjit.timestep_sinusoid(t[rows].contiguous(), c["dim"], out_dtype=c["out"], **kw)
+    if not torch.equal(alone, out[rows]):
+        fails.append(f"rows {pick} alone differ from the batch")
+    return fails
+
+
 def draw(rng):
+    if rng.random() < 0.1:
+        return draw_sinusoid(rng)
     op = rng.choice(OPS)
     act = rng.choice((torch.bfloat16, torch.float16, torch.float32))
     param = rng.choice((torch.bfloat16, torch.float32))
@@ -186,6 +228,8 @@ def check(c, inject=False):
 
 
 def describe(c):
+    if c["op"] == "timestep_sinusoid":
+        return " ".join(f"{k}={v}" for k, v in c.items())
     return (f"{c['op']} n={c['n']} h={c['h']} r={c['r']} act={str(c['act'])[6:]} param={str(c['param'])[6:]} "
             f"idx={str(c['idx'])[6:]} {c['pattern']} x_pad={c['x_pad']} table={c['table']} weight={c['weight']} "
             f"seed={c['seed']}")
@@ -208,7 +252,7 @@ def main():
     while time.time() < t_end:
         c = draw(rng)
         try:
-            fails = check(c, a.inject)
+            fails = (check_sinusoid if c["op"] == "timestep_sinusoid" else check)(c, a.inject)
         except Exception as e:  # an exception is a failure of the draw, reported with it
             fails = [f"{type(e).__name__}: {e}"]
             if a.inject:  # not the failure injected: stop
