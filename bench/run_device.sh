@@ -30,6 +30,8 @@ cmake --build $B -j"$(nproc)" -- -k >"$OUT/build.log" 2>&1 || grep -E "error" "$
 summary=()
 LOG="$OUT/run.log"
 section() { printf '\n===== %s =====\n' "$*" >>"$LOG"; }
+# The Python stages: the binding from this tree over the library just built.
+python_env() { export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}; }
 section info; $B/kjit info 2>&1 | tee -a "$LOG"
 for s in $stages; do
   case $s in
@@ -49,7 +51,7 @@ for s in $stages; do
       section "$cmd"; $cmd 2>&1 | tee -a "$LOG"
     done ;;
   python)
-    export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    python_env
     section test_torch_gpu; python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1
     summary+=("python gpu tests rc=$?")
     section "test_torch_gpu, KJIT_EAGER=custom_op"; KJIT_EAGER=custom_op python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1
@@ -62,7 +64,7 @@ for s in $stages; do
   fuzz)
     # Random shapes, dtypes, strides, index patterns and table layouts through
     # the public Python API: accuracy, batch invariance, repeatability.
-    export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    python_env
     section fuzz_torch_gpu; python3 tests/python/fuzz_torch_gpu.py --seconds ${KJIT_FUZZ_SECONDS:-150} \
       ${KJIT_FUZZ_SEED:+--seed $KJIT_FUZZ_SEED} 2>&1 | tee -a "$LOG" | tail -n 30
     summary+=("fuzz_torch_gpu rc=${PIPESTATUS[0]}")
@@ -70,7 +72,7 @@ for s in $stages; do
     python3 tests/python/fuzz_torch_gpu.py --inject --seconds 20 2>&1 | tee -a "$LOG" | tail -n 1
     summary+=("fuzz_torch_gpu --inject rc=${PIPESTATUS[0]}") ;;
   conformance)
-    export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    python_env
     section conformance; python3 bench/conformance.py ${KJIT_CONFORMANCE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -v "^ " | tail -n 60
     summary+=("conformance rc=${PIPESTATUS[0]}")
     tar -cf "$OUT/reports.tar" bench/reports 2>/dev/null ;;
@@ -148,7 +150,7 @@ for s in $stages; do
       $B/tests/test_adaln >>"$LOG" 2>&1
     summary+=("compute-sanitizer test_adaln rc=$?")
     # The same through the Python binding (where the access was seen).
-    export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}
+    python_env
     section "compute-sanitizer test_torch_gpu Accuracy.test_dtypes_and_odd_shapes"
     KJIT_LINEINFO=1 CUDA_LAUNCH_BLOCKING=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 8 \
       python3 tests/python/test_torch_gpu.py Accuracy.test_dtypes_and_odd_shapes >>"$LOG" 2>&1

@@ -746,13 +746,10 @@ static void test_sigterm(const char *cache)
     int final_ok = 0, events = 1;
     while ((r = kjit_test_reply(fd, 60000))) {
         if (cJSON_GetObjectItemCaseSensitive(r, "event")) events++;
-        else {
-            const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "error");
-            const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "code"));
+        else
             final_ok = kjit_test_num(r, "combinations") == 12 &&
                        (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) ||
-                        (code && !strcmp(code, "shutting_down")));
-        }
+                        !strcmp(kjit_test_err_code(r), "shutting_down"));
         cJSON_Delete(r);
     }
     CHECK(final_ok);
@@ -942,6 +939,15 @@ static void test_memo_bound(const char *cache)
     CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
 }
 
+/* A prewarm's text: head (up to "hidden":), then 64 hidden sizes first,
+ * first + step, ... */
+static void prewarm_64(char *out, size_t n, const char *head, int first, int step)
+{
+    int k = snprintf(out, n, "%s[", head);
+    for (int h = 0; h < 64; ++h) k += snprintf(out + k, n - (size_t)k, "%s%d", h ? "," : "", first + step * h);
+    snprintf(out + k, n - (size_t)k, "]}");
+}
+
 /* A client that sends 64 prewarms (61,440 combinations) and reads nothing
  * until they are done gets their 64 final replies and only the progress
  * events that fit in 1 MiB of queued frames, bookkeeping included (2,663
@@ -953,10 +959,8 @@ static void test_event_backlog(const char *cache)
     pid_t pid = kjit_test_serve(sock, cache, NULL);
     int fd = greeted(sock);
     char q[2048];
-    int n = snprintf(q, sizeof q, "\"type\":\"prewarm\",\"ops\":\"timestep_sinusoid\",\"dtype\":[\"fp32\",\"bf16\","
-                                  "\"fp16\"],\"arch\":[\"sm_80\",\"sm_86\",\"sm_89\",\"sm_90\",\"sm_100\"],\"hidden\":[");
-    for (int h = 0; h < 64; ++h) n += snprintf(q + n, sizeof q - (size_t)n, "%s%d", h ? "," : "", 8 + 8 * h);
-    snprintf(q + n, sizeof q - (size_t)n, "]}");
+    prewarm_64(q, sizeof q, "\"type\":\"prewarm\",\"ops\":\"timestep_sinusoid\",\"dtype\":[\"fp32\",\"bf16\","
+               "\"fp16\"],\"arch\":[\"sm_80\",\"sm_86\",\"sm_89\",\"sm_90\",\"sm_100\"],\"hidden\":", 8, 8);
     for (int i = 1; i <= 64; ++i) {
         char text[2100];
         snprintf(text, sizeof text, "{\"id\":%d,%s", i, q);
@@ -1001,14 +1005,11 @@ static void test_prewarm_share(const char *cache)
     char sock[4200];
     snprintf(sock, sizeof sock, "%s/share/kjit.sock", tmp);
     pid_t pid = kjit_test_serve(sock, cache, NULL);
-    char *pw = malloc(16384);
-    int n = snprintf(pw, 16384, "{\"id\":3,\"type\":\"prewarm\",\"ops\":\"norm_modulate\",\"dtype\":\"fp32\","
-                                "\"arch\":\"sm_86\",\"hidden\":[");
-    for (int h = 0; h < 64; ++h) n += snprintf(pw + n, 16384 - (size_t)n, "%s%d", h ? "," : "", 2008 + 8 * h);
-    snprintf(pw + n, 16384 - (size_t)n, "]}");
+    char pw[2048];
+    prewarm_64(pw, sizeof pw, "{\"id\":3,\"type\":\"prewarm\",\"ops\":\"norm_modulate\",\"dtype\":\"fp32\","
+               "\"arch\":\"sm_86\",\"hidden\":", 2008, 8);
     int fd = greeted(sock);
     kjit_test_frame(fd, pw, NULL, 0);
-    free(pw);
     cJSON *r = kjit_test_reply(fd, 60000); /* under way */
     CHECK(r && cJSON_GetObjectItemCaseSensitive(r, "event"));
     cJSON_Delete(r);
@@ -1027,12 +1028,9 @@ static void test_prewarm_share(const char *cache)
     int final = 0, events = 1;
     while ((r = kjit_test_reply(fd, 30000))) {
         if (cJSON_GetObjectItemCaseSensitive(r, "event")) events++;
-        else {
-            const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "error");
-            const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "code"));
-            final = kjit_test_num(r, "combinations") == 64 && kjit_test_num(r, "failed") > 0 && code &&
-                    !strcmp(code, "shutting_down");
-        }
+        else
+            final = kjit_test_num(r, "combinations") == 64 && kjit_test_num(r, "failed") > 0 &&
+                    !strcmp(kjit_test_err_code(r), "shutting_down");
         cJSON_Delete(r);
     }
     CHECK(final);
@@ -1090,10 +1088,8 @@ static void test_signal_first_compile(const char *cache_base)
             kill(pid, sigs[k]);
             /* Answered: done if its compile had started, else cancelled. */
             cJSON *r = kjit_test_reply(fd, 60000);
-            const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "error");
-            const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "code"));
             CHECK(r && (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")) ||
-                        (code && !strcmp(code, "shutting_down"))));
+                        !strcmp(kjit_test_err_code(r), "shutting_down")));
             cJSON_Delete(r);
             close(fd);
             CHECK_EQ_INT(exit_within_30s(pid, sigs[k] == SIGINT ? "SIGINT during the first compile: the server hung"

@@ -37,7 +37,6 @@
  * default pool, so the pool stays busy and another client's compile
  * waits for at most this many kernels (and a combination's). */
 #define PREWARM_WINDOW 8
-#define MEMO_MAX_DEFAULT 8192
 /* A part's status when stopping cancelled it before it started. */
 #define JOB_CANCELLED (-1000)
 
@@ -194,15 +193,11 @@ static void map_remove(kjit_server *s, kjit_tuple_entry *e)
 size_t kjit__jobs_memo_count(const kjit_server *s) { return s->map.n_entries; }
 uint64_t kjit__jobs_memo_evictions(const kjit_server *s) { return s->map.evictions; }
 
-/* Drops the least recently used done entries past the cap. */
+/* Drops the least recently used done entries past the cap (max_done, set
+ * at start-up: server.c). */
 static void memo_trim(kjit_server *s)
 {
     kjit_tuple_map *m = &s->map;
-    if (!m->max_done) {
-        const char *v = getenv("KJIT_SERVE_MEMO_MAX");
-        long n = v ? strtol(v, NULL, 10) : 0;
-        m->max_done = n >= 1 && n <= (1L << 30) ? (size_t)n : MEMO_MAX_DEFAULT;
-    }
     while (m->n_done > m->max_done) {
         m->evictions++;
         map_remove(s, m->lru_old);

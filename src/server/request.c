@@ -252,11 +252,12 @@ static const cJSON *list_items(const cJSON *o, const char *name, int *n, int wan
 #define NEXT(v, i) (cJSON_IsArray(v) ? (i)->next : NULL)
 
 /* A prewarm's lists keep each value once: a combination listed twice would
- * be fetched twice (a failing one compiled again). */
-static int has_int(const int *v, int n, int x)
+ * be fetched twice (a failing one compiled again). 1 when x (size bytes)
+ * is among the n values at v. */
+static int listed(const void *v, int n, size_t size, const void *x)
 {
     for (int k = 0; k < n; ++k)
-        if (v[k] == x) return 1;
+        if (!memcmp((const char *)v + (size_t)k * size, x, size)) return 1;
     return 0;
 }
 
@@ -272,9 +273,7 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
         for (int k = 0; k < (all ? kjit_op_count() : 1) && r->n_ops < KJIT_REQ_MAX_LIST; ++k) {
             const char *op = all ? kjit_op_name(k) : NULL;
             if (!all && lookup_op(it->valuestring, &op, err)) return -1;
-            int dup = 0;
-            for (int m = 0; m < r->n_ops; ++m) dup |= r->ops[m] == op;
-            if (!dup) r->ops[r->n_ops++] = op;
+            if (!listed(r->ops, r->n_ops, sizeof op, &op)) r->ops[r->n_ops++] = op;
         }
     }
     v = cJSON_GetObjectItemCaseSensitive(o, "hidden");
@@ -285,7 +284,8 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
         double d = it->valuedouble;
         if (!isfinite(d) || floor(d) != d || d < 1 || d > KJIT_REQ_MAX_HIDDEN)
             return fail(err, "bad_request", "field 'hidden': %.17g is not an integer in 1..%d", d, KJIT_REQ_MAX_HIDDEN);
-        if (!has_int(r->hidden, r->n_hidden, (int)d)) r->hidden[r->n_hidden++] = (int)d;
+        const int h = (int)d;
+        if (!listed(r->hidden, r->n_hidden, sizeof h, &h)) r->hidden[r->n_hidden++] = h;
     }
     v = cJSON_GetObjectItemCaseSensitive(o, "dtype");
     it = list_items(o, "dtype", &n, 1, err);
@@ -294,9 +294,7 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
     for (; it; it = NEXT(v, it)) {
         kjit_dtype dt;
         if (parse_dtype(it->valuestring, &dt, err)) return -1;
-        int dup = 0;
-        for (int k = 0; k < r->n_dtypes; ++k) dup |= r->dtypes[k] == dt;
-        if (!dup) r->dtypes[r->n_dtypes++] = dt;
+        if (!listed(r->dtypes, r->n_dtypes, sizeof dt, &dt)) r->dtypes[r->n_dtypes++] = dt;
     }
     v = cJSON_GetObjectItemCaseSensitive(o, "arch");
     it = list_items(o, "arch", &n, 1, err);
@@ -305,7 +303,7 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
     for (; it; it = NEXT(v, it)) {
         int sm;
         if (parse_arch(it->valuestring, &sm, err)) return -1;
-        if (!has_int(r->sms, r->n_sms, sm)) r->sms[r->n_sms++] = sm;
+        if (!listed(r->sms, r->n_sms, sizeof sm, &sm)) r->sms[r->n_sms++] = sm;
     }
     long tuples = (long)r->n_ops * r->n_hidden * r->n_dtypes * r->n_sms;
     if (tuples > KJIT_REQ_MAX_TUPLES)

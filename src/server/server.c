@@ -35,6 +35,8 @@
 #define DRAIN_WRITE_MS 5000
 /* How long the loop polls after a run's reply for the client's next request. */
 #define LOOP_SPIN_US 1000
+/* Done (op, hidden, dtype, arch) entries the compile memo keeps (jobs.c). */
+#define MEMO_MAX_DEFAULT 8192
 
 void kjit__server_config_init(kjit_server_config *cfg)
 {
@@ -223,6 +225,9 @@ int kjit__server_run(const kjit_server_config *cfg)
     s->spin_us = kjit__spin_us(LOOP_SPIN_US);
     const char *graph = getenv("KJIT_RUN_GRAPH");
     s->run_graph = !(graph && !strcmp(graph, "0"));
+    const char *memo = getenv("KJIT_SERVE_MEMO_MAX");
+    const long memo_max = memo ? strtol(memo, NULL, 10) : 0;
+    s->map.max_done = memo_max >= 1 && memo_max <= (1L << 30) ? (size_t)memo_max : MEMO_MAX_DEFAULT;
     int r = uv_loop_init(&s->loop);
     if (r) {
         signals_restore(s->sig_fd, &old_mask);
