@@ -12,7 +12,8 @@
 # profile (ncu: each backward kernel's time and DRAM bytes), ncudetail (ncu
 # sections of the forward and main backward kernel: KJIT_NCU_KERNELS,
 # KJIT_NCU_OP, KJIT_NCU_ROWS), ipc (test_server_ipc's run round trip:
-# polling, KJIT_SPIN_US=0, and under MPS where available).
+# polling, KJIT_SPIN_US=0, and under MPS where available), sol (bench/sol_probe:
+# the fastest plain kernels for the ops' bytes; KJIT_SOL_ROWS).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -71,6 +72,11 @@ for s in $stages; do
     section "fuzz_torch_gpu --inject (every draw must fail)"
     python3 tests/python/fuzz_torch_gpu.py --inject --seconds 20 2>&1 | tee -a "$LOG" | tail -n 1
     summary+=("fuzz_torch_gpu --inject rc=${PIPESTATUS[0]}") ;;
+  sol)
+    # The fastest plain kernels for the ops' bytes (bench/sol_probe.c).
+    section sol_probe; $B/bench/sol_probe ${KJIT_SOL_ROWS:-} >>"$LOG" 2>&1
+    summary+=("sol_probe rc=$?")
+    grep -E "^BEST" "$LOG" | tail -n 8 ;;
   conformance)
     python_env
     section conformance; python3 bench/conformance.py ${KJIT_CONFORMANCE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -v "^ " | tail -n 60

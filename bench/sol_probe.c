@@ -1,0 +1,322 @@
+/* What the fastest plain kernels this GPU runs reach for the AdaLN ops' bytes
+ * (a measurement, not part of kjit): the "speed of light" at a size, against
+ * which the ops' times and the issue's targets are read.
+ *
+ * Two byte patterns of N rows of 5376 bf16 (10752 bytes a row):
+ *   1in1out  read one (N, H) tensor, write one: norm_modulate's forward
+ *   2in1out  read two, write one (a ^ b): norm_modulate's backward rows
+ *            (x and dout read, dx written)
+ * Each is run as a sweep of plain vectorized kernels (16-byte loads, U of them
+ * in flight per thread, block B, a full grid or a persistent grid of P CTAs
+ * per SM walking the tensor grid-strided, default or streaming cache hints,
+ * launched plainly or with programmatic dependent launch) and timed exactly as
+ * bench_ops times the ops: CUDA events around each iteration over rotating
+ * buffer sets larger than 3x the L2 (median of 100 after 10), and inside a CUDA
+ * graph (twice the sets' count of iterations per graph, median of 11 replays).
+ * Prints every variant, then the best of each pattern and size.
+ * Built as build/bench/sol_probe; run by bench/run_device.sh sol.
+ * Usage: sol_probe [ROWS...]   (default 4097 32768) */
+#include <cuda.h>
+#include <math.h>
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                           \
+    do {                                                                                \
+        CUresult r_ = (x);                                                              \
+        if (r_ != CUDA_SUCCESS) {                                                       \
+            const char *s_ = 0;                                                         \
+            cuGetErrorString(r_, &s_);                                                  \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?");    \
+            exit(2);                                                                    \
+        }                                                                               \
+    } while (0)
+#define NK(x)                                                                           \
+    do {                                                                                \
+        nvrtcResult r_ = (x);                                                           \
+        if (r_ != NVRTC_SUCCESS) {                                                      \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, nvrtcGetErrorString(r_)); \
+            exit(2);                                                                    \
+        }                                                                               \
+    } while (0)
+
+#define ROW_BYTES (5376 * 2)
+#define L2_BYTES (50.0 * 1024 * 1024)
+#define WARM 10
+#define ITERS 100
+#define GRAPH_REPS 11
+#define PEAK_BW 4.25e12
+
+/* One kernel per (inputs, U, hint). n: 16-byte items per tensor. Thread t of
+ * the grid takes items t + k * stride for k = 0, 1, ... in groups of U loads
+ * issued before any store. */
+static const char *src =
+    "#define LD(p) (HINT ? __ldcs(p) : __ldg(p))\n"
+    "#define ST(p, v) do { if (HINT) __stcs(p, v); else *(p) = v; } while (0)\n"
+    "template <int NIN, int U, int HINT, int PDL>\n"
+    "__global__ void sol(const uint4 *__restrict__ a, const uint4 *__restrict__ b, uint4 *__restrict__ o,\n"
+    "                    long long n)\n"
+    "{\n"
+    "    if (PDL) asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    "    if (PDL) asm volatile(\"griddepcontrol.launch_dependents;\");\n"
+    "    const long long stride = (long long)gridDim.x * blockDim.x;\n"
+    "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += U * stride) {\n"
+    "        uint4 v[U], w[U];\n"
+    "#pragma unroll\n"
+    "        for (int u = 0; u < U; ++u) {\n"
+    "            const long long j = i + u * stride;\n"
+    "            if (j < n) { v[u] = LD(a + j); if (NIN == 2) w[u] = LD(b + j); }\n"
+    "        }\n"
+    "#pragma unroll\n"
+    "        for (int u = 0; u < U; ++u) {\n"
+    "            const long long j = i + u * stride;\n"
+    "            if (j < n) {\n"
+    "                uint4 r = v[u];\n"
+    "                if (NIN == 2) { r.x ^= w[u].x; r.y ^= w[u].y; r.z ^= w[u].z; r.w ^= w[u].w; }\n"
+    "                ST(o + j, r);\n"
+    "            }\n"
+    "        }\n"
+    "    }\n"
+    "}\n";
+
+static const int U_VALUES[] = {1, 2, 4, 8};
+static const int B_VALUES[] = {256, 512, 1024};
+static const int P_VALUES[] = {0, 1, 2, 4, 8}; /* 0: full grid */
+#define NU 4
+#define NB 3
+#define NP 5
+
+static CUfunction fns[2][NU][2][2]; /* [nin-1][u][hint][pdl] */
+static CUstream stream;
+static CUevent ev0[ITERS], ev1[ITERS];
+static int sms;
+
+static char *name_of(int nin, int u, int hint, int pdl)
+{
+    static char buf[64];
+    snprintf(buf, sizeof buf, "sol<%d, %d, %d, %d>", nin, u, hint, pdl);
+    return buf;
+}
+
+static void build(CUdevice dev)
+{
+    int maj, min;
+    CK(cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CK(cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    nvrtcProgram prog;
+    NK(nvrtcCreateProgram(&prog, src, "sol.cu", 0, NULL, NULL));
+    char names[2][NU][2][2][64];
+    for (int n = 0; n < 2; ++n)
+        for (int u = 0; u < NU; ++u)
+            for (int h = 0; h < 2; ++h)
+                for (int p = 0; p < 2; ++p) {
+                    strcpy(names[n][u][h][p], name_of(n + 1, U_VALUES[u], h, p));
+                    NK(nvrtcAddNameExpression(prog, names[n][u][h][p]));
+                }
+    char arch[32];
+    snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d%d", maj, min);
+    const char *opts[] = {arch, "-std=c++17"};
+    nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
+    if (rc != NVRTC_SUCCESS) {
+        size_t len;
+        nvrtcGetProgramLogSize(prog, &len);
+        char *log = malloc(len + 1);
+        nvrtcGetProgramLog(prog, log);
+        fprintf(stderr, "%s\n", log);
+        exit(2);
+    }
+    size_t sz;
+    NK(nvrtcGetCUBINSize(prog, &sz));
+    char *cubin = malloc(sz);
+    NK(nvrtcGetCUBIN(prog, cubin));
+    CUmodule mod;
+    CK(cuModuleLoadData(&mod, cubin));
+    for (int n = 0; n < 2; ++n)
+        for (int u = 0; u < NU; ++u)
+            for (int h = 0; h < 2; ++h)
+                for (int p = 0; p < 2; ++p) {
+                    const char *lowered;
+                    NK(nvrtcGetLoweredName(prog, names[n][u][h][p], &lowered));
+                    CK(cuModuleGetFunction(&fns[n][u][h][p], mod, lowered));
+                }
+    free(cubin);
+    nvrtcDestroyProgram(&prog);
+}
+
+typedef struct { CUdeviceptr a, b, o; } set;
+typedef struct { int nin, u, b, p, hint, pdl; } variant;
+
+static void launch(const variant *v, const set *s, long long n)
+{
+    CUfunction f = fns[v->nin - 1][v->u][v->hint][v->pdl];
+    const int block = B_VALUES[v->b], per = U_VALUES[v->u];
+    long long grid = P_VALUES[v->p] ? (long long)P_VALUES[v->p] * sms : (n + (long long)block * per - 1) / ((long long)block * per);
+    if (grid < 1) grid = 1;
+    void *args[] = {(void *)&s->a, (void *)&s->b, (void *)&s->o, &n};
+    CUlaunchConfig cfg = {0};
+    CUlaunchAttribute at;
+    cfg.gridDimX = (unsigned)grid, cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = (unsigned)block, cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = stream;
+    if (v->pdl) {
+        at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        at.value.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = &at, cfg.numAttrs = 1;
+    }
+    CK(cuLaunchKernelEx(&cfg, f, args, NULL));
+}
+
+static int cmp_d(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double time_events(const variant *v, const set *sets, int nsets, long long n)
+{
+    for (int i = 0; i < WARM; ++i) launch(v, &sets[i % nsets], n);
+    for (int i = 0; i < ITERS; ++i) {
+        CK(cuEventRecord(ev0[i], stream));
+        launch(v, &sets[i % nsets], n);
+        CK(cuEventRecord(ev1[i], stream));
+    }
+    CK(cuStreamSynchronize(stream));
+    double t[ITERS];
+    for (int i = 0; i < ITERS; ++i) {
+        float ms;
+        CK(cuEventElapsedTime(&ms, ev0[i], ev1[i]));
+        t[i] = ms * 1e3;
+    }
+    return median(t, ITERS);
+}
+
+static double time_graph(const variant *v, const set *sets, int nsets, long long n)
+{
+    const int k = 2 * nsets;
+    CUgraph g;
+    CUgraphExec ge;
+    CK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int i = 0; i < k; ++i) launch(v, &sets[i % nsets], n);
+    CK(cuStreamEndCapture(stream, &g));
+    CK(cuGraphInstantiate(&ge, g, 0));
+    CK(cuGraphLaunch(ge, stream));
+    double t[GRAPH_REPS];
+    for (int r = 0; r < GRAPH_REPS; ++r) {
+        CK(cuEventRecord(ev0[r], stream));
+        CK(cuGraphLaunch(ge, stream));
+        CK(cuEventRecord(ev1[r], stream));
+    }
+    CK(cuStreamSynchronize(stream));
+    for (int r = 0; r < GRAPH_REPS; ++r) {
+        float ms;
+        CK(cuEventElapsedTime(&ms, ev0[r], ev1[r]));
+        t[r] = ms * 1e3 / k;
+    }
+    CK(cuGraphExecDestroy(ge));
+    CK(cuGraphDestroy(g));
+    return median(t, GRAPH_REPS);
+}
+
+int main(int argc, char **argv)
+{
+    long long rows[8] = {4097, 32768};
+    int nrows = 2;
+    if (argc > 1) {
+        nrows = 0;
+        for (int i = 1; i < argc && nrows < 8; ++i) {
+            char *end;
+            rows[nrows] = strtoll(argv[i], &end, 10);
+            if (*end || rows[nrows] < 1) {
+                fprintf(stderr, "sol_probe: ROWS must be positive integers, got '%s'\n", argv[i]);
+                return 2;
+            }
+            nrows++;
+        }
+    }
+    if (cuInit(0) != CUDA_SUCCESS) {
+        fprintf(stderr, "sol_probe: no CUDA driver\n");
+        return 77;
+    }
+    CUdevice dev;
+    CUcontext ctx;
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < ITERS; ++i) {
+        CK(cuEventCreate(&ev0[i], 0));
+        CK(cuEventCreate(&ev1[i], 0));
+    }
+    build(dev);
+    printf("# sol_probe: plain vectorized kernels moving the ops' bytes; events per iteration / inside a graph,"
+           " us; rotating sets > 3x the L2; floor = bytes / %.2f TB/s\n", PEAK_BW / 1e12);
+    printf("%-8s %6s %2s %5s %2s %4s %3s %9s %9s %8s\n", "pattern", "rows", "U", "block", "P", "hint", "pdl",
+           "events", "graph", "floor");
+    for (int ri = 0; ri < nrows; ++ri)
+        for (int nin = 1; nin <= 2; ++nin) {
+            const size_t bytes = (size_t)rows[ri] * ROW_BYTES;
+            const long long n = (long long)(bytes / 16);
+            const double moved = (double)bytes * (nin + 1), floor_us = moved / PEAK_BW * 1e6;
+            int nsets = (int)ceil(3.0 * L2_BYTES / moved) + 1;
+            if (nsets < 2) nsets = 2;
+            set *sets = calloc((size_t)nsets, sizeof *sets);
+            for (int i = 0; i < nsets; ++i) {
+                CK(cuMemAlloc(&sets[i].a, bytes));
+                CK(cuMemAlloc(&sets[i].o, bytes));
+                CK(cuMemsetD8Async(sets[i].a, (unsigned char)(i * 37 + 1), bytes, stream));
+                if (nin == 2) {
+                    CK(cuMemAlloc(&sets[i].b, bytes));
+                    CK(cuMemsetD8Async(sets[i].b, (unsigned char)(i * 11 + 5), bytes, stream));
+                } else {
+                    sets[i].b = sets[i].a;
+                }
+            }
+            double best_ev = 1e30, best_gr = 1e30;
+            variant bev = {0}, bgr = {0};
+            for (int u = 0; u < NU; ++u)
+                for (int b = 0; b < NB; ++b)
+                    for (int p = 0; p < NP; ++p)
+                        for (int hint = 0; hint < 2; ++hint)
+                            for (int pdl = 0; pdl < 2; ++pdl) {
+                                variant v = {nin, u, b, p, hint, pdl};
+                                /* A persistent grid larger than the full one is the full one. */
+                                const long long full = (n + (long long)B_VALUES[b] * U_VALUES[u] - 1) /
+                                                       ((long long)B_VALUES[b] * U_VALUES[u]);
+                                if (P_VALUES[p] && (long long)P_VALUES[p] * sms >= full) continue;
+                                int maxt;
+                                CK(cuFuncGetAttribute(&maxt, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                                      fns[nin - 1][u][hint][pdl]));
+                                if (B_VALUES[b] > maxt) continue; /* too many registers for the block */
+                                const double te = time_events(&v, sets, nsets, n);
+                                const double tg = time_graph(&v, sets, nsets, n);
+                                printf("%-8s %6lld %2d %5d %2d %4d %3d %9.1f %9.1f %8.1f\n",
+                                       nin == 1 ? "1in1out" : "2in1out", rows[ri], U_VALUES[u], B_VALUES[b],
+                                       P_VALUES[p], hint, pdl, te, tg, floor_us);
+                                if (te < best_ev) best_ev = te, bev = v;
+                                if (tg < best_gr) best_gr = tg, bgr = v;
+                            }
+            printf("BEST %-8s rows %6lld: events %.1f us (U %d block %d P %d hint %d pdl %d), graph %.1f us"
+                   " (U %d block %d P %d hint %d pdl %d); floor %.1f us (%.1f MB); %.2f / %.2f TB/s\n",
+                   nin == 1 ? "1in1out" : "2in1out", rows[ri], best_ev, U_VALUES[bev.u], B_VALUES[bev.b],
+                   P_VALUES[bev.p], bev.hint, bev.pdl, best_gr, U_VALUES[bgr.u], B_VALUES[bgr.b], P_VALUES[bgr.p],
+                   bgr.hint, bgr.pdl, floor_us, moved / 1e6, moved / best_ev / 1e6, moved / best_gr / 1e6);
+            fflush(stdout);
+            CK(cuStreamSynchronize(stream));
+            for (int i = 0; i < nsets; ++i) {
+                CK(cuMemFree(sets[i].a));
+                CK(cuMemFree(sets[i].o));
+                if (nin == 2) CK(cuMemFree(sets[i].b));
+            }
+            free(sets);
+        }
+    return 0;
+}
