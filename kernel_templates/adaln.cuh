@@ -196,14 +196,30 @@ __device__ __forceinline__ void st_gran(T *p, const gran<T, V> &g)
 // a wait on its own groups is all the ordering needed (no barrier).
 // Layout: granule k of tensor j of stage s of thread t at
 // ((s * NT + j) * IT + k) * TPR * 16 + t * 16 (a warp's accesses contiguous).
+// cp.async needs sm_80: before that the copy is an ordinary load and store
+// (the data is in shared memory before any wait, so the same values are read).
 __device__ __forceinline__ void cp_async16(unsigned char *smem, const void *gmem)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    *(uint4 *)smem = __ldg((const uint4 *)gmem);
+#else
     const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(gmem) : "memory");
+#endif
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_commit()
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
 // Wait until at most N of this thread's most recent groups are pending.
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 
 template <class T, int V>
 __device__ __forceinline__ void ld_smem(gran<T, V> &g, const unsigned char *p)

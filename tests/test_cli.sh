@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The kjit CLI end to end, without a GPU: prewarm (twice, concurrent, killed),
+# The kjit CLI end to end, without a GPU: prewarm (twice, concurrent, killed,
+# for the oldest and newest arch),
 # cache verify/ls/stats/clear, refused arguments, --help everywhere.
 set -u
 KJIT=$1
@@ -84,6 +85,15 @@ C=$T/c4; mkdir -p "$C"; chmod 0777 "$C"
 out=$("$KJIT" prewarm $OPS --cache-dir "$C" 2>&1) && fail "world-writable cache dir accepted"
 echo "$out" | grep -q "$C" || fail "refusal does not name the directory: $out"
 chmod 0700 "$C"
+
+# Every op's kernels compile for the oldest and the newest arch NVRTC knows
+# (the oldest, sm_75, has neither cp.async nor a bf16 conversion: the
+# templates fall back to plain copies and integer rounding there).
+archs=$("$KJIT" info --json | python3 -c "import json,sys; a=json.load(sys.stdin)['archs']; print(a[0] + ',' + a[-1])")
+j=$("$KJIT" prewarm --ops all --hidden 256,5376 --dtype bf16,fp32 --arch "$archs" --cache-dir "$T/c5" --json) ||
+  fail "prewarm for $archs: $j"
+[ "$(echo "$j" | field failed)" = 0 ] || fail "prewarm for $archs failed: $j"
+echo "prewarm for $archs: $(echo "$j" | field compiled) kernels compiled"
 
 "$KJIT" cache clear --cache-dir "$T/c1" >/dev/null || fail "clear"
 [ "$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)" = 0 ] || fail "entries after clear"

@@ -3,6 +3,8 @@
 // the cache key covers every line the kernel depends on.
 #pragma once
 
+#include "common/kjit_bf16_rn.h"
+
 namespace kjit {
 
 // Programmatic dependent launch (sm_90+; the host launches with programmatic
@@ -39,7 +41,12 @@ template <> __device__ __forceinline__ float from_f32<float>(float v) { return v
 template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v)
 {
     bf16 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    // cvt to bf16 needs sm_80: the same rounding in integer arithmetic.
+    r.x = kjit_bf16_bits_rn((unsigned int)__float_as_int(v));
+#else
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(v));
+#endif
     return r;
 }
 template <> __device__ __forceinline__ f16 from_f32<f16>(float v)
