@@ -131,10 +131,23 @@ static int signals_block(sigset_t *old)
     return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
+/* A signal during the teardown: as a second one (die_by), with only
+ * async-signal-safe calls. */
+static void on_late_signal(int signum)
+{
+    static const char term[] = "kjit serve: SIGTERM during the teardown: exiting now\n";
+    static const char intr[] = "kjit serve: SIGINT during the teardown: exiting now\n";
+    if (signum == SIGTERM) (void)!write(2, term, sizeof term - 1);
+    else (void)!write(2, intr, sizeof intr - 1);
+    _exit(128 + signum);
+}
+
 /* The loop has ended: a signal that came since ends the process at once;
  * else the fd closes and the caller's mask comes back, before the teardown
  * (joining the lane, the context), so a hung teardown can still be
- * stopped. */
+ * stopped: by our handler, exit status 128 + the signal's number as for a
+ * second signal, not by the handler libnvrtc may have left (it calls
+ * exit(), which runs the exit handlers from inside the signal). */
 static void signals_restore(int fd, const sigset_t *old)
 {
     if (fd >= 0) {
@@ -142,6 +155,12 @@ static void signals_restore(int fd, const sigset_t *old)
         if (signum) die_by(signum);
         close(fd);
     }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_late_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
