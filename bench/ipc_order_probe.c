@@ -25,16 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CK(x)                                                                       \
-    do {                                                                            \
-        CUresult r_ = (x);                                                          \
-        if (r_ != CUDA_SUCCESS) {                                                   \
-            const char *s_ = 0;                                                     \
-            cuGetErrorString(r_, &s_);                                              \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?"); \
-            _exit(2);                                                               \
-        }                                                                           \
-    } while (0)
+#include "probe_check.h"
+
 
 enum { M_EVENT, M_DFLAG, M_HFLAG, M_HPOLL, M_HOST, M_COUNT };
 static const char *mode_name[M_COUNT] = {"event", "dflag", "hflag", "hpoll", "host"};

@@ -23,16 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                           \
-    do {                                                                                \
-        CUresult r_ = (x);                                                              \
-        if (r_ != CUDA_SUCCESS) {                                                       \
-            const char *s_ = 0;                                                         \
-            cuGetErrorString(r_, &s_);                                                  \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?");    \
-            exit(2);                                                                    \
-        }                                                                               \
-    } while (0)
+#include "probe_check.h"
+
 #define NK(x)                                                                           \
     do {                                                                                \
         nvrtcResult r_ = (x);                                                           \
