@@ -1,8 +1,8 @@
 /* float -> bf16, rounded to nearest with ties to even, in integer
  * arithmetic: what cvt.rn.bf16.f32 computes on sm_80+, for targets without
  * it. Finite values and infinities round exactly; every NaN becomes the
- * canonical 0x7fff. Plain C as well as device code, so the host tests check
- * it (tests/test_bf16_rn.c) against the references' rounding. */
+ * canonical 0x7fff. Plain C as well as device code, so a host test
+ * (tests/test_bf16_rn.c) checks it against an independent rounding. */
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
