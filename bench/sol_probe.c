@@ -35,7 +35,6 @@
     } while (0)
 
 #define ROW_BYTES (5376 * 2)
-#define L2_BYTES (50.0 * 1024 * 1024)
 #define WARM 10
 #define ITERS 100
 #define GRAPH_REPS 11
@@ -51,8 +50,10 @@ static const char *src =
     "__global__ void sol(const uint4 *__restrict__ a, const uint4 *__restrict__ b, uint4 *__restrict__ o,\n"
     "                    long long n)\n"
     "{\n"
+    "#if __CUDA_ARCH__ >= 900\n"
     "    if (PDL) asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
     "    if (PDL) asm volatile(\"griddepcontrol.launch_dependents;\");\n"
+    "#endif\n"
     "    const long long stride = (long long)gridDim.x * blockDim.x;\n"
     "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += U * stride) {\n"
     "        uint4 v[U], w[U];\n"
@@ -84,6 +85,7 @@ static CUfunction fns[2][NU][2][2]; /* [nin-1][u][hint][pdl] */
 static CUstream stream;
 static CUevent ev0[ITERS], ev1[ITERS];
 static int sms;
+static double l2_bytes; /* the device's L2 */
 
 static char *name_of(int nin, int u, int hint, int pdl)
 {
@@ -226,8 +228,8 @@ int main(int argc, char **argv)
         for (int i = 1; i < argc && nrows < 8; ++i) {
             char *end;
             rows[nrows] = strtoll(argv[i], &end, 10);
-            if (*end || rows[nrows] < 1) {
-                fprintf(stderr, "sol_probe: ROWS must be positive integers, got '%s'\n", argv[i]);
+            if (*end || end == argv[i] || rows[nrows] < 1 || rows[nrows] > (1LL << 24)) {
+                fprintf(stderr, "sol_probe: ROWS must be integers in 1..16777216, got '%s'\n", argv[i]);
                 return 2;
             }
             nrows++;
@@ -243,6 +245,9 @@ int main(int argc, char **argv)
     CK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CK(cuCtxSetCurrent(ctx));
     CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    int l2;
+    CK(cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
+    l2_bytes = l2;
     CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     for (int i = 0; i < ITERS; ++i) {
         CK(cuEventCreate(&ev0[i], 0));
@@ -258,7 +263,7 @@ int main(int argc, char **argv)
             const size_t bytes = (size_t)rows[ri] * ROW_BYTES;
             const long long n = (long long)(bytes / 16);
             const double moved = (double)bytes * (nin + 1), floor_us = moved / PEAK_BW * 1e6;
-            int nsets = (int)ceil(3.0 * L2_BYTES / moved) + 1;
+            int nsets = (int)ceil(3.0 * l2_bytes / moved) + 1;
             if (nsets < 2) nsets = 2;
             set *sets = calloc((size_t)nsets, sizeof *sets);
             for (int i = 0; i < nsets; ++i) {

@@ -196,12 +196,15 @@ __device__ __forceinline__ void st_gran(T *p, const gran<T, V> &g)
 // a wait on its own groups is all the ordering needed (no barrier).
 // Layout: granule k of tensor j of stage s of thread t at
 // ((s * NT + j) * IT + k) * TPR * 16 + t * 16 (a warp's accesses contiguous).
-// cp.async needs sm_80: before that the copy is an ordinary load and store
-// (the data is in shared memory before any wait, so the same values are read).
+// cp.async needs sm_80: before that the copy is an ordinary load (from the
+// L2, as cp.async.cg, keeping activations out of L1) and store; the data is
+// in shared memory before any wait, so the same values are read.
 __device__ __forceinline__ void cp_async16(unsigned char *smem, const void *gmem)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    *(uint4 *)smem = __ldg((const uint4 *)gmem);
+    uint4 v;
+    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(gmem));
+    *(uint4 *)smem = v;
 #else
     const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(gmem) : "memory");

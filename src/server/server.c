@@ -119,6 +119,11 @@ static void on_signal(uv_poll_t *h, int status, int events)
     }
 }
 
+/* Which of SIGTERM, SIGINT the process had ignored when the server started
+ * (e.g. SIGINT in a job a script runs in the background): left ignored in
+ * the teardown, where the server's own handler takes the others. */
+static int ignored_at_start[2];
+
 /* SIGTERM and SIGINT blocked in this thread (and so in every thread it
  * starts), *old the mask before; the fd that reads them. */
 static int signals_block(sigset_t *old)
@@ -127,6 +132,12 @@ static int signals_block(sigset_t *old)
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    static const int sigs[2] = {SIGTERM, SIGINT};
+    for (int i = 0; i < 2; ++i) {
+        struct sigaction cur;
+        ignored_at_start[i] = sigaction(sigs[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN;
+    }
+    pthread_sigmask(SIG_SETMASK, NULL, old); /* *old is valid even if blocking fails */
     if (pthread_sigmask(SIG_BLOCK, &set, old)) return -1;
     return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
@@ -147,7 +158,8 @@ static void on_late_signal(int signum)
  * (joining the lane, the context), so a hung teardown can still be
  * stopped: by our handler, exit status 128 + the signal's number as for a
  * second signal, not by the handler libnvrtc may have left (it calls
- * exit(), which runs the exit handlers from inside the signal). */
+ * exit(), which runs the exit handlers from inside the signal). A signal
+ * the process ignored at start stays ignored. */
 static void signals_restore(int fd, const sigset_t *old)
 {
     if (fd >= 0) {
@@ -155,12 +167,14 @@ static void signals_restore(int fd, const sigset_t *old)
         if (signum) die_by(signum);
         close(fd);
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_late_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    static const int sigs[2] = {SIGTERM, SIGINT};
+    for (int i = 0; i < 2; ++i) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = ignored_at_start[i] ? SIG_IGN : on_late_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
     pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
