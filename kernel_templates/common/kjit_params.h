@@ -160,4 +160,11 @@ typedef struct kjit_adaln_bwd_params {
     float eps;
 } kjit_adaln_bwd_params;
 
+/* kjit_bf16_rn_check (bf16_rn_check.cuh): float bit patterns [base, base + n). */
+typedef struct kjit_bf16_check_params {
+    unsigned long long base, n;
+    unsigned long long *bad; /* patterns that differ (zeroed by the caller) */
+    unsigned int *first;     /* one of them */
+} kjit_bf16_check_params;
+
 #endif

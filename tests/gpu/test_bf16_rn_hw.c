@@ -5,6 +5,7 @@
  * in its place must find differences. Needs a GPU of sm_80 or newer. */
 #include <string.h>
 
+#include "common/kjit_params.h"
 #include "core/ctx.h"
 #include "gpu_util.h"
 #include "jit/compile.h"
@@ -26,9 +27,9 @@ static unsigned long long run(kjit_ctx *ctx, int mode, unsigned *first)
     CUdeviceptr d = gpu_alloc(16);
     gpu_poison(d, 16);
     CU_CHECK(cu->MemsetD8(d, 0, 12)); /* bad (8 bytes) and first (4) */
-    unsigned long long base = 0, n = 1ull << 32, bad = 0;
-    CUdeviceptr pb = d, pf = d + 8;
-    void *args[] = {&base, &n, &pb, &pf};
+    unsigned long long bad = 0;
+    kjit_bf16_check_params p = {0, 1ull << 32, (unsigned long long *)(uintptr_t)d, (unsigned int *)(uintptr_t)(d + 8)};
+    void *args[] = {&p};
     CU_CHECK(cu->LaunchKernel(fn, 132 * 16, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
     gpu_sync();
     gpu_download(&bad, d, 8);
