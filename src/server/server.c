@@ -119,9 +119,11 @@ static void on_signal(uv_poll_t *h, int status, int events)
     }
 }
 
-/* Which of SIGTERM, SIGINT the process had ignored when the server started
- * (e.g. SIGINT in a job a script runs in the background): left ignored in
- * the teardown, where the server's own handler takes the others. */
+/* The signals that stop the server, and which of them the process had
+ * ignored when it started (e.g. SIGINT in a job a script runs in the
+ * background): left ignored in the teardown, where the server's own handler
+ * takes the others. */
+static const int stop_sigs[2] = {SIGTERM, SIGINT};
 static int ignored_at_start[2];
 
 /* SIGTERM and SIGINT blocked in this thread (and so in every thread it
@@ -130,12 +132,10 @@ static int signals_block(sigset_t *old)
 {
     sigset_t set;
     sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    static const int sigs[2] = {SIGTERM, SIGINT};
     for (int i = 0; i < 2; ++i) {
         struct sigaction cur;
-        ignored_at_start[i] = sigaction(sigs[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN;
+        sigaddset(&set, stop_sigs[i]);
+        ignored_at_start[i] = sigaction(stop_sigs[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN;
     }
     pthread_sigmask(SIG_SETMASK, NULL, old); /* *old is valid even if blocking fails */
     if (pthread_sigmask(SIG_BLOCK, &set, old)) return -1;
@@ -167,13 +167,12 @@ static void signals_restore(int fd, const sigset_t *old)
         if (signum) die_by(signum);
         close(fd);
     }
-    static const int sigs[2] = {SIGTERM, SIGINT};
     for (int i = 0; i < 2; ++i) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = ignored_at_start[i] ? SIG_IGN : on_late_signal;
         sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
+        sigaction(stop_sigs[i], &sa, NULL);
     }
     pthread_sigmask(SIG_SETMASK, old, NULL);
 }

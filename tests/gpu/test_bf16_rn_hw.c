@@ -13,7 +13,6 @@
 
 static unsigned long long run(kjit_ctx *ctx, int mode, unsigned *first)
 {
-    (void)ctx;
     const kjit_cu_api *cu = kjit__cu();
     char expr[64], *lowered = NULL;
     void *cubin = NULL;
