@@ -13,7 +13,8 @@
 # sections of the forward and main backward kernel: KJIT_NCU_KERNELS,
 # KJIT_NCU_OP, KJIT_NCU_ROWS), ipc (test_server_ipc's run round trip:
 # polling, KJIT_SPIN_US=0, and under MPS where available), sol (bench/sol_probe:
-# the fastest plain kernels for the ops' bytes; KJIT_SOL_ROWS).
+# the fastest plain kernels for the ops' bytes; KJIT_SOL_ROWS), normp
+# (bench/norm_probe: plain norm_modulate forwards beside kjit's).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -77,6 +78,13 @@ for s in $stages; do
     section sol_probe; $B/bench/sol_probe ${KJIT_SOL_ROWS:-} >>"$LOG" 2>&1
     summary+=("sol_probe rc=$?")
     grep -E "^BEST" "$LOG" | tail -n 8 ;;
+  normp)
+    # A plain norm_modulate forward (bench/norm_probe.c) beside kjit's in the same run.
+    section norm_probe; $B/bench/norm_probe ${KJIT_SOL_ROWS:-} >>"$LOG" 2>&1
+    summary+=("norm_probe rc=$?")
+    section "bench_ops norm_modulate"; $B/bench/bench_ops --ops norm_modulate >>"$LOG" 2>&1
+    summary+=("bench_ops rc=$?")
+    grep -A40 "norm_probe:" "$LOG" | tail -n 40; grep -E "norm_modulate" "$LOG" | tail -n 6 ;;
   conformance)
     python_env
     section conformance; python3 bench/conformance.py ${KJIT_CONFORMANCE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -v "^ " | tail -n 60

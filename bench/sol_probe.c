@@ -18,26 +18,13 @@
  * Usage: sol_probe [ROWS...]   (default 4097 32768) */
 #include <cuda.h>
 #include <math.h>
-#include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "probe_check.h"
-
-#define NK(x)                                                                           \
-    do {                                                                                \
-        nvrtcResult r_ = (x);                                                           \
-        if (r_ != NVRTC_SUCCESS) {                                                      \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, nvrtcGetErrorString(r_)); \
-            exit(2);                                                                    \
-        }                                                                               \
-    } while (0)
+#include "probe_time.h"
 
 #define ROW_BYTES (5376 * 2)
-#define WARM 10
-#define ITERS 100
-#define GRAPH_REPS 11
 #define PEAK_BW 4.25e12
 
 /* One kernel per (inputs, U, hint). n: 16-byte items per tensor. Thread t of
@@ -82,8 +69,6 @@ static const int P_VALUES[] = {0, 1, 2, 4, 8}; /* 0: full grid */
 #define NP 5
 
 static CUfunction fns[2][NU][2][2]; /* [nin-1][u][hint][pdl] */
-static CUstream stream;
-static CUevent ev0[ITERS], ev1[ITERS];
 static int sms;
 static double l2_bytes; /* the device's L2 */
 
@@ -96,54 +81,30 @@ static char *name_of(int nin, int u, int hint, int pdl)
 
 static void build(CUdevice dev)
 {
-    int maj, min;
-    CK(cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
-    CK(cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
-    nvrtcProgram prog;
-    NK(nvrtcCreateProgram(&prog, src, "sol.cu", 0, NULL, NULL));
-    char names[2][NU][2][2][64];
+    static char names[2 * NU * 2 * 2][64];
+    const char *np[2 * NU * 2 * 2];
+    int k = 0;
     for (int n = 0; n < 2; ++n)
         for (int u = 0; u < NU; ++u)
             for (int h = 0; h < 2; ++h)
-                for (int p = 0; p < 2; ++p) {
-                    strcpy(names[n][u][h][p], name_of(n + 1, U_VALUES[u], h, p));
-                    NK(nvrtcAddNameExpression(prog, names[n][u][h][p]));
+                for (int p = 0; p < 2; ++p, ++k) {
+                    strcpy(names[k], name_of(n + 1, U_VALUES[u], h, p));
+                    np[k] = names[k];
                 }
-    char arch[32];
-    snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d%d", maj, min);
-    const char *opts[] = {arch, "-std=c++17"};
-    nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
-    if (rc != NVRTC_SUCCESS) {
-        size_t len;
-        nvrtcGetProgramLogSize(prog, &len);
-        char *log = malloc(len + 1);
-        nvrtcGetProgramLog(prog, log);
-        fprintf(stderr, "%s\n", log);
-        exit(2);
-    }
-    size_t sz;
-    NK(nvrtcGetCUBINSize(prog, &sz));
-    char *cubin = malloc(sz);
-    NK(nvrtcGetCUBIN(prog, cubin));
-    CUmodule mod;
-    CK(cuModuleLoadData(&mod, cubin));
-    for (int n = 0; n < 2; ++n)
-        for (int u = 0; u < NU; ++u)
-            for (int h = 0; h < 2; ++h)
-                for (int p = 0; p < 2; ++p) {
-                    const char *lowered;
-                    NK(nvrtcGetLoweredName(prog, names[n][u][h][p], &lowered));
-                    CK(cuModuleGetFunction(&fns[n][u][h][p], mod, lowered));
-                }
-    free(cubin);
-    nvrtcDestroyProgram(&prog);
+    probe_build(dev, src, np, k, &fns[0][0][0][0]);
 }
 
 typedef struct { CUdeviceptr a, b, o; } set;
 typedef struct { int nin, u, b, p, hint, pdl; } variant;
 
-static void launch(const variant *v, const set *s, long long n)
+typedef struct { const variant *v; const set *sets; int nsets; long long n; } run;
+
+static void launch_run(const void *arg, int i)
 {
+    const run *r = arg;
+    const variant *v = r->v;
+    const set *s = &r->sets[i % r->nsets];
+    long long n = r->n;
     CUfunction f = fns[v->nin - 1][v->u][v->hint][v->pdl];
     const int block = B_VALUES[v->b], per = U_VALUES[v->u];
     long long grid = P_VALUES[v->p] ? (long long)P_VALUES[v->p] * sms : (n + (long long)block * per - 1) / ((long long)block * per);
@@ -153,70 +114,13 @@ static void launch(const variant *v, const set *s, long long n)
     CUlaunchAttribute at;
     cfg.gridDimX = (unsigned)grid, cfg.gridDimY = cfg.gridDimZ = 1;
     cfg.blockDimX = (unsigned)block, cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.hStream = stream;
+    cfg.hStream = probe_stream;
     if (v->pdl) {
         at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         at.value.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = &at, cfg.numAttrs = 1;
     }
     CK(cuLaunchKernelEx(&cfg, f, args, NULL));
-}
-
-static int cmp_d(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double time_events(const variant *v, const set *sets, int nsets, long long n)
-{
-    for (int i = 0; i < WARM; ++i) launch(v, &sets[i % nsets], n);
-    for (int i = 0; i < ITERS; ++i) {
-        CK(cuEventRecord(ev0[i], stream));
-        launch(v, &sets[i % nsets], n);
-        CK(cuEventRecord(ev1[i], stream));
-    }
-    CK(cuStreamSynchronize(stream));
-    double t[ITERS];
-    for (int i = 0; i < ITERS; ++i) {
-        float ms;
-        CK(cuEventElapsedTime(&ms, ev0[i], ev1[i]));
-        t[i] = ms * 1e3;
-    }
-    return median(t, ITERS);
-}
-
-static double time_graph(const variant *v, const set *sets, int nsets, long long n)
-{
-    const int k = 2 * nsets;
-    CUgraph g;
-    CUgraphExec ge;
-    CK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-    for (int i = 0; i < k; ++i) launch(v, &sets[i % nsets], n);
-    CK(cuStreamEndCapture(stream, &g));
-    CK(cuGraphInstantiate(&ge, g, 0));
-    CK(cuGraphLaunch(ge, stream));
-    double t[GRAPH_REPS];
-    for (int r = 0; r < GRAPH_REPS; ++r) {
-        CK(cuEventRecord(ev0[r], stream));
-        CK(cuGraphLaunch(ge, stream));
-        CK(cuEventRecord(ev1[r], stream));
-    }
-    CK(cuStreamSynchronize(stream));
-    for (int r = 0; r < GRAPH_REPS; ++r) {
-        float ms;
-        CK(cuEventElapsedTime(&ms, ev0[r], ev1[r]));
-        t[r] = ms * 1e3 / k;
-    }
-    CK(cuGraphExecDestroy(ge));
-    CK(cuGraphDestroy(g));
-    return median(t, GRAPH_REPS);
 }
 
 int main(int argc, char **argv)
@@ -248,11 +152,7 @@ int main(int argc, char **argv)
     int l2;
     CK(cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
     l2_bytes = l2;
-    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    for (int i = 0; i < ITERS; ++i) {
-        CK(cuEventCreate(&ev0[i], 0));
-        CK(cuEventCreate(&ev1[i], 0));
-    }
+    probe_events_create();
     build(dev);
     printf("# sol_probe: plain vectorized kernels moving the ops' bytes; events per iteration / inside a graph,"
            " us; rotating sets > 3x the L2; floor = bytes / %.2f TB/s\n", PEAK_BW / 1e12);
@@ -269,10 +169,10 @@ int main(int argc, char **argv)
             for (int i = 0; i < nsets; ++i) {
                 CK(cuMemAlloc(&sets[i].a, bytes));
                 CK(cuMemAlloc(&sets[i].o, bytes));
-                CK(cuMemsetD8Async(sets[i].a, (unsigned char)(i * 37 + 1), bytes, stream));
+                CK(cuMemsetD8Async(sets[i].a, (unsigned char)(i * 37 + 1), bytes, probe_stream));
                 if (nin == 2) {
                     CK(cuMemAlloc(&sets[i].b, bytes));
-                    CK(cuMemsetD8Async(sets[i].b, (unsigned char)(i * 11 + 5), bytes, stream));
+                    CK(cuMemsetD8Async(sets[i].b, (unsigned char)(i * 11 + 5), bytes, probe_stream));
                 } else {
                     sets[i].b = sets[i].a;
                 }
@@ -293,8 +193,9 @@ int main(int argc, char **argv)
                                 CK(cuFuncGetAttribute(&maxt, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                                                       fns[nin - 1][u][hint][pdl]));
                                 if (B_VALUES[b] > maxt) continue; /* too many registers for the block */
-                                const double te = time_events(&v, sets, nsets, n);
-                                const double tg = time_graph(&v, sets, nsets, n);
+                                const run r = {&v, sets, nsets, n};
+                                const double te = probe_time_events(launch_run, &r);
+                                const double tg = probe_time_graph(launch_run, &r, nsets);
                                 printf("%-8s %6lld %2d %5d %2d %4d %3d %9.1f %9.1f %8.1f\n",
                                        nin == 1 ? "1in1out" : "2in1out", rows[ri], U_VALUES[u], B_VALUES[b],
                                        P_VALUES[p], hint, pdl, te, tg, floor_us);
@@ -307,7 +208,7 @@ int main(int argc, char **argv)
                    P_VALUES[bev.p], bev.hint, bev.pdl, best_gr, U_VALUES[bgr.u], B_VALUES[bgr.b], P_VALUES[bgr.p],
                    bgr.hint, bgr.pdl, floor_us, moved / 1e6, moved / best_ev / 1e6, moved / best_gr / 1e6);
             fflush(stdout);
-            CK(cuStreamSynchronize(stream));
+            CK(cuStreamSynchronize(probe_stream));
             for (int i = 0; i < nsets; ++i) {
                 CK(cuMemFree(sets[i].a));
                 CK(cuMemFree(sets[i].o));

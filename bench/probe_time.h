@@ -1,0 +1,134 @@
+/* Timing and NVRTC helpers of the standalone probes (sol_probe, norm_probe):
+ * a kernel timed as bench_ops times the ops, with CUDA events around each
+ * iteration over rotating buffer sets (median of PROBE_ITERS after
+ * PROBE_WARM) and inside a CUDA graph (2 x nsets launches per graph, median
+ * of PROBE_GRAPH_REPS replays, per launch). launch(arg, i) enqueues
+ * iteration i on the probe's stream (set i % nsets is the callee's choice). */
+#pragma once
+
+#include <cuda.h>
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "probe_check.h"
+
+#define PROBE_WARM 10
+#define PROBE_ITERS 100
+#define PROBE_GRAPH_REPS 11
+
+#define NK(x)                                                                                    \
+    do {                                                                                         \
+        nvrtcResult r_ = (x);                                                                    \
+        if (r_ != NVRTC_SUCCESS) {                                                               \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, nvrtcGetErrorString(r_)); \
+            _exit(2);                                                                            \
+        }                                                                                        \
+    } while (0)
+
+typedef void (*probe_launch_fn)(const void *arg, int i);
+
+static CUstream probe_stream;
+static CUevent probe_ev0[PROBE_ITERS], probe_ev1[PROBE_ITERS];
+
+static void probe_events_create(void)
+{
+    CK(cuStreamCreate(&probe_stream, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < PROBE_ITERS; ++i) {
+        CK(cuEventCreate(&probe_ev0[i], 0));
+        CK(cuEventCreate(&probe_ev1[i], 0));
+    }
+}
+
+static int probe_cmp_d(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static double probe_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, probe_cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double probe_time_events(probe_launch_fn launch, const void *arg)
+{
+    for (int i = 0; i < PROBE_WARM; ++i) launch(arg, i);
+    for (int i = 0; i < PROBE_ITERS; ++i) {
+        CK(cuEventRecord(probe_ev0[i], probe_stream));
+        launch(arg, i);
+        CK(cuEventRecord(probe_ev1[i], probe_stream));
+    }
+    CK(cuStreamSynchronize(probe_stream));
+    double t[PROBE_ITERS];
+    for (int i = 0; i < PROBE_ITERS; ++i) {
+        float ms;
+        CK(cuEventElapsedTime(&ms, probe_ev0[i], probe_ev1[i]));
+        t[i] = ms * 1e3;
+    }
+    return probe_median(t, PROBE_ITERS);
+}
+
+static double probe_time_graph(probe_launch_fn launch, const void *arg, int nsets)
+{
+    const int k = 2 * nsets;
+    CUgraph g;
+    CUgraphExec ge;
+    CK(cuStreamBeginCapture(probe_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int i = 0; i < k; ++i) launch(arg, i);
+    CK(cuStreamEndCapture(probe_stream, &g));
+    CK(cuGraphInstantiate(&ge, g, 0));
+    CK(cuGraphLaunch(ge, probe_stream));
+    double t[PROBE_GRAPH_REPS];
+    for (int r = 0; r < PROBE_GRAPH_REPS; ++r) {
+        CK(cuEventRecord(probe_ev0[r], probe_stream));
+        CK(cuGraphLaunch(ge, probe_stream));
+        CK(cuEventRecord(probe_ev1[r], probe_stream));
+    }
+    CK(cuStreamSynchronize(probe_stream));
+    for (int r = 0; r < PROBE_GRAPH_REPS; ++r) {
+        float ms;
+        CK(cuEventElapsedTime(&ms, probe_ev0[r], probe_ev1[r]));
+        t[r] = ms * 1e3 / k;
+    }
+    CK(cuGraphExecDestroy(ge));
+    CK(cuGraphDestroy(g));
+    return probe_median(t, PROBE_GRAPH_REPS);
+}
+
+/* Compiles src for the device's arch with the given name expressions and
+ * loads them into fns (in order). */
+static void probe_build(CUdevice dev, const char *src, const char *const *names, int count, CUfunction *fns)
+{
+    int maj, min;
+    CK(cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CK(cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    nvrtcProgram prog;
+    NK(nvrtcCreateProgram(&prog, src, "probe.cu", 0, NULL, NULL));
+    for (int i = 0; i < count; ++i) NK(nvrtcAddNameExpression(prog, names[i]));
+    char arch[32];
+    snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d%d", maj, min);
+    const char *opts[] = {arch, "-std=c++17"};
+    if (nvrtcCompileProgram(prog, 2, opts) != NVRTC_SUCCESS) {
+        size_t len;
+        nvrtcGetProgramLogSize(prog, &len);
+        char *log = malloc(len + 1);
+        nvrtcGetProgramLog(prog, log);
+        fprintf(stderr, "%s\n", log);
+        _exit(2);
+    }
+    size_t sz;
+    NK(nvrtcGetCUBINSize(prog, &sz));
+    char *cubin = malloc(sz);
+    NK(nvrtcGetCUBIN(prog, cubin));
+    CUmodule mod;
+    CK(cuModuleLoadData(&mod, cubin));
+    for (int i = 0; i < count; ++i) {
+        const char *lowered;
+        NK(nvrtcGetLoweredName(prog, names[i], &lowered));
+        CK(cuModuleGetFunction(&fns[i], mod, lowered));
+    }
+    free(cubin);
+    nvrtcDestroyProgram(&prog);
+}
