@@ -12,8 +12,11 @@
  * same table. Exits 77 without a GPU (after printing the workspace sizes,
  * which need none).
  *
- *   bench_ops [--ops LIST] [--rows LIST] [--sweep]
+ *   bench_ops [--ops LIST] [--rows LIST] [--index uniform|runs] [--sweep]
  * --ops: op names (default all four), --rows: row counts (default 4097,32768);
+ * --index: each row's table row drawn uniformly (default), or runs of rows
+ * sharing one (lengths uniform in 1..R0/6 for the smallest row count R0, the
+ * table row uniform), as a packed sequence's tokens share a timestep;
  * --sweep: for norm_modulate, gated_residual and the fused op, also time every
  * forward and every backward candidate of the tuning space with this
  * benchmark's method (forward alone; forward + backward with the default
@@ -370,7 +373,7 @@ static int parse_ops(const char *arg)
 
 int main(int argc, char **argv)
 {
-    int op_mask = (1 << NOPS) - 1, do_sweep = 0, n_rows = 2;
+    int op_mask = (1 << NOPS) - 1, do_sweep = 0, n_rows = 2, index_runs = 0;
     int64_t rows[8] = {4097, 32768};
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
@@ -392,11 +395,18 @@ int main(int argc, char **argv)
                 }
                 rows[n_rows++] = v;
             }
+        } else if (!strcmp(argv[i], "--index") && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "uniform") && strcmp(v, "runs")) {
+                fprintf(stderr, "bench_ops: --index: '%s' is not uniform or runs\n", v);
+                return 2;
+            }
+            index_runs = !strcmp(v, "runs");
         } else if (!strcmp(argv[i], "--sweep")) {
             do_sweep = 1;
         } else {
             const int help = !strcmp(argv[i], "--help");
-            fprintf(help ? stdout : stderr, "usage: bench_ops [--ops LIST] [--rows LIST] [--sweep]\n"
+            fprintf(help ? stdout : stderr, "usage: bench_ops [--ops LIST] [--rows LIST] [--index uniform|runs] [--sweep]\n"
                     "  ops: adaln_row_gather,norm_modulate,gated_residual,gated_residual_norm_modulate\n");
             return help ? 0 : 2;
         }
@@ -412,8 +422,8 @@ int main(int argc, char **argv)
     char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    printf("# kjit %s, %s, %s (sm_%d, %d SMs); H=%d bf16, int32 index, R=%d, table = chunk(6) views of (R, 6H)\n",
-           KJIT_VERSION_STRING, date, di.name, di.sm, di.sm_count, HID, TROWS);
+    printf("# kjit %s, %s, %s (sm_%d, %d SMs); H=%d bf16, int32 index (%s), R=%d, table = chunk(6) views of (R, 6H)\n",
+           KJIT_VERSION_STRING, date, di.name, di.sm, di.sm_count, HID, index_runs ? "runs" : "uniform", TROWS);
     printf("# CUDA events per iteration, median of %d after %d warm-up; rotating buffer sets > 3x the %.0f MB L2;"
            " floor = bytes / %.2f TB/s\n", ITERS, WARM, L2_BYTES / 1048576.0, PEAK_BW / 1e12);
 
@@ -446,7 +456,17 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_rows; ++i) n_max = rows[i] > n_max ? rows[i] : n_max;
     {
         int32_t *ix = malloc(sizeof(int32_t) * (size_t)n_max);
-        for (int64_t i = 0; i < n_max; ++i) ix[i] = (int32_t)ref_rng_below(&g, TROWS);
+        if (!index_runs) {
+            for (int64_t i = 0; i < n_max; ++i) ix[i] = (int32_t)ref_rng_below(&g, TROWS);
+        } else {
+            int64_t n_min = n_max;
+            for (int i = 0; i < n_rows; ++i) n_min = rows[i] < n_min ? rows[i] : n_min;
+            const uint64_t max_run = n_min / 6 > 1 ? (uint64_t)(n_min / 6) : 1;
+            for (int64_t i = 0; i < n_max;) {
+                const int32_t r = (int32_t)ref_rng_below(&g, TROWS);
+                for (uint64_t len = 1 + ref_rng_below(&g, max_run); len > 0 && i < n_max; --len) ix[i++] = r;
+            }
+        }
         didx = gpu_alloc(sizeof(int32_t) * (size_t)n_max);
         gpu_upload(didx, ix, sizeof(int32_t) * (size_t)n_max);
         free(ix);

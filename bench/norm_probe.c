@@ -16,14 +16,18 @@
  *   PERS  0: full grid; 1: a persistent grid (the occupancy's CTAs per SM)
  *         walking the rows grid-strided, the next rows' x loaded while the
  *         current ones are reduced
- * Each runs with two index patterns: uniform over the R rows per row
+ * Each runs with the driver's shared-memory carveout and with the largest L1
+ * (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT -1 and 0: carve), and
+ * with two index patterns: uniform over the R rows per row
  * (bench_ops' pattern) and runs of rows sharing a table row (lengths uniform
  * in 1..N/6, the conformance report's H3 pattern).
  * Timed as bench_ops times the ops (probe_time.h). Rows 0, 1, N/2 and N-1 of
  * every TAB = RED = 1 variant are compared with a double computation on the
  * host (max relative error printed; the probe fails above 1e-2).
  * Built as build/bench/norm_probe; run by bench/run_device.sh normp.
- * Usage: norm_probe [ROWS...]   (default 4097 32768) */
+ * Usage: norm_probe [ROWS...]   (default 4097 32768)
+ * NORM_PROBE_VARIANT=K runs only variant K of VARIANTS (uniform index, the
+ * driver's carveout), e.g. under ncu. */
 #include <cuda.h>
 #include <math.h>
 #include <stdio.h>
@@ -233,6 +237,8 @@ int main(int argc, char **argv)
     int l2;
     CK(cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
     probe_events_create();
+    const char *only_s = getenv("NORM_PROBE_VARIANT");
+    const int only = only_s ? atoi(only_s) : -1;
     static char names[NV][96];
     const char *np[NV];
     for (int i = 0; i < NV; ++i) {
@@ -262,8 +268,8 @@ int main(int argc, char **argv)
 
     printf("# norm_probe: plain norm_modulate forwards, H %d bf16, R %d; events per iteration / inside a graph, us;"
            " rotating sets > 3x the L2; floor = bytes / %.2f TB/s (x read, y written)\n", H, R, PEAK_BW / 1e12);
-    printf("%6s %2s %3s %3s %3s %3s %4s %4s %5s %7s %9s %9s %8s %9s\n", "rows", "G", "rpc", "rpt", "tab", "red",
-           "pers", "regs", "ctas", "grid", "events", "graph", "floor", "max_rel");
+    printf("%6s %2s %3s %3s %3s %3s %4s %5s %4s %5s %7s %9s %9s %8s %9s\n", "rows", "G", "rpc", "rpt", "tab", "red",
+           "pers", "carve", "regs", "ctas", "grid", "events", "graph", "floor", "max_rel");
     int bad = 0;
     for (int ri = 0; ri < nrows; ++ri) {
         const long long n = rows[ri];
@@ -295,9 +301,12 @@ int main(int argc, char **argv)
         }
         CK(cuMemcpyHtoD(didx, hidx, (size_t)n * sizeof(int)));
         printf("# index pattern: %s\n", pat ? "runs (H3)" : "uniform");
-        for (int vi = 0; vi < NV; ++vi) {
+        for (int vi = 0; vi < NV; ++vi)
+        for (int carve = -1; carve <= 0; ++carve) {
             const variant *v = &VARIANTS[vi];
             if (pat && !v->tab) continue;
+            if (only >= 0 && (vi != only || carve != -1 || pat)) continue;
+            CK(cuFuncSetAttribute(fns[vi], CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carve));
             const int block = HG / v->g * v->rpc;
             int regs, occ;
             CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fns[vi]));
@@ -334,8 +343,8 @@ int main(int argc, char **argv)
             }
             const double te = probe_time_events(launch_run, &r);
             const double tg = probe_time_graph(launch_run, &r, nsets);
-            printf("%6lld %2d %3d %3d %3d %3d %4d %4d %5d %7lld %9.1f %9.1f %8.1f %9.2g\n", n, v->g, v->rpc, v->rpt,
-                   v->tab, v->red, v->pers, regs, occ, grid, te, tg, floor_us, max_rel);
+            printf("%6lld %2d %3d %3d %3d %3d %4d %5d %4d %5d %7lld %9.1f %9.1f %8.1f %9.2g\n", n, v->g, v->rpc, v->rpt,
+                   v->tab, v->red, v->pers, carve, regs, occ, grid, te, tg, floor_us, max_rel);
             fflush(stdout);
         }
         }

@@ -21,6 +21,7 @@ bad "'0' is not a row count" --rows 0
 bad "'4k' is not a row count" --rows 4k
 bad "'65537' is not a row count" --rows 65537
 bad "at most 8 row counts" --rows 1,2,3,4,5,6,7,8,9
+bad "'zipf' is not uniform or runs" --index zipf
 bad "usage" --sweeep
 "$B" --help 2>/dev/null | grep -q usage || fail "bench_ops --help must print the usage and exit 0"
 rm -f /tmp/bench_args_err.$$
