@@ -210,33 +210,13 @@ static double urand(void) /* [0, 1) */
 
 int main(int argc, char **argv)
 {
-    long long rows[8] = {4097, 32768};
-    int nrows = 2;
-    if (argc > 1) {
-        nrows = 0;
-        for (int i = 1; i < argc && nrows < 8; ++i) {
-            char *end;
-            rows[nrows] = strtoll(argv[i], &end, 10);
-            if (*end || end == argv[i] || rows[nrows] < 1 || rows[nrows] > (1LL << 22)) {
-                fprintf(stderr, "norm_probe: ROWS must be integers in 1..4194304, got '%s'\n", argv[i]);
-                return 2;
-            }
-            nrows++;
-        }
-    }
-    if (cuInit(0) != CUDA_SUCCESS) {
-        fprintf(stderr, "norm_probe: no CUDA driver\n");
-        return 77;
-    }
+    long long rows[8];
+    const int nrows = probe_rows("norm_probe", argc, argv, (1LL << 22), rows);
+    if (nrows < 0) return 2;
     CUdevice dev;
-    CUcontext ctx;
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
-    CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     int l2;
-    CK(cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
-    probe_events_create();
+    const int rc = probe_start("norm_probe", &dev, &sms, &l2);
+    if (rc) return rc;
     const char *only_s = getenv("NORM_PROBE_VARIANT");
     const int only = only_s ? atoi(only_s) : -1;
     static char names[NV][96];

@@ -132,3 +132,40 @@ static void probe_build(CUdevice dev, const char *src, const char *const *names,
     free(cubin);
     nvrtcDestroyProgram(&prog);
 }
+
+/* The probes' ROWS... arguments: up to 8 row counts in 1..max (none: 4097
+ * and 32768). Returns how many, or -1 after a message naming the bad one. */
+static int probe_rows(const char *name, int argc, char **argv, long long max, long long rows[8])
+{
+    rows[0] = 4097, rows[1] = 32768;
+    if (argc <= 1) return 2;
+    int n = 0;
+    for (int i = 1; i < argc && n < 8; ++i) {
+        char *end;
+        rows[n] = strtoll(argv[i], &end, 10);
+        if (*end || end == argv[i] || rows[n] < 1 || rows[n] > max) {
+            fprintf(stderr, "%s: ROWS must be integers in 1..%lld, got '%s'\n", name, max, argv[i]);
+            return -1;
+        }
+        n++;
+    }
+    return n;
+}
+
+/* Device 0's primary context made current, its SM count and L2 bytes, the
+ * probes' stream and events. 77 (after a message) without a CUDA driver. */
+static int probe_start(const char *name, CUdevice *dev, int *sms, int *l2)
+{
+    if (cuInit(0) != CUDA_SUCCESS) {
+        fprintf(stderr, "%s: no CUDA driver\n", name);
+        return 77;
+    }
+    CUcontext ctx;
+    CK(cuDeviceGet(dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, *dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuDeviceGetAttribute(sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, *dev));
+    CK(cuDeviceGetAttribute(l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, *dev));
+    probe_events_create();
+    return 0;
+}

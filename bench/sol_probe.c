@@ -125,34 +125,14 @@ static void launch_run(const void *arg, int i)
 
 int main(int argc, char **argv)
 {
-    long long rows[8] = {4097, 32768};
-    int nrows = 2;
-    if (argc > 1) {
-        nrows = 0;
-        for (int i = 1; i < argc && nrows < 8; ++i) {
-            char *end;
-            rows[nrows] = strtoll(argv[i], &end, 10);
-            if (*end || end == argv[i] || rows[nrows] < 1 || rows[nrows] > (1LL << 24)) {
-                fprintf(stderr, "sol_probe: ROWS must be integers in 1..16777216, got '%s'\n", argv[i]);
-                return 2;
-            }
-            nrows++;
-        }
-    }
-    if (cuInit(0) != CUDA_SUCCESS) {
-        fprintf(stderr, "sol_probe: no CUDA driver\n");
-        return 77;
-    }
+    long long rows[8];
+    const int nrows = probe_rows("sol_probe", argc, argv, (1LL << 24), rows);
+    if (nrows < 0) return 2;
     CUdevice dev;
-    CUcontext ctx;
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
-    CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     int l2;
-    CK(cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
+    const int rc = probe_start("sol_probe", &dev, &sms, &l2);
+    if (rc) return rc;
     l2_bytes = l2;
-    probe_events_create();
     build(dev);
     printf("# sol_probe: plain vectorized kernels moving the ops' bytes; events per iteration / inside a graph,"
            " us; rotating sets > 3x the L2; floor = bytes / %.2f TB/s\n", PEAK_BW / 1e12);
