@@ -58,6 +58,26 @@ class Loading(unittest.TestCase):
         self.assertIn("/nonexistent/libkjit.so", out)
         self.assertIn("KJIT_LIBRARY", out)
 
+    def test_a_library_that_does_not_load_is_not_missing(self):
+        code = ("import kjit\n"
+                "try:\n    kjit.core.op_names()\n"
+                "except kjit.LibraryError as e:\n    print('LibraryError', e)\n")
+        with tempfile.NamedTemporaryFile(suffix=".so") as f:
+            f.write(b"not an ELF file")
+            f.flush()
+            env = dict(os.environ, KJIT_LIBRARY=f.name, PYTHONPATH=str(ROOT / "bindings" / "python"))
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                 text=True, check=True).stdout
+        self.assertIn("libkjit found but could not be loaded", out)
+        self.assertIn(f.name, out)
+        self.assertNotIn("not found", out)
+
+    def test_client_without_a_server_names_the_socket(self):
+        from kjit import client
+        with self.assertRaisesRegex(FileNotFoundError,
+                                    "kjit server at /nonexistent/kjit.sock: .*kjit serve"):
+            client.Client("/nonexistent/kjit.sock")
+
     def test_core_works_without_torch(self):
         code = ("import sys\nsys.modules['torch'] = None\nimport kjit\n"
                 "assert not hasattr(kjit, 'norm_modulate')\n"
@@ -193,6 +213,45 @@ class CoreChecks(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "stream: expected an int"):
             self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, stream="default")
 
+    def test_ints_that_do_not_fit_are_refused(self):
+        # ctypes would wrap these silently (a negative workspace size became
+        # SIZE_MAX, a 2**32 + 256 hidden size 256, a 2**64 + P pointer P).
+        kw = dict(act_dtype="bf16", param_dtype="bf16", index=(0x3000, "int64", 9))
+        with self.assertRaisesRegex(ValueError, "workspace bytes: a byte count cannot be negative"):
+            self.ctx.norm_modulate_bwd(8, 64, workspace=(0x4000, -1), **kw)
+        with self.assertRaisesRegex(ValueError, "workspace bytes: .* does not fit 64 bits"):
+            self.ctx.norm_modulate_bwd(8, 64, workspace=(0x4000, 2**64 + 1), **kw)
+        with self.assertRaisesRegex(ValueError, "hidden: 4294967552 does not fit the library's 32-bit"):
+            self.ctx.norm_modulate_fwd(8, 2**32 + 256, **kw)
+        with self.assertRaisesRegex(ValueError, "n: .* does not fit the library's 64-bit"):
+            self.ctx.norm_modulate_fwd(2**64 + 8, 64, **kw)
+        with self.assertRaisesRegex(ValueError, "index rows: .* 64-bit"):
+            self.ctx.norm_modulate_fwd(8, 64, **dict(kw, index=(0x3000, "int64", 2**64 + 9)))
+        with self.assertRaisesRegex(ValueError, "x pointer: .* does not fit 64 bits"):
+            self.ctx.norm_modulate_fwd(8, 64, x=(2**64 + 0x1000, 64), **kw)
+        with self.assertRaisesRegex(ValueError, "stream: .* does not fit 64 bits"):
+            self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, stream=2**64)
+        with self.assertRaisesRegex(ValueError, "num_tables: .* 32-bit"):
+            core.row_gather_workspace(16, 256, 2**32 + 1, 9)
+        with self.assertRaisesRegex(ValueError, "device: .* 32-bit"):
+            kjit.Context(device=2**32)
+        with self.assertRaisesRegex(ValueError, "ordinal: .* 32-bit"):
+            core.device_info(2**32)
+        with self.assertRaisesRegex(ValueError, "status: .* 32-bit"):
+            core.status_name(2**40)
+        with self.assertRaisesRegex(TypeError, "status: expected an int, got NoneType"):
+            core.status_name(None)
+        with self.assertRaisesRegex(TypeError, "eps: expected a real number, got NoneType"):
+            self.ctx.norm_modulate_fwd(8, 64, eps=None, **kw)
+        with self.assertRaisesRegex(TypeError, "max_period: expected a real number, got str"):
+            self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, max_period="1e4")
+        with self.assertRaisesRegex(ValueError, "NUL"):
+            core.dtype_code("bf16\0x")
+        # Values at the edges still pass the Python checks (the library
+        # judges them): the largest pointer, a 32-bit hidden size.
+        with self.assertRaisesRegex(kjit.InvalidArgument, "hidden"):
+            self.ctx.norm_modulate_fwd(8, 2**31 - 1, x=(2**64 - 16, 64), **kw)
+
     def test_adaln_arguments(self):
         kw = dict(act_dtype="bf16", param_dtype="bf16", index=(0x3000, "int64", 9))
         with self.assertRaisesRegex(TypeError, "unknown argument 'bias'"):
@@ -251,6 +310,53 @@ class TorchRefusals(unittest.TestCase):
         ):
             with self.assertRaisesRegex(ValueError, "is on cpu; kjit runs on CUDA tensors"):
                 call()
+
+    def test_scalars_and_shapes_on_fake_cuda_tensors(self):
+        # Checked in Python, so that calls with no rows and traced calls
+        # refuse them too; each names the argument.
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            x = torch.empty(self.N, self.H, device="cuda", dtype=torch.bfloat16)
+            table = torch.empty(self.R, 6 * self.H, device="cuda", dtype=torch.bfloat16)
+            idx = torch.zeros(self.N, device="cuda", dtype=torch.int64)
+            t = torch.empty(self.N, device="cuda")
+            sh, sc, g = table.chunk(6, 1)[:3]
+            nm = kjit.norm_modulate
+            for eps, err, msg in ((None, TypeError, "eps must be a real number, got NoneType"),
+                                  ("1e-5", TypeError, "eps must be a real number, got str"),
+                                  (float("nan"), ValueError, "eps nan must be finite and >= 0"),
+                                  (-1.0, ValueError, "eps -1.0 must be finite and >= 0")):
+                with self.assertRaisesRegex(err, msg):
+                    nm(x, None, sh, sc, idx, eps=eps)
+                with self.assertRaisesRegex(err, msg):
+                    kjit.gated_residual_norm_modulate(x, x, g, None, sh, sc, idx, eps=eps)
+            x0 = torch.empty(0, self.H, device="cuda", dtype=torch.bfloat16)
+            i0 = torch.zeros(0, device="cuda", dtype=torch.int64)
+            with self.assertRaisesRegex(ValueError, "eps nan"):
+                nm(x0, None, sh, sc, i0, eps=float("nan"))  # no rows: still refused
+            empty = torch.empty(0, 6 * self.H, device="cuda", dtype=torch.bfloat16)
+            with self.assertRaisesRegex(ValueError, "shift has 0 rows; kjit takes 1..65535"):
+                nm(x0, None, empty[:, :self.H], empty[:, self.H:2 * self.H], i0)
+            with self.assertRaisesRegex(ValueError, "x has hidden size 0; kjit takes 1..65536"):
+                nm(torch.empty(self.N, 0, device="cuda", dtype=torch.bfloat16), None, sh[:, :0],
+                   sc[:, :0], idx)
+            with self.assertRaisesRegex(ValueError, r"shift has 9 rows, expected 3 \(as gate\)"):
+                kjit.gated_residual_norm_modulate(x, x, g[:3], None, sh, sc, idx)
+            with self.assertRaisesRegex(ValueError, r"tables\[0\] must be 2-D"):
+                kjit.adaln_row_gather([torch.empty((), device="cuda", dtype=torch.bfloat16)], idx)
+            with self.assertRaisesRegex(TypeError, "dim must be an int, got float"):
+                kjit.timestep_sinusoid(t, 256.0)
+            with self.assertRaisesRegex(ValueError, "dim must be in 1..65536, got 0"):
+                kjit.timestep_sinusoid(t, 0)
+            with self.assertRaisesRegex(TypeError, "downscale_freq_shift must be a real number"):
+                kjit.timestep_sinusoid(t, 256, downscale_freq_shift=None)
+            with self.assertRaisesRegex(ValueError, "max_period 0.0 must be > 0"):
+                kjit.timestep_sinusoid(t, 256, max_period=0.0)
+            with self.assertRaisesRegex(ValueError, "scale inf must be finite"):
+                kjit.timestep_sinusoid(t, 256, scale=float("inf"))
+            # An index-like dim (a numpy or torch integer) is an int.
+            self.assertEqual(tuple(kjit.timestep_sinusoid(t, torch.tensor(256).item()).shape),
+                             (self.N, 256))
 
     def test_types(self):
         with self.assertRaisesRegex(TypeError, "kjit.norm_modulate: x must be a torch.Tensor"):
@@ -454,6 +560,21 @@ class TorchArgumentBlocks(unittest.TestCase):
                     dgate=dg, dweight=dw.data_ptr(), dshift=dsh, dscale=dsc)
                 self.same((got[0], got[1], ()), (want[0], want[1], ()), f"fused bwd {label}")
         self.assertEqual(self.calls, [])
+
+    def test_function_path_takes_parameters(self):
+        # A weight is usually an nn.Parameter: it keeps the Function path;
+        # another subclass goes through the ops.
+        ops = self.ops
+        saved = ops._direct, ops._EAGER
+        self.addCleanup(lambda: (setattr(ops, "_direct", saved[0]), setattr(ops, "_EAGER", saved[1])))
+        ops._direct, ops._EAGER = (lambda t: True), "function"
+
+        class Other(torch.Tensor):
+            pass
+
+        x = torch.empty(2, 4)
+        self.assertTrue(ops._function_path(x, torch.nn.Parameter(torch.empty(4)), None))
+        self.assertFalse(ops._function_path(x, torch.empty(4).as_subclass(Other)))
 
     def test_direct_only_on_real_cuda_tensors(self):
         ops = self.ops

@@ -254,6 +254,13 @@ def load():
                 _library = Library(cdll, path)
                 break
             else:
+                # A file that exists but does not load is not "not found": say
+                # why (e.g. a dependency the loader cannot find).
+                found = [t for (where, path), t in zip(candidates(), tried) if os.path.isfile(path)]
+                if found:
+                    raise LibraryError("libkjit found but could not be loaded:\n  " + "\n  ".join(found)
+                                       + "\n(a missing dependency is installed with the packages "
+                                       "README.md lists, or found via LD_LIBRARY_PATH)")
                 raise LibraryError("libkjit not found; tried\n  " + "\n  ".join(tried) +
                                    "\nBuild it (cmake -S . -B build && cmake --build build) and set "
                                    "KJIT_LIBRARY=/path/to/build/libkjit.so, copy it next to the kjit "

@@ -149,7 +149,13 @@ class Client:
         self._spin_s = _spin_us() * 1e-6
         self.last_order = None  # run()'s ordering the last time: "event" or "host"
         try:
-            self._sock.connect(self.path)
+            try:
+                self._sock.connect(self.path)
+            except OSError as exc:
+                # The same exception type, with the socket and the way out named.
+                msg = (f"cannot connect to a kjit server at {self.path}: {exc.strerror or exc} "
+                       "(start one with `kjit serve`, or set KJIT_SERVER to its socket)")
+                raise (type(exc)(exc.errno, msg) if exc.errno else type(exc)(msg)) from exc
             self.hello, _ = self.request({"type": "hello", "versions": [PROTO_VERSION], "client": "kjit-py"})
         except BaseException:
             self._sock.close()

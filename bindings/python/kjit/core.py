@@ -10,6 +10,7 @@ ValueError before the library is called.
 """
 
 import ctypes
+import numbers
 import threading
 
 from . import _lib
@@ -58,7 +59,7 @@ def _text(b):
 
 def status_name(status):
     """"KJIT_EINVAL" for -1, from the library's own table."""
-    return _text(_lib.load().kjit_status_name(status))
+    return _text(_lib.load().kjit_status_name(_i32(status, "status")))
 
 
 def check(status, function):
@@ -79,23 +80,49 @@ def library_path():
 # ---- argument conversion --------------------------------------------------
 
 
-def _int(value, what):
-    if type(value) is int:  # the common case, first
-        return value
-    # bool is an int subclass but never a pointer, size or stride.
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{what}: expected an int, got {type(value).__name__}")
-    return value.__index__()
+def _int(value, what, bits=64):
+    """An int that fits the C argument's signed `bits`-bit type (ctypes would
+    silently wrap one that does not)."""
+    if type(value) is not int:
+        # bool is an int subclass but never a pointer, size or stride.
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"{what}: expected an int, got {type(value).__name__}")
+        value = value.__index__()
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise ValueError(f"{what}: {value} does not fit the library's {bits}-bit signed integer")
+    return value
+
+
+def _i32(value, what):
+    return _int(value, what, 32)
+
+
+def _unsigned(value, what, kind):
+    """A non-negative int below 2**64 (an address, a stream or a byte count)."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"{what}: expected an int, got {type(value).__name__}")
+        value = value.__index__()
+    if value < 0:
+        raise ValueError(f"{what}: {kind} cannot be negative ({value})")
+    if value >= 1 << 64:
+        raise ValueError(f"{what}: {value} does not fit 64 bits")
+    return value
 
 
 def _pointer(value, what):
-    """None -> NULL; otherwise a non-negative int address."""
+    """None -> NULL; otherwise a non-negative int address below 2**64."""
     if value is None:
         return None
-    p = _int(value, what)
-    if p < 0:
-        raise ValueError(f"{what}: a device pointer cannot be negative ({p})")
-    return p or None
+    return _unsigned(value, what, "a device pointer") or None
+
+
+def _real(value, what):
+    """A finite-or-not real number for a C float/double argument (not None,
+    not a bool, not a string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what}: expected a real number, got {type(value).__name__}")
+    return float(value)
 
 
 def _strided(value, what):
@@ -115,6 +142,8 @@ def dtype_code(dtype):
     if isinstance(dtype, str):
         code = _dtype_codes.get(dtype)
         if code is None:
+            if "\0" in dtype:
+                raise ValueError(f"dtype: {dtype!r} contains a NUL character")
             out = ctypes.c_int(-1)
             check(_lib.load().kjit_dtype_parse(dtype.encode(), ctypes.byref(out)), "kjit_dtype_parse")
             code = _dtype_codes[dtype] = out.value
@@ -154,7 +183,8 @@ def _workspace(workspace):
         return None, 0
     if not (isinstance(workspace, (tuple, list)) and len(workspace) == 2):
         raise TypeError(f"workspace: expected a (pointer, bytes) pair or None, got {workspace!r}")
-    return _pointer(workspace[0], "workspace pointer"), _int(workspace[1], "workspace bytes")
+    return (_pointer(workspace[0], "workspace pointer"),
+            _unsigned(workspace[1], "workspace bytes", "a byte count"))
 
 
 # ---- queries that need no context ------------------------------------------
@@ -164,7 +194,7 @@ def _adaln_size(function, op, n, hidden, rows):
     if op not in _ADALN_OPS:
         raise ValueError(f"op: {op!r} is not one of {sorted(_ADALN_OPS)}")
     out = ctypes.c_size_t(0)
-    check(getattr(_lib.load(), function)(_ADALN_OPS[op], _int(n, "n"), _int(hidden, "hidden"),
+    check(getattr(_lib.load(), function)(_ADALN_OPS[op], _int(n, "n"), _i32(hidden, "hidden"),
                                          _int(rows, "rows"), ctypes.byref(out)), function)
     return out.value
 
@@ -186,7 +216,7 @@ def row_gather_workspace(n, hidden, num_tables, rows):
     """Backward workspace bytes of adaln_row_gather."""
     out = ctypes.c_size_t(0)
     check(_lib.load().kjit_adaln_row_gather_workspace(
-        _int(n, "n"), _int(hidden, "hidden"), _int(num_tables, "num_tables"), _int(rows, "rows"),
+        _int(n, "n"), _i32(hidden, "hidden"), _i32(num_tables, "num_tables"), _int(rows, "rows"),
         ctypes.byref(out)), "kjit_adaln_row_gather_workspace")
     return out.value
 
@@ -206,7 +236,7 @@ def runtime_info():
 
 def device_info(ordinal):
     info = _lib.DeviceInfo()
-    check(_lib.load().kjit_device_info_get(_int(ordinal, "ordinal"), ctypes.byref(info)),
+    check(_lib.load().kjit_device_info_get(_i32(ordinal, "ordinal"), ctypes.byref(info)),
           "kjit_device_info_get")
     return {"name": _text(info.name), "sm": info.sm, "sm_count": info.sm_count,
             "memory_bytes": info.memory_bytes}
@@ -241,7 +271,7 @@ class Context:
         self._lib = _lib.load()
         opts = _lib.CtxOptions()
         self._lib.kjit_ctx_options_init(ctypes.byref(opts))
-        opts.device = _lib.NO_DEVICE if device is None else _int(device, "device")
+        opts.device = _lib.NO_DEVICE if device is None else _i32(device, "device")
         opts.cache_dir = None if cache_dir is None else str(cache_dir).encode()
         opts.arch = None if arch is None else str(arch).encode()
         opts.index_check = _INDEX_CHECK[index_check]
@@ -310,10 +340,10 @@ class Context:
         opts = _lib.SinusoidOpts()
         self._lib.kjit_sinusoid_opts_init(ctypes.byref(opts))
         opts.flip_sin_to_cos = 1 if flip_sin_to_cos else 0
-        opts.downscale_freq_shift = float(downscale_freq_shift)
-        opts.scale = float(scale)
-        opts.max_period = float(max_period)
-        dim = _int(dim, "dim")
+        opts.downscale_freq_shift = _real(downscale_freq_shift, "downscale_freq_shift")
+        opts.scale = _real(scale, "scale")
+        opts.max_period = _real(max_period, "max_period")
+        dim = _i32(dim, "dim")
         check(self._lib.kjit_timestep_sinusoid(
             self.handle, _pointer(t, "t"), _int(n, "n"), dim, _pointer(out, "out"),
             dim if out_stride is None else _int(out_stride, "out_stride"), dtype_code(out_dtype),
@@ -321,7 +351,7 @@ class Context:
 
     def _row_gather_args(self, n, hidden, dtype, index, pairs):
         a = _lib.RowGatherArgs()
-        a.n, a.hidden, a.dtype = _int(n, "n"), _int(hidden, "hidden"), dtype_code(dtype)
+        a.n, a.hidden, a.dtype = _int(n, "n"), _i32(hidden, "hidden"), dtype_code(dtype)
         a.index = _index(index)
         count = None
         for field, items in pairs.items():
@@ -361,7 +391,7 @@ class Context:
     def _adaln(self, function, n, hidden, act_dtype, param_dtype, index, eps, tensors, stream,
                backward=False, workspace=None):
         a = _lib.AdalnArgs()
-        a.n, a.hidden, a.eps = _int(n, "n"), _int(hidden, "hidden"), float(eps)
+        a.n, a.hidden, a.eps = _int(n, "n"), _i32(hidden, "hidden"), _real(eps, "eps")
         a.act_dtype, a.param_dtype = dtype_code(act_dtype), dtype_code(param_dtype)
         a.index = _index(index)
         strided = _ADALN_STRIDED

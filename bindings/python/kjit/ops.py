@@ -12,6 +12,8 @@ through torch's view machinery, with no copy in the forward.
 
 import ctypes
 import functools
+import math
+import numbers
 import os
 import threading
 from typing import List, Optional
@@ -53,13 +55,23 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None) 
 _tracing_state = getattr(torch._C, "_get_tracing_state", None) or (lambda: None)
 
 
+# Tensors the direct calls take as they are: plain ones and parameters (a
+# weight is usually an nn.Parameter); any other subclass goes through the ops.
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+# The library's limits (src/ops/rows.h), checked here too so that calls with
+# no rows and traced calls refuse what the library would.
+_MAX_HIDDEN = 65536
+_MAX_TABLE_ROWS = 65535
+
+
 def _direct(t):
     """True when a call on t runs for real: a plain CUDA tensor (not a meta,
     fake or other subclass one), and no tracer (torch.compile, make_fx,
     torch.jit.trace) nor functorch transform is active. The implementations
     are then called directly, with the same arguments the torch.library ops
     would pass them; anything else goes through the ops."""
-    return (not torch.compiler.is_compiling() and type(t) is Tensor and t.is_cuda
+    return (not torch.compiler.is_compiling() and type(t) in _PLAIN and t.is_cuda
             and not _dispatch_modes() and not _functorch_active() and _tracing_state() is None)
 
 
@@ -68,7 +80,7 @@ def _function_path(t, *others):
     argument a plain Tensor too (a subclass, e.g. a DTensor weight, goes
     through the ops and their dispatch)."""
     return (_EAGER == "function" and _direct(t)
-            and all(o is None or type(o) is Tensor for o in others))
+            and all(o is None or type(o) in _PLAIN for o in others))
 
 
 def _backward_direct(dout):
@@ -105,7 +117,10 @@ def context(device=None):
         with _contexts_lock:
             ctx = _contexts.get(ordinal)
             if ctx is None:
-                ctx = core.Context(ordinal, index_check=os.environ.get("KJIT_INDEX_CHECK", "off"))
+                check = os.environ.get("KJIT_INDEX_CHECK", "off")
+                if check not in ("off", "sync", "async"):
+                    raise ValueError(f"KJIT_INDEX_CHECK={check!r}: expected off, sync or async")
+                ctx = core.Context(ordinal, index_check=check)
                 _contexts[ordinal] = ctx
     if isinstance(key, torch.device) and key.index is not None:
         _by_device[key] = ctx
@@ -130,18 +145,21 @@ def _dtype(fn, name, t, allowed):
                         + ", ".join(str(d) for d in allowed))
 
 
-def _rows_layout(fn, name, t, rows=None, hidden=None):
+def _rows_layout(fn, name, t, rows=None, hidden=None, like=None):
     """A 2-D (rows, hidden) tensor whose rows are contiguous (stride(1) == 1)
-    and do not overlap: any row stride >= hidden, as chunk() views have."""
+    and do not overlap: any row stride >= hidden, as chunk() views have.
+    like: the tensor rows and hidden come from (for the messages)."""
     if t.dim() != 2:
         raise ValueError(f"{fn}: {name} must be 2-D (rows, hidden), got shape {tuple(t.shape)}"
                          + ("; flatten the leading dimensions with .reshape(-1, hidden)"
                             if t.dim() > 2 else ""))
     r, h = t.shape
     if rows is not None and r != rows:
-        raise ValueError(f"{fn}: {name} has {r} rows, expected {rows}")
+        raise ValueError(f"{fn}: {name} has {r} rows, expected {rows}"
+                         + (f" (as {like})" if like else ""))
     if hidden is not None and h != hidden:
-        raise ValueError(f"{fn}: {name} has hidden size {h}, expected {hidden}")
+        raise ValueError(f"{fn}: {name} has hidden size {h}, expected {hidden}"
+                         + (f" (as {like})" if like else ""))
     row_stride, col_stride = t.stride()
     if h > 1 and col_stride != 1:
         raise ValueError(f"{fn}: {name} has column stride {col_stride}; kjit needs each row "
@@ -166,7 +184,7 @@ def _index(fn, index, n, device):
 
 def _tables(fn, named, hidden, device):
     """Modulation tables and the weight: one dtype (bf16 or fp32), R rows each."""
-    rows = dtype = None
+    rows = dtype = first = None
     for name, t in named:
         _tensor(fn, name, t)
         _dtype(fn, name, t, _PARAM)
@@ -181,8 +199,12 @@ def _tables(fn, named, hidden, device):
                 raise ValueError(f"{fn}: weight must be a contiguous ({hidden},) tensor, got "
                                  f"shape {tuple(t.shape)} stride {t.stride()}")
             continue
-        _rows_layout(fn, name, t, rows, hidden)
-        rows = t.shape[0]
+        _rows_layout(fn, name, t, rows, hidden, first)
+        if rows is None:
+            rows, first = t.shape[0], name
+            if not 1 <= rows <= _MAX_TABLE_ROWS:
+                raise ValueError(f"{fn}: {name} has {rows} rows; kjit takes 1..{_MAX_TABLE_ROWS} "
+                                 "table rows")
 
 
 def _activations(fn, named):
@@ -191,14 +213,27 @@ def _activations(fn, named):
     _tensor(fn, first_name, first)
     _dtype(fn, first_name, first, _ACT)
     _rows_layout(fn, first_name, first)
+    if not 1 <= first.shape[1] <= _MAX_HIDDEN:
+        raise ValueError(f"{fn}: {first_name} has hidden size {first.shape[1]}; kjit takes "
+                         f"1..{_MAX_HIDDEN}")
     for name, t in named[1:]:
         _tensor(fn, name, t)
         if t.dtype != first.dtype:
             raise TypeError(f"{fn}: {name} has dtype {t.dtype} but {first_name} has {first.dtype}")
         if t.device != first.device:
             raise ValueError(f"{fn}: {name} is on {t.device} but {first_name} is on {first.device}")
-        _rows_layout(fn, name, t, *first.shape)
+        _rows_layout(fn, name, t, *first.shape, like=first_name)
     return first.shape
+
+
+def _eps(fn, eps):
+    """eps as the library takes it: a finite real number >= 0."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{fn}: eps must be a real number, got {type(eps).__name__}")
+    eps = float(eps)
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"{fn}: eps {eps} must be finite and >= 0")
+    return eps
 
 
 # ---- helpers of the implementations ----------------------------------------------
@@ -361,15 +396,28 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
                          "differentiated); pass t.detach()")
     if out_dtype not in _ACT:
         raise TypeError(f"{fn}: out_dtype {out_dtype}; expected torch.float32, bfloat16 or float16")
-    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= 65536:
-        raise ValueError(f"{fn}: dim must be an int in 1..65536, got {dim!r}")
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+        raise TypeError(f"{fn}: dim must be an int, got {type(dim).__name__}")
+    dim = dim.__index__()
+    if not 1 <= dim <= 65536:
+        raise ValueError(f"{fn}: dim must be in 1..65536, got {dim}")
+    reals = {}
+    for name, v in (("downscale_freq_shift", downscale_freq_shift), ("scale", scale),
+                    ("max_period", max_period)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{fn}: {name} must be a real number, got {type(v).__name__}")
+        if not math.isfinite(v):
+            raise ValueError(f"{fn}: {name} {v} must be finite")
+        reals[name] = float(v)
+    downscale_freq_shift, scale, max_period = reals.values()
+    if max_period <= 0:
+        raise ValueError(f"{fn}: max_period {max_period} must be > 0")
     half = dim // 2
     if half - downscale_freq_shift == 0:
         raise ValueError(f"{fn}: dim // 2 - downscale_freq_shift is 0 (dim {dim}, shift "
                          f"{downscale_freq_shift}): the frequencies are undefined")
     call = _sinusoid_impl if _function_path(t) else _sinusoid
-    return call(t, dim, bool(flip_sin_to_cos), float(downscale_freq_shift), float(scale),
-                float(max_period), out_dtype)
+    return call(t, dim, bool(flip_sin_to_cos), downscale_freq_shift, scale, max_period, out_dtype)
 
 
 # ---- adaln_row_gather -----------------------------------------------------------------
@@ -463,7 +511,10 @@ def adaln_row_gather(tables, index):
                          f"{len(tables) if isinstance(tables, (list, tuple)) else type(tables).__name__}")
     named = [(f"tables[{k}]", t) for k, t in enumerate(tables)]
     _tensor(fn, "tables[0]", tables[0])
+    _rows_layout(fn, "tables[0]", tables[0])
     hidden = tables[0].shape[-1]
+    if not 1 <= hidden <= _MAX_HIDDEN:
+        raise ValueError(f"{fn}: tables[0] has hidden size {hidden}; kjit takes 1..{_MAX_HIDDEN}")
     _tables(fn, named, hidden, tables[0].device)
     _index(fn, index, None, tables[0].device)
     if _function_path(index, *tables):
@@ -596,7 +647,7 @@ def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
     fp32 (views with any row stride, e.g. chunks of one projection); index (N,)
     int32/int64 into 0..R-1."""
     _check_norm_args("kjit.norm_modulate", [("x", x)], weight, shift, scale, None, index)
-    eps = float(eps)
+    eps = _eps("kjit.norm_modulate", eps)
     if not _function_path(x, weight, shift, scale, index):
         return _norm_modulate(x, weight, shift, scale, index, eps)
     if _needs_graph(x, weight, shift, scale):
@@ -801,7 +852,7 @@ def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=
     index, eps). Returns (h, out) from one pass; h is the new residual stream."""
     fn = "kjit.gated_residual_norm_modulate"
     _check_norm_args(fn, [("res", res), ("y", y)], weight, shift, scale, gate, index)
-    eps = float(eps)
+    eps = _eps(fn, eps)
     if not _function_path(res, y, gate, weight, shift, scale, index):
         return _fused(res, y, gate, weight, shift, scale, index, eps)
     if _needs_graph(res, y, gate, weight, shift, scale):
