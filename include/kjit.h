@@ -130,6 +130,7 @@ KJIT_API int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag);
 typedef struct kjit_cache_counters {
     uint64_t mem_hits, disk_hits, misses, compiles, bad_entries, evictions;
     uint64_t server_builds;
+    uint64_t store_failures; /* compiled kernels the disk cache could not store (KJIT_LOG=1: why) */
 } kjit_cache_counters;
 KJIT_API int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out);
 

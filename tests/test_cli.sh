@@ -30,6 +30,18 @@ check_refused "'0'" --hidden 0
 check_refused "sm_12" --arch sm_12
 check_refused "fp8" --dtype fp8
 check_refused "--jobs" --jobs 0
+check_refused "sm_ 90" --arch "sm_ 90"
+check_refused "sm_+90" --arch "sm_+90"
+check_refused "sm_000000000000000090" --arch sm_000000000000000090
+# Not the arguments' fault: no NVRTC (exit 1, no --arch blamed); a template
+# folder that cannot be read is named.
+out=$(KJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so "$KJIT" prewarm --ops timestep_sinusoid --hidden 8 \
+      --cache-dir "$T/c0" 2>&1); rc=$?
+[ $rc = 1 ] || fail "prewarm without NVRTC exited $rc, want 1: $out"
+echo "$out" | grep -q -- "--arch" && fail "prewarm without NVRTC blames --arch: $out"
+echo "$out" | grep -q "/nonexistent/libnvrtc.so" || fail "prewarm without NVRTC: $out"
+out=$(KJIT_TEMPLATE_DIR=/nonexistent "$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$T/c0" 2>&1)
+echo "$out" | grep -q "KJIT_TEMPLATE_DIR=/nonexistent" || fail "prewarm with a missing template dir: $out"
 
 # Prewarm twice into an empty cache: second run all cached and >= 10x faster.
 C=$T/c1
@@ -79,6 +91,33 @@ for delay in 0.05 0.2 0.5; do
 done
 timeout 120 "$KJIT" prewarm $OPS --cache-dir "$C" >/dev/null || fail "prewarm after SIGKILL"
 "$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify after recovery"
+
+# SIGTERM while the workers compile: the process says so and dies by the
+# signal (143), not by libnvrtc's handler (exit 4, no message, at times a
+# crash); what was stored verifies.
+C=$T/c6
+for delay in 0.02 0.1 0.3; do
+  "$KJIT" prewarm $OPS --cache-dir "$C" --jobs 4 >/dev/null 2>"$T/term.err" &
+  pid=$!; sleep $delay; kill -TERM $pid 2>/dev/null; wait $pid; rc=$?
+  if [ $rc != 0 ]; then  # 0: it finished before the signal
+    [ $rc = 143 ] || fail "prewarm after SIGTERM at $delay s exited $rc, want 143: $(cat "$T/term.err")"
+    grep -q "SIGTERM: stopping" "$T/term.err" || fail "prewarm after SIGTERM at $delay s: no message"
+  fi
+  "$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify after SIGTERM at $delay s"
+done
+
+# Compiled but not stored (an entry's name taken by a directory: rename
+# fails, even for root): exit 1, and the message says so.
+C=$T/c7
+"$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$C" >/dev/null || fail "prewarm into $C"
+for f in "$C"/*.cubin; do rm "$f"; mkdir -p "$f/x"; done
+out=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$C" 2>&1); rc=$?
+[ $rc = 1 ] || fail "prewarm that stored nothing exited $rc, want 1: $out"
+echo "$out" | grep -q "could not be written to $C" || fail "prewarm that stored nothing: $out"
+j=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$C" --json 2>/dev/null)
+[ "$(echo "$j" | field not_stored)" = 1 ] || fail "--json not_stored: $j"
+out=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "memory-only" || fail "prewarm --cache-dir '': $rc $out"
 
 # A cache directory writable by others is refused, with its path in the message.
 C=$T/c4; mkdir -p "$C"; chmod 0777 "$C"

@@ -385,6 +385,21 @@ static void test_damaged(const char *dir)
     CHECK(strstr(kjit_last_error(), "tune.json") != NULL);
     rmdir(p);
     CHECK_EQ_INT(stray_files(dir), 0);
+    /* A FIFO in its place: ignored at once (an open without O_NONBLOCK
+     * waited for a writer forever; the alarm fails the test instead), and a
+     * save replaces it with the file. */
+    CHECK(mkfifo(p, 0600) == 0);
+    alarm(20);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_DAMAGED);
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
+    alarm(0);
+    struct stat st;
+    CHECK(lstat(p, &st) == 0 && S_ISREG(st.st_mode));
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_OK);
+    kjit__tune_list_free(&l);
+    memset(&l, 0, sizeof l);
+    unlink(p);
+    CHECK_EQ_INT(stray_files(dir), 0);
     /* No file at all. */
     CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_MISSING);
     CHECK_EQ_INT(kjit__tune_file_read("", &l, &nb), KJIT_TUNE_FILE_MISSING);

@@ -185,6 +185,7 @@ static void add_counts(kjit_cache_stats *to, const kjit_cache_stats *d)
     to->compiles += d->compiles;
     to->bad_entries += d->bad_entries;
     to->evictions += d->evictions;
+    to->store_failures += d->store_failures;
 }
 
 /* Calls build and checks what it hands over. */
@@ -265,6 +266,9 @@ static int fetch(kjit_cache *c, kjit_cache_key key, const char *label, const cha
     d->compiles++;
     int rc = run_build(build, arg, label, hex, img);
     int published = rc == KJIT_OK && kjit__entry_publish(c->dfd, c->dir, name, label, key, img) == 0;
+    /* The kernel is still returned; the count lets kjit prewarm say that
+     * it is not in the cache (KJIT_LOG=1 has the reason). */
+    if (rc == KJIT_OK && !published) d->store_failures++;
     if (lk >= 0)
         kjit__cache_unlock(c->lockdfd, hex, lk);
     /* After the unlock: the scan is for the whole directory, not this key.

@@ -68,6 +68,7 @@ typedef struct kjit_cache kjit_cache;
  * disk_hits); compiles: build() calls, failed ones included. */
 typedef struct kjit_cache_stats {
     uint64_t mem_hits, disk_hits, misses, compiles, bad_entries, evictions;
+    uint64_t store_failures; /* compiled, but not written to the disk cache */
     uint64_t entries, bytes; /* on disk, from the scan kjit__cache_stats does */
     uint64_t max_bytes;      /* the size cap in force */
 } kjit_cache_stats;

@@ -23,6 +23,19 @@ int kjit_cli_int(const char *s, long lo, long hi, long *out);
 /* Prints "kjit <cmd>: <msg>" and a hint to use --help; returns KJIT_EXIT_USAGE. */
 int kjit_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* SIGINT / SIGTERM during long work (stop.c): begin before anything starts a
+ * thread (the driver, NVRTC); end when the work is done. Until then either
+ * signal prints a line and ends the process by that signal. */
+#include <pthread.h>
+#include <signal.h>
+typedef struct kjit_cli_stop {
+    pthread_t thread;
+    sigset_t old;
+    int blocked, started;
+} kjit_cli_stop;
+int kjit_cli_stop_begin(kjit_cli_stop *s, const char *cmd);
+void kjit_cli_stop_end(kjit_cli_stop *s);
+
 /* A progress bar on stderr, drawn only when stderr is a terminal. */
 typedef struct kjit_progress {
     int enabled;

@@ -27,7 +27,9 @@ static const char help[] =
     "  --cache-dir DIR  cache directory (default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit)\n"
     "  --json           print one JSON object: kernels, compiled, cached, failed, seconds, ...\n"
     "\n"
-    "Exit status: 0 when every kernel is in the cache, 1 when any failed, 2 on bad usage.\n";
+    "Exit status: 0 when every kernel is in the cache; 1 when any failed to compile or could\n"
+    "not be stored (a full disk, an unwritable directory, a size cap smaller than the set);\n"
+    "2 on bad usage. SIGINT or SIGTERM stops it; what is already stored stays.\n";
 
 #define MAX_LIST 64
 
@@ -94,6 +96,9 @@ static int add_jobs(job **jobs, long *n, long *cap, const kjit_kernel_spec *spec
     return 0;
 }
 
+static int prewarm(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
+                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json);
+
 int kjit_cli_prewarm(int argc, char **argv)
 {
     char *ops_arg = NULL, *hidden_arg = NULL, *dtype_arg = NULL, *arch_arg = NULL, *cache_dir = NULL;
@@ -123,7 +128,7 @@ int kjit_cli_prewarm(int argc, char **argv)
     if (jobs_n < 1) jobs_n = 1;
 
     char ops_default[] = "all", hidden_default[] = "256,5376", dtype_default[] = "bf16";
-    char *ops[MAX_LIST], *hiddens[MAX_LIST], *dtypes[MAX_LIST], *archs[MAX_LIST];
+    char *ops[MAX_LIST], *hiddens[MAX_LIST], *dtypes[MAX_LIST];
     int n_ops = kjit_cli_split(ops_arg ? ops_arg : ops_default, ops, MAX_LIST);
     int n_hidden = kjit_cli_split(hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
     int n_dtype = kjit_cli_split(dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
@@ -158,6 +163,19 @@ int kjit_cli_prewarm(int argc, char **argv)
         if (kjit_dtype_parse(dtypes[i], &dts[i]) || dts[i] == KJIT_I32 || dts[i] == KJIT_I64)
             return kjit_cli_usage_error("prewarm", "--dtype: '%s' is not one of fp32, bf16, fp16", dtypes[i]);
 
+    /* From here on a SIGINT or SIGTERM ends the process cleanly (stop.c),
+     * not through libnvrtc's handler; before the driver starts threads. */
+    kjit_cli_stop stop;
+    if (kjit_cli_stop_begin(&stop, "prewarm")) kjit_cli_stop_end(&stop);
+    const int rc = prewarm(op_names, n_op_names, hidden, n_hidden, dts, n_dtype, arch_arg, cache_dir, jobs_n, json);
+    kjit_cli_stop_end(&stop);
+    return rc;
+}
+
+static int prewarm(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
+                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json)
+{
+    char *archs[MAX_LIST];
     kjit_ctx_options o;
     kjit_ctx_options_init(&o);
     o.device = KJIT_NO_DEVICE;
@@ -180,7 +198,12 @@ int kjit_cli_prewarm(int argc, char **argv)
     if (n_arch < 0) return kjit_cli_usage_error("prewarm", "--arch: expected a comma list, e.g. sm_90,sm_100");
     for (int i = 0; i < n_arch; ++i) {
         int sm;
-        if (kjit__arch_parse(archs[i], &sm)) {
+        const int rc = kjit__arch_parse(archs[i], &sm);
+        if (rc == KJIT_ENONVRTC) { /* not the argument's fault: no NVRTC to ask */
+            fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());
+            return KJIT_EXIT_FAIL;
+        }
+        if (rc) {
             fprintf(stderr, "kjit prewarm: --arch: %s\n", kjit_last_error());
             return KJIT_EXIT_USAGE;
         }
@@ -188,6 +211,10 @@ int kjit_cli_prewarm(int argc, char **argv)
     if (kjit_ctx_create(&ctx, &o)) {
         fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());
         return KJIT_EXIT_FAIL;
+    }
+    if (!kjit_ctx_cache_dir(ctx)[0]) {
+        kjit_ctx_destroy(ctx);
+        return kjit_cli_usage_error("prewarm", "--cache-dir '': a memory-only cache keeps nothing to prewarm");
     }
 
     job *jobs = NULL;
@@ -230,12 +257,20 @@ int kjit_cli_prewarm(int argc, char **argv)
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 
     long failed = atomic_load(&p.failed);
+    /* Compiled is not stored: a full disk, an unwritable directory, or a
+     * size cap (KJIT_CACHE_MAX_MB) smaller than the set evicting what this
+     * run wrote. Either way not every kernel is in the cache. */
+    kjit_cache_counters cc;
+    memset(&cc, 0, sizeof cc);
+    kjit_ctx_cache_counters(ctx, &cc);
     if (json) {
         cJSON *o_ = cJSON_CreateObject();
         cJSON_AddNumberToObject(o_, "kernels", (double)n_jobs);
         cJSON_AddNumberToObject(o_, "compiled", (double)atomic_load(&p.compiled));
         cJSON_AddNumberToObject(o_, "cached", (double)atomic_load(&p.cached));
         cJSON_AddNumberToObject(o_, "failed", (double)failed);
+        cJSON_AddNumberToObject(o_, "not_stored", (double)cc.store_failures);
+        cJSON_AddNumberToObject(o_, "evicted", (double)cc.evictions);
         cJSON_AddNumberToObject(o_, "seconds", secs);
         cJSON_AddNumberToObject(o_, "jobs", (double)jobs_n);
         cJSON_AddStringToObject(o_, "cache_dir", kjit_ctx_cache_dir(ctx));
@@ -262,9 +297,16 @@ int kjit_cli_prewarm(int argc, char **argv)
                n_jobs, atomic_load(&p.compiled), atomic_load(&p.cached), failed, secs, jobs_n,
                kjit_ctx_cache_dir(ctx));
     }
+    if (cc.store_failures)
+        fprintf(stderr, "kjit prewarm: %llu compiled kernel(s) could not be written to %s (full disk or no write "
+                "permission? KJIT_LOG=1 says why)\n", (unsigned long long)cc.store_failures, kjit_ctx_cache_dir(ctx));
+    if (cc.evictions)
+        fprintf(stderr, "kjit prewarm: the cache's size cap evicted %llu entr%s during the run (KJIT_CACHE_MAX_MB); "
+                "not every kernel is in the cache\n", (unsigned long long)cc.evictions,
+                cc.evictions == 1 ? "y" : "ies");
     for (long i = 0; i < n_jobs; ++i) free(jobs[i].error);
     free(jobs);
     pthread_mutex_destroy(&p.lock);
     kjit_ctx_destroy(ctx);
-    return failed ? KJIT_EXIT_FAIL : 0;
+    return failed || cc.store_failures || cc.evictions ? KJIT_EXIT_FAIL : 0;
 }

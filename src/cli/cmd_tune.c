@@ -120,6 +120,9 @@ typedef struct job {
     kjit_tune_result r;
 } job;
 
+static int tune(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
+                int n_dtype, long device, const char *cache_dir, int json);
+
 int kjit_cli_tune(int argc, char **argv)
 {
     char *ops_arg = NULL, *hidden_arg = NULL, *dtype_arg = NULL, *cache_dir = NULL;
@@ -188,6 +191,17 @@ int kjit_cli_tune(int argc, char **argv)
         if (kjit_dtype_parse(dtypes[i], &dts[i]) || dts[i] == KJIT_I32 || dts[i] == KJIT_I64)
             return kjit_cli_usage_error("tune", "--dtype: '%s' is not one of fp32, bf16, fp16", dtypes[i]);
 
+    /* A SIGINT or SIGTERM from here on ends the process cleanly (stop.c). */
+    kjit_cli_stop stop;
+    if (kjit_cli_stop_begin(&stop, "tune")) kjit_cli_stop_end(&stop);
+    const int rc = tune(op_names, n_op_names, hidden, n_hidden, dts, n_dtype, device, cache_dir, json);
+    kjit_cli_stop_end(&stop);
+    return rc;
+}
+
+static int tune(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
+                int n_dtype, long device, const char *cache_dir, int json)
+{
     kjit_ctx_options o;
     kjit_ctx_options_init(&o);
     o.device = (int)device;

@@ -168,6 +168,7 @@ int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out)
     out->compiles = s.compiles;
     out->bad_entries = s.bad_entries;
     out->evictions = s.evictions;
+    out->store_failures = s.store_failures;
     out->server_builds = atomic_load(&ctx->server_builds);
     return KJIT_OK;
 }

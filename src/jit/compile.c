@@ -15,8 +15,10 @@ int kjit__arch_parse(const char *text, int *sm)
     if (strncmp(p, "sm_", 3) == 0) p += 3;
     else if (strncmp(p, "sm", 2) == 0) p += 2;
     char *end = NULL;
-    long v = strtol(p, &end, 10);
-    if (end == p || *end || v <= 0 || v > 10000)
+    /* Digits only, no leading zero (strtol alone would take " 90", "+90"
+     * and any number of zeros). */
+    long v = *p >= '1' && *p <= '9' ? strtol(p, &end, 10) : 0;
+    if (end == p || !end || *end || v <= 0 || v > 10000)
         return kjit__fail(KJIT_EINVAL, "arch '%s': expected sm_<number>, e.g. sm_90 or sm_100", text);
     const kjit_nvrtc_api *nv = kjit__nvrtc();
     if (!nv) return KJIT_ENONVRTC;

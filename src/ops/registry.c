@@ -99,12 +99,18 @@ int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *a
     /* The name expression is compiled as C++: accept only template-id text. */
     const kjit_template_file *tf;
     int ok = kjit__op_find(spec->op) && spec->template_file &&
-             kjit__template_find(spec->template_file, &tf) == KJIT_OK &&
              memchr(spec->name_expr, '\0', sizeof spec->name_expr) && strncmp(spec->name_expr, "kjit_", 5) == 0 &&
              strspn(spec->name_expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:<>, -") ==
                  strlen(spec->name_expr);
     kjit__clear_error();
     if (!ok) return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: spec does not come from kjit_op_kernels");
+    /* A template set that did not load keeps its own message (e.g. a
+     * KJIT_TEMPLATE_DIR it cannot read); an unknown template file is a spec
+     * kjit did not make. */
+    int trc = kjit__template_find(spec->template_file, &tf);
+    if (trc == KJIT_ENOTFOUND)
+        return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: spec does not come from kjit_op_kernels");
+    if (trc) return trc;
     int sm = ctx->sm;
     if (arch) {
         int rc = kjit__arch_parse(arch, &sm);

@@ -193,7 +193,9 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
     if (!dir || !dir[0]) return KJIT_TUNE_FILE_MISSING;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO in its place must not hang the open (it is then
+     * refused below as not a regular file). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return KJIT_TUNE_FILE_MISSING;
         kjit__log("tuning file %s: cannot open (%s): ignored", path, strerror(errno));

@@ -181,7 +181,7 @@ class Status(unittest.TestCase):
             self.assertFalse(ctx.has_device)
             self.assertEqual(set(ctx.cache_counters()),
                              {"mem_hits", "disk_hits", "misses", "compiles", "bad_entries",
-                              "evictions", "server_builds"})
+                              "evictions", "server_builds", "store_failures"})
         with self.assertRaisesRegex(ValueError, "closed"):
             ctx.arch  # noqa: B018
 

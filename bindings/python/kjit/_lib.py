@@ -40,7 +40,7 @@ class CtxOptions(ctypes.Structure):
 class CacheCounters(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in
                 ("mem_hits", "disk_hits", "misses", "compiles", "bad_entries", "evictions",
-                 "server_builds")]
+                 "server_builds", "store_failures")]
 
 
 class RuntimeInfo(ctypes.Structure):
