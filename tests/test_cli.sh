@@ -138,8 +138,26 @@ j=$("$KJIT" prewarm --ops all --hidden 256,5376 --dtype bf16,fp32 --arch "$archs
 [ "$(echo "$j" | field failed)" = 0 ] || fail "prewarm for $archs failed: $j"
 echo "prewarm for $archs: $(echo "$j" | field compiled) kernels compiled"
 
+# The read-only cache commands touch nothing: a mistyped directory is an
+# error (not an empty cache that verifies), and is not created.
+out=$("$KJIT" cache verify --cache-dir "$T/typo/cache" 2>&1); rc=$?
+[ $rc = 1 ] || fail "cache verify of a missing dir exited $rc, want 1: $out"
+[ -e "$T/typo" ] && fail "cache verify created $T/typo"
+out=$("$KJIT" cache ls --cache-dir "" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q -- "--cache-dir ''" || fail "cache ls --cache-dir '': $rc $out"
+KJIT_CACHE_MAX_MB=abc "$KJIT" cache stats --cache-dir "$T/c1" >/dev/null || fail "cache stats with a bad size cap"
+
 "$KJIT" cache clear --cache-dir "$T/c1" >/dev/null || fail "clear"
 [ "$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)" = 0 ] || fail "entries after clear"
+
+# kjit serve's usage errors name the argument (exit 2, nothing started).
+for args in "--bogus|unknown option '--bogus'" "--socket|--socket needs a value" \
+            "stray|unexpected argument 'stray'" "--socket=|--socket '': expected a path"; do
+  a=${args%%|*}; want=${args#*|}
+  if [ "$a" = "--socket=" ]; then out=$("$KJIT" serve --socket "" 2>&1); else out=$("$KJIT" serve $a 2>&1); fi
+  rc=$?
+  [ $rc = 2 ] && echo "$out" | grep -q -- "$want" || fail "serve $a: $rc $out"
+done
 
 # kjit tune: --show works without a GPU; tuning without one says so; bad ops are refused.
 "$KJIT" tune --show --cache-dir "$T/c1" >/dev/null || fail "tune --show"

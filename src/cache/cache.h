@@ -90,6 +90,10 @@ typedef enum kjit_cache_origin {
 int kjit__cache_open(kjit_cache **out, const char *dir, uint64_t max_bytes);
 /* Frees every blob; no get may be in flight. NULL is a no-op. */
 void kjit__cache_close(kjit_cache *c);
+/* The directory a cache of dir would use, touching nothing: dir, else
+ * $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, $HOME/.cache/kjit (empty variables
+ * count as unset); trailing slashes dropped. *out malloc'd. */
+int kjit__cache_resolve_dir(const char *dir, char **out);
 /* The resolved directory, "" when memory-only; NULL for a NULL cache. */
 const char *kjit__cache_dir(const kjit_cache *c);
 

@@ -55,9 +55,7 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
 void kjit__unlink_same(int dfd, const char *name, const struct stat *st);
 
 /* cache_dir.c */
-/* dir, else $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, $HOME/.cache/kjit (empty
- * variables count as unset); trailing slashes dropped. *out malloc'd. */
-int kjit__cache_resolve_dir(const char *dir, char **out);
+/* kjit__cache_resolve_dir: cache.h. */
 /* Opens the directory (creating it and missing parents 0700 if create) and
  * checks it: a real directory, ours, not writable by group or others. */
 int kjit__cache_dir_open(const char *path, int create, int *dfd);

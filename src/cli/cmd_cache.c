@@ -1,6 +1,7 @@
 /* kjit cache stats|ls|verify|clear */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -76,14 +77,18 @@ int kjit_cli_cache(int argc, char **argv)
     if (!is_stats && !is_ls && !is_verify && !is_clear)
         return kjit_cli_usage_error("cache", "unknown subcommand '%s' (expected stats, ls, verify or clear)", sub);
 
-    kjit_cache *c = NULL;
-    if (kjit__cache_open(&c, dir, 0)) {
+    if (dir && !*dir) return kjit_cli_usage_error("cache", "--cache-dir '': a memory-only cache has no directory");
+    /* Resolved only: these commands never create the directory (a mistyped
+     * path must not pass verify as an empty cache) and do not need the
+     * size cap. */
+    char *resolved = NULL;
+    if (kjit__cache_resolve_dir(dir, &resolved)) {
         fprintf(stderr, "kjit cache: %s\n", kjit_last_error());
         return KJIT_EXIT_FAIL;
     }
     char path[4096];
-    snprintf(path, sizeof path, "%s", kjit__cache_dir(c));
-    kjit__cache_close(c);
+    snprintf(path, sizeof path, "%s", resolved);
+    free(resolved);
 
     if (is_clear) {
         uint64_t removed = 0;

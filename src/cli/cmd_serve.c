@@ -66,11 +66,21 @@ int kjit_cli_serve(int argc, char **argv)
             cfg.refuse_own_uid = 1;
             continue;
         }
-        if (i + 1 >= argc) return kjit_cli_usage_error("serve", "%s", strncmp(a, "--", 2) ? "unexpected argument" : "an option needs a value");
+        static const char *const with_value[] = {"--socket", "--cache-dir", "--max-clients", "--max-pending",
+                                                 "--idle-timeout", "--allow-uid", "--allow-gid"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= !strcmp(a, with_value[k]);
+        if (!known)
+            return kjit_cli_usage_error("serve", strncmp(a, "-", 1) ? "unexpected argument '%s'" : "unknown option '%s'",
+                                        a);
+        if (i + 1 >= argc) return kjit_cli_usage_error("serve", "%s needs a value", a);
         char *v = argv[++i];
         long n;
         int rc = 0;
-        if (!strcmp(a, "--socket")) cfg.socket_path = v;
+        if (!strcmp(a, "--socket")) {
+            if (!*v) return kjit_cli_usage_error("serve", "--socket '': expected a path");
+            cfg.socket_path = v;
+        }
         else if (!strcmp(a, "--cache-dir")) cfg.cache_dir = v;
         else if (!strcmp(a, "--max-clients")) {
             if (kjit_cli_int(v, 1, 65536, &n)) return kjit_cli_usage_error("serve", "--max-clients '%s': expected 1..65536", v);

@@ -61,8 +61,11 @@ void kjit__log(const char *fmt, ...)
     if (!log_level) return;
     va_list ap;
     va_start(ap, fmt);
+    /* One line at a time: threads (prewarm's workers) log together. */
+    flockfile(stderr);
     fputs("kjit: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    funlockfile(stderr);
     va_end(ap);
 }
