@@ -1,4 +1,5 @@
 /* kjit call: one request to a running server, the reply on stdout. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +15,8 @@ static const char help[] =
     "  kjit call '{\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\"}'\n"
     "\n"
     "  --socket PATH       (default: $KJIT_SERVER, else the server's default socket)\n"
-    "  --timeout MS        give up when the server is silent this long (default 600000)\n"
+    "  --timeout MS        give up when the server is silent this long, 0: wait forever\n"
+    "                      (default 600000)\n"
     "  --payload-out FILE  write the reply's binary payload (cubins) there\n"
     "  --events            also print progress events, one line each, before the reply\n"
     "\n"
@@ -78,7 +80,7 @@ int kjit_cli_call(int argc, char **argv)
             bad |= fclose(f) != 0;
         }
         if (bad) {
-            fprintf(stderr, "kjit call: cannot write %s\n", payload_out);
+            fprintf(stderr, "kjit call: --payload-out: cannot write %s: %s\n", payload_out, strerror(errno));
             rc = -1;
         }
     }

@@ -132,9 +132,15 @@ int kjit_cli_prewarm(int argc, char **argv)
     int n_ops = kjit_cli_split(ops_arg ? ops_arg : ops_default, ops, MAX_LIST);
     int n_hidden = kjit_cli_split(hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
     int n_dtype = kjit_cli_split(dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
-    if (n_ops < 0) return kjit_cli_usage_error("prewarm", "--ops: expected a comma list of op names or 'all'");
-    if (n_hidden < 0) return kjit_cli_usage_error("prewarm", "--hidden: expected a comma list of sizes");
-    if (n_dtype < 0) return kjit_cli_usage_error("prewarm", "--dtype: expected a comma list of dtypes");
+    if (n_ops < 0)
+        return kjit_cli_usage_error("prewarm",
+                                    "--ops: expected a comma list of at most %d op names, or 'all'", MAX_LIST);
+    if (n_hidden < 0)
+        return kjit_cli_usage_error("prewarm",
+                                    "--hidden: expected a comma list of at most %d sizes", MAX_LIST);
+    if (n_dtype < 0)
+        return kjit_cli_usage_error("prewarm",
+                                    "--dtype: expected a comma list of at most %d dtypes", MAX_LIST);
 
     const char *op_names[MAX_LIST];
     int n_op_names = 0;
@@ -195,7 +201,9 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     char arch_copy[512];
     snprintf(arch_copy, sizeof arch_copy, "%s", arch_arg);
     int n_arch = kjit_cli_split(arch_copy, archs, MAX_LIST);
-    if (n_arch < 0) return kjit_cli_usage_error("prewarm", "--arch: expected a comma list, e.g. sm_90,sm_100");
+    if (n_arch < 0)
+        return kjit_cli_usage_error("prewarm",
+                                    "--arch: expected a comma list of at most %d archs, e.g. sm_90,sm_100", MAX_LIST);
     for (int i = 0; i < n_arch; ++i) {
         int sm;
         const int rc = kjit__arch_parse(archs[i], &sm);

@@ -161,9 +161,15 @@ int kjit_cli_tune(int argc, char **argv)
     int n_ops = kjit_cli_split(ops_arg ? ops_arg : ops_default, ops, MAX_LIST);
     int n_hidden = kjit_cli_split(hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
     int n_dtype = kjit_cli_split(dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
-    if (n_ops < 0) return kjit_cli_usage_error("tune", "--ops: expected a comma list of op names or 'all'");
-    if (n_hidden < 0) return kjit_cli_usage_error("tune", "--hidden: expected a comma list of sizes");
-    if (n_dtype < 0) return kjit_cli_usage_error("tune", "--dtype: expected a comma list of dtypes");
+    if (n_ops < 0)
+        return kjit_cli_usage_error("tune",
+                                    "--ops: expected a comma list of at most %d op names, or 'all'", MAX_LIST);
+    if (n_hidden < 0)
+        return kjit_cli_usage_error("tune",
+                                    "--hidden: expected a comma list of at most %d sizes", MAX_LIST);
+    if (n_dtype < 0)
+        return kjit_cli_usage_error("tune",
+                                    "--dtype: expected a comma list of at most %d dtypes", MAX_LIST);
     const char *op_names[MAX_LIST];
     int n_op_names = 0;
     for (int i = 0; i < n_ops; ++i) {
