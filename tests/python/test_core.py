@@ -96,6 +96,32 @@ class Loading(unittest.TestCase):
             _lib.Library(cdll, "<process>").kjit_norm_modulate_fwd  # noqa: B018
 
 
+class Packaging(unittest.TestCase):
+    """The in-tree PEP 517 / 660 backend (bindings/python/_build): the wheel
+    holds the package, the editable wheel a .pth naming the source folder."""
+
+    def backend(self):
+        sys.path.insert(0, str(ROOT / "bindings" / "python" / "_build"))
+        self.addCleanup(sys.path.remove, str(ROOT / "bindings" / "python" / "_build"))
+        import kjit_build
+        return kjit_build
+
+    def test_wheel_and_editable_wheel(self):
+        import zipfile
+        b = self.backend()
+        with tempfile.TemporaryDirectory() as d:
+            names = zipfile.ZipFile(Path(d, b.build_wheel(d))).namelist()
+            self.assertIn("kjit/__init__.py", names)
+            self.assertIn("kjit/ops.py", names)
+            self.assertIn("kjit-0.1.0.dist-info/RECORD", names)
+            editable = zipfile.ZipFile(Path(d, b.build_editable(d)))
+            pth = [n for n in editable.namelist() if n.endswith(".pth")]
+            self.assertEqual(len(pth), 1)
+            self.assertEqual(editable.read(pth[0]).decode().strip(), str(ROOT / "bindings" / "python"))
+            self.assertFalse(any(n.startswith("kjit/") for n in editable.namelist()))
+        self.assertEqual(b.get_requires_for_build_editable(), [])
+
+
 class Layout(unittest.TestCase):
     """Each ctypes struct against sizeof/offsetof from a C program built now."""
 

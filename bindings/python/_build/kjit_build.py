@@ -40,11 +40,31 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     files = list(_files())
     bundled = any(p.name.startswith("libkjit.so") for p in files)
     platform = sysconfig.get_platform().replace("-", "_").replace(".", "_") if bundled else "any"
-    tag = f"py3-none-{platform}"
     entries = [(f"{NAME}/{p.name}", p.read_bytes()) for p in files]
+    return _write_wheel(wheel_directory, entries, f"py3-none-{platform}", not bundled)
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    """PEP 660 (`pip install -e ./bindings/python`): a wheel whose .pth file
+    puts this folder on sys.path, so the package is imported from the tree
+    (and finds a libkjit.so copied into kjit/ or KJIT_LIBRARY as usual)."""
+    return _write_wheel(wheel_directory, [(f"__editable__.{NAME}.pth", f"{HERE}\n".encode())], "py3-none-any",
+                        True)
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def get_requires_for_build_editable(config_settings=None):
+    return []
+
+
+def _write_wheel(wheel_directory, entries, tag, purelib):
+    entries = list(entries)
     entries.append((f"{DIST_INFO}/METADATA", METADATA.encode()))
     entries.append((f"{DIST_INFO}/WHEEL", (
-        f"Wheel-Version: 1.0\nGenerator: kjit_build\nRoot-Is-Purelib: {str(not bundled).lower()}\n"
+        f"Wheel-Version: 1.0\nGenerator: kjit_build\nRoot-Is-Purelib: {str(purelib).lower()}\n"
         f"Tag: {tag}\n").encode()))
     record = [_record_line(name, data) for name, data in entries] + [f"{DIST_INFO}/RECORD,,"]
     entries.append((f"{DIST_INFO}/RECORD", ("\n".join(record) + "\n").encode()))
