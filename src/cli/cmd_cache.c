@@ -1,8 +1,10 @@
 /* kjit cache stats|ls|verify|clear */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cache/cache.h"
@@ -92,7 +94,10 @@ int kjit_cli_cache(int argc, char **argv)
 
     if (is_clear) {
         uint64_t removed = 0;
-        if (kjit__cache_clear(path, &removed)) {
+        struct stat st;
+        /* Idempotent: a cache that was never created has nothing to clear. */
+        const int absent = lstat(path, &st) != 0 && errno == ENOENT;
+        if (!absent && kjit__cache_clear(path, &removed)) {
             fprintf(stderr, "kjit cache clear: %s\n", kjit_last_error());
             return KJIT_EXIT_FAIL;
         }

@@ -24,6 +24,9 @@ static void *waiter(void *arg)
     (void)arg;
     int sig = 0;
     if (sigwait(&watched, &sig) != 0) return NULL;
+    /* Past here a cancel (kjit_cli_stop_end) must not swallow the signal:
+     * the join then waits for the process to end by it. */
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
     fprintf(stderr, "\nkjit %s: %s: stopping; what is already in the cache stays there\n", watched_cmd,
             sig == SIGINT ? "SIGINT" : "SIGTERM");
     struct sigaction sa;

@@ -256,7 +256,8 @@ def load():
             else:
                 # A file that exists but does not load is not "not found": say
                 # why (e.g. a dependency the loader cannot find).
-                found = [t for (where, path), t in zip(candidates(), tried) if os.path.isfile(path)]
+                found = [t for (where, path), t in zip(candidates(), tried)
+                         if os.sep in path and os.path.isfile(path)]  # a bare name is the loader's search
                 if found:
                     raise LibraryError("libkjit found but could not be loaded:\n  " + "\n  ".join(found)
                                        + "\n(a missing dependency is installed with the packages "

@@ -13,7 +13,6 @@ through torch's view machinery, with no copy in the forward.
 import ctypes
 import functools
 import math
-import numbers
 import os
 import threading
 from typing import List, Optional
@@ -226,12 +225,22 @@ def _activations(fn, named):
     return first.shape
 
 
+def _real(fn, name, v):
+    """float(v) for a real-number argument (not None, a string or a bool).
+    Written with float() and comparisons only, so that torch.compile traces
+    it when v is a symbolic float (math.isfinite would break the graph)."""
+    if v is None or isinstance(v, (str, bytes, bool)):
+        raise TypeError(f"{fn}: {name} must be a real number, got {type(v).__name__}")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: {name} must be a real number, got {type(v).__name__}") from None
+
+
 def _eps(fn, eps):
     """eps as the library takes it: a finite real number >= 0."""
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"{fn}: eps must be a real number, got {type(eps).__name__}")
-    eps = float(eps)
-    if not math.isfinite(eps) or eps < 0:
+    eps = _real(fn, "eps", eps)
+    if not (0.0 <= eps < math.inf):  # NaN fails too
         raise ValueError(f"{fn}: eps {eps} must be finite and >= 0")
     return eps
 
@@ -404,11 +413,10 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
     reals = {}
     for name, v in (("downscale_freq_shift", downscale_freq_shift), ("scale", scale),
                     ("max_period", max_period)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f"{fn}: {name} must be a real number, got {type(v).__name__}")
-        if not math.isfinite(v):
+        v = _real(fn, name, v)
+        if not (-math.inf < v < math.inf):
             raise ValueError(f"{fn}: {name} {v} must be finite")
-        reals[name] = float(v)
+        reals[name] = v
     downscale_freq_shift, scale, max_period = reals.values()
     if max_period <= 0:
         raise ValueError(f"{fn}: max_period {max_period} must be > 0")
