@@ -386,6 +386,19 @@ class TorchRefusals(unittest.TestCase):
                     return 256
             self.assertEqual(tuple(kjit.timestep_sinusoid(t, Index()).shape), (self.N, 256))
 
+    def test_scalar_checks_trace_with_varying_values(self):
+        # torch.compile makes a float argument symbolic once it varies: the
+        # checks must trace (math.isfinite on it broke fullgraph).
+        from kjit import ops
+
+        def f(x, eps, scale):
+            return x * ops._eps("f", eps) * ops._real("f", "scale", scale)
+
+        cf = torch.compile(f, backend="eager", fullgraph=True)
+        x = torch.ones(3)
+        for eps, scale in ((1e-5, 1.0), (2e-5, 3.0), (3e-6, 0.5)):
+            self.assertAlmostEqual(cf(x, eps, scale)[0].item(), eps * scale, delta=1e-9)
+
     def test_types(self):
         with self.assertRaisesRegex(TypeError, "kjit.norm_modulate: x must be a torch.Tensor"):
             kjit.norm_modulate([1.0], None, self.x, self.x, self.idx)
