@@ -29,7 +29,8 @@ static const char help[] =
     "\n"
     "Exit status: 0 when every kernel was compiled or found and stored; 1 when any failed to\n"
     "compile or could not be stored (a full disk, an unwritable directory); 2 on bad usage.\n"
-    "Entries the size cap evicts during the run (oldest first) are noted on stderr. SIGINT or SIGTERM stops it; what is already stored stays.\n";
+    "Entries the size cap evicts during the run (oldest first) are noted on stderr.\n"
+    "SIGINT or SIGTERM stops it; what is already stored stays.\n";
 
 #define MAX_LIST 64
 
