@@ -18,6 +18,9 @@ int kjit_cli_tune(int argc, char **argv);
 /* Splits a comma list in place into items[]; returns the count or -1 when
  * there are more than max items or an empty item. */
 int kjit_cli_split(char *list, char **items, int max);
+/* kjit_cli_split of option opt's value; a bad list prints "kjit <cmd>: <opt>:
+ * expected a comma list of at most <max> <what>" and returns -1. */
+int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char *list, char **items, int max);
 /* Parses a positive int in [lo, hi]; -1 on error. */
 int kjit_cli_int(const char *s, long lo, long hi, long *out);
 /* Prints "kjit <cmd>: <msg>" and a hint to use --help; returns KJIT_EXIT_USAGE. */

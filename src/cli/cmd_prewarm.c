@@ -130,18 +130,15 @@ int kjit_cli_prewarm(int argc, char **argv)
 
     char ops_default[] = "all", hidden_default[] = "256,5376", dtype_default[] = "bf16";
     char *ops[MAX_LIST], *hiddens[MAX_LIST], *dtypes[MAX_LIST];
-    int n_ops = kjit_cli_split(ops_arg ? ops_arg : ops_default, ops, MAX_LIST);
-    int n_hidden = kjit_cli_split(hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
-    int n_dtype = kjit_cli_split(dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
-    if (n_ops < 0)
-        return kjit_cli_usage_error("prewarm",
-                                    "--ops: expected a comma list of at most %d op names, or 'all'", MAX_LIST);
-    if (n_hidden < 0)
-        return kjit_cli_usage_error("prewarm",
-                                    "--hidden: expected a comma list of at most %d sizes", MAX_LIST);
-    if (n_dtype < 0)
-        return kjit_cli_usage_error("prewarm",
-                                    "--dtype: expected a comma list of at most %d dtypes", MAX_LIST);
+    const int n_ops = kjit_cli_split_opt("prewarm", "--ops", "op names, or 'all'", ops_arg ? ops_arg : ops_default, ops,
+                                         MAX_LIST);
+    if (n_ops < 0) return KJIT_EXIT_USAGE;
+    const int n_hidden =
+        kjit_cli_split_opt("prewarm", "--hidden", "sizes", hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
+    if (n_hidden < 0) return KJIT_EXIT_USAGE;
+    const int n_dtype =
+        kjit_cli_split_opt("prewarm", "--dtype", "dtypes", dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
+    if (n_dtype < 0) return KJIT_EXIT_USAGE;
 
     const char *op_names[MAX_LIST];
     int n_op_names = 0;
@@ -169,6 +166,9 @@ int kjit_cli_prewarm(int argc, char **argv)
     for (int i = 0; i < n_dtype; ++i)
         if (kjit_dtype_parse(dtypes[i], &dts[i]) || dts[i] == KJIT_I32 || dts[i] == KJIT_I64)
             return kjit_cli_usage_error("prewarm", "--dtype: '%s' is not one of fp32, bf16, fp16", dtypes[i]);
+
+    if (cache_dir && !*cache_dir)
+        return kjit_cli_usage_error("prewarm", "--cache-dir '': a memory-only cache keeps nothing to prewarm");
 
     /* From here on a SIGINT or SIGTERM ends the process cleanly (stop.c),
      * not through libnvrtc's handler; before the driver starts threads. */
@@ -201,10 +201,8 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     }
     char arch_copy[512];
     snprintf(arch_copy, sizeof arch_copy, "%s", arch_arg);
-    int n_arch = kjit_cli_split(arch_copy, archs, MAX_LIST);
-    if (n_arch < 0)
-        return kjit_cli_usage_error("prewarm",
-                                    "--arch: expected a comma list of at most %d archs, e.g. sm_90,sm_100", MAX_LIST);
+    const int n_arch = kjit_cli_split_opt("prewarm", "--arch", "archs, e.g. sm_90,sm_100", arch_copy, archs, MAX_LIST);
+    if (n_arch < 0) return KJIT_EXIT_USAGE;
     for (int i = 0; i < n_arch; ++i) {
         int sm;
         const int rc = kjit__arch_parse(archs[i], &sm);
@@ -220,10 +218,6 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     if (kjit_ctx_create(&ctx, &o)) {
         fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());
         return KJIT_EXIT_FAIL;
-    }
-    if (!kjit_ctx_cache_dir(ctx)[0]) {
-        kjit_ctx_destroy(ctx);
-        return kjit_cli_usage_error("prewarm", "--cache-dir '': a memory-only cache keeps nothing to prewarm");
     }
 
     job *jobs = NULL;
@@ -266,9 +260,8 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 
     long failed = atomic_load(&p.failed);
-    /* Compiled is not stored: a full disk, an unwritable directory, or a
-     * size cap (KJIT_CACHE_MAX_MB) smaller than the set evicting what this
-     * run wrote. Either way not every kernel is in the cache. */
+    /* Compiled but not stored (a full disk, an unwritable directory): a
+     * failure. Evictions by the size cap: a note (below). */
     kjit_cache_counters cc;
     memset(&cc, 0, sizeof cc);
     kjit_ctx_cache_counters(ctx, &cc);

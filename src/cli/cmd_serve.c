@@ -71,8 +71,7 @@ int kjit_cli_serve(int argc, char **argv)
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= !strcmp(a, with_value[k]);
         if (!known)
-            return kjit_cli_usage_error("serve", strncmp(a, "-", 1) ? "unexpected argument '%s'" : "unknown option '%s'",
-                                        a);
+            return kjit_cli_usage_error("serve", a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
         if (i + 1 >= argc) return kjit_cli_usage_error("serve", "%s needs a value", a);
         char *v = argv[++i];
         long n;

@@ -158,18 +158,15 @@ int kjit_cli_tune(int argc, char **argv)
 
     char ops_default[] = "all", hidden_default[] = "5376", dtype_default[] = "bf16";
     char *ops[MAX_LIST], *hiddens[MAX_LIST], *dtypes[MAX_LIST];
-    int n_ops = kjit_cli_split(ops_arg ? ops_arg : ops_default, ops, MAX_LIST);
-    int n_hidden = kjit_cli_split(hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
-    int n_dtype = kjit_cli_split(dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
-    if (n_ops < 0)
-        return kjit_cli_usage_error("tune",
-                                    "--ops: expected a comma list of at most %d op names, or 'all'", MAX_LIST);
-    if (n_hidden < 0)
-        return kjit_cli_usage_error("tune",
-                                    "--hidden: expected a comma list of at most %d sizes", MAX_LIST);
-    if (n_dtype < 0)
-        return kjit_cli_usage_error("tune",
-                                    "--dtype: expected a comma list of at most %d dtypes", MAX_LIST);
+    const int n_ops = kjit_cli_split_opt("tune", "--ops", "op names, or 'all'", ops_arg ? ops_arg : ops_default, ops,
+                                         MAX_LIST);
+    if (n_ops < 0) return KJIT_EXIT_USAGE;
+    const int n_hidden =
+        kjit_cli_split_opt("tune", "--hidden", "sizes", hidden_arg ? hidden_arg : hidden_default, hiddens, MAX_LIST);
+    if (n_hidden < 0) return KJIT_EXIT_USAGE;
+    const int n_dtype =
+        kjit_cli_split_opt("tune", "--dtype", "dtypes", dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
+    if (n_dtype < 0) return KJIT_EXIT_USAGE;
     const char *op_names[MAX_LIST];
     int n_op_names = 0;
     for (int i = 0; i < n_ops; ++i) {

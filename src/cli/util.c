@@ -20,6 +20,13 @@ int kjit_cli_split(char *list, char **items, int max)
     return n;
 }
 
+int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char *list, char **items, int max)
+{
+    const int n = kjit_cli_split(list, items, max);
+    if (n < 0) kjit_cli_usage_error(cmd, "%s: expected a comma list of at most %d %s", opt, max, what);
+    return n;
+}
+
 int kjit_cli_int(const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;

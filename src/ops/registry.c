@@ -103,11 +103,10 @@ int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *a
              strspn(spec->name_expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:<>, -") ==
                  strlen(spec->name_expr);
     kjit__clear_error();
-    if (!ok) return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: spec does not come from kjit_op_kernels");
-    /* A template set that did not load keeps its own message (e.g. a
-     * KJIT_TEMPLATE_DIR it cannot read); an unknown template file is a spec
-     * kjit did not make. */
-    int trc = kjit__template_find(spec->template_file, &tf);
+    /* An unknown template file is a spec kjit did not make; a template set
+     * that did not load keeps its own message (e.g. a KJIT_TEMPLATE_DIR it
+     * cannot read). */
+    const int trc = ok ? kjit__template_find(spec->template_file, &tf) : KJIT_ENOTFOUND;
     if (trc == KJIT_ENOTFOUND)
         return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: spec does not come from kjit_op_kernels");
     if (trc) return trc;

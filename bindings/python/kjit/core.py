@@ -80,14 +80,19 @@ def library_path():
 # ---- argument conversion --------------------------------------------------
 
 
+def _as_int(value, what):
+    if type(value) is int:  # the common case, first
+        return value
+    # bool is an int subclass but never a pointer, size or stride.
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{what}: expected an int, got {type(value).__name__}")
+    return value.__index__()
+
+
 def _int(value, what, bits=64):
     """An int that fits the C argument's signed `bits`-bit type (ctypes would
     silently wrap one that does not)."""
-    if type(value) is not int:
-        # bool is an int subclass but never a pointer, size or stride.
-        if isinstance(value, bool) or not hasattr(value, "__index__"):
-            raise TypeError(f"{what}: expected an int, got {type(value).__name__}")
-        value = value.__index__()
+    value = _as_int(value, what)
     if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
         raise ValueError(f"{what}: {value} does not fit the library's {bits}-bit signed integer")
     return value
@@ -99,10 +104,7 @@ def _i32(value, what):
 
 def _unsigned(value, what, kind):
     """A non-negative int below 2**64 (an address, a stream or a byte count)."""
-    if type(value) is not int:
-        if isinstance(value, bool) or not hasattr(value, "__index__"):
-            raise TypeError(f"{what}: expected an int, got {type(value).__name__}")
-        value = value.__index__()
+    value = _as_int(value, what)
     if value < 0:
         raise ValueError(f"{what}: {kind} cannot be negative ({value})")
     if value >= 1 << 64:

@@ -117,7 +117,7 @@ def context(device=None):
             ctx = _contexts.get(ordinal)
             if ctx is None:
                 check = os.environ.get("KJIT_INDEX_CHECK", "off")
-                if check not in ("off", "sync", "async"):
+                if check not in core._INDEX_CHECK:  # named here: core.Context names its argument
                     raise ValueError(f"KJIT_INDEX_CHECK={check!r}: expected off, sync or async")
                 ctx = core.Context(ordinal, index_check=check)
                 _contexts[ordinal] = ctx
@@ -410,14 +410,14 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
     dim = dim.__index__()
     if not 1 <= dim <= 65536:
         raise ValueError(f"{fn}: dim must be in 1..65536, got {dim}")
-    reals = {}
-    for name, v in (("downscale_freq_shift", downscale_freq_shift), ("scale", scale),
-                    ("max_period", max_period)):
+    def finite(name, v):
         v = _real(fn, name, v)
         if not (-math.inf < v < math.inf):
             raise ValueError(f"{fn}: {name} {v} must be finite")
-        reals[name] = v
-    downscale_freq_shift, scale, max_period = reals.values()
+        return v
+
+    downscale_freq_shift = finite("downscale_freq_shift", downscale_freq_shift)
+    scale, max_period = finite("scale", scale), finite("max_period", max_period)
     if max_period <= 0:
         raise ValueError(f"{fn}: max_period {max_period} must be > 0")
     half = dim // 2
