@@ -386,6 +386,16 @@ class TorchRefusals(unittest.TestCase):
                     return 256
             self.assertEqual(tuple(kjit.timestep_sinusoid(t, Index()).shape), (self.N, 256))
 
+    def test_bad_index_check_variable_is_named(self):
+        from kjit import ops
+        env = dict(os.environ)
+        self.addCleanup(lambda: (os.environ.clear(), os.environ.update(env)))
+        os.environ["KJIT_INDEX_CHECK"] = "bogus"
+        before = dict(ops._contexts)
+        with self.assertRaisesRegex(ValueError, "KJIT_INDEX_CHECK='bogus': expected off, sync or async"):
+            ops.context("cuda:7")
+        self.assertEqual(ops._contexts, before)  # no context made
+
     def test_scalar_checks_trace_with_varying_values(self):
         # torch.compile makes a float argument symbolic once it varies: the
         # checks must trace (math.isfinite on it broke fullgraph).
