@@ -1145,7 +1145,7 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
 // rows, H200, 2026-11-30). A loose minimum lets the compiler take more
 // registers than its own choice (fewer CTAs per SM), a wrong one spills:
 // elsewhere 0.
-template <int MODE, class TA, class TP, int H, int TPR, int RPC> constexpr int fwd_min_ctas()
+template <int MODE, class TA, class TP, int H, int TPR, int RPC> __host__ __device__ constexpr int fwd_min_ctas()
 {
     constexpr int V = 16 / (int)sizeof(TA);
     constexpr int IT = H > 0 ? (H / V + TPR - 1) / TPR : 1;
@@ -1198,9 +1198,13 @@ template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int P
 __global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, TP, H, TPR, RPC>())) kjit_adaln_fwd_train(const __grid_constant__ kjit_adaln_fwd_params p)
 {
     kjit::grid_dep_sync();
-    if (blockIdx.x == 0)
-        kjit::part_small_build<TI>(p.index, p.part, (int *)kjit::adaln::dyn_smem);
-    else
+    if (blockIdx.x == 0) {
+        // A call where the row code runs at a register cap (partition.cuh).
+        if constexpr (kjit::adaln::fwd_min_ctas<MODE, TA, TP, H, TPR, RPC>() > 0)
+            kjit::part_small_build_call<TI>(p.index, p.part, (int *)kjit::adaln::dyn_smem);
+        else
+            kjit::part_small_build<TI>(p.index, p.part, (int *)kjit::adaln::dyn_smem);
+    } else
         kjit::adaln::fwd_rows<MODE, TA, TP, TI, H, TPR, RPC, PF>(p, blockIdx.x - 1, gridDim.x - 1);
 }
 

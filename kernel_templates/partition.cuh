@@ -570,6 +570,18 @@ __device__ __forceinline__ void part_small_build(const kjit_index_arg &ixa, cons
         }
     }
 }
+// The same build as a call of its own (not inlined): its registers then
+// stay out of the caller's code. The training forwards that run at a
+// register cap (fwd_min_ctas > 0) use it: inlined, it made their row code
+// spill (NVRTC 13.0, sm_90: 20 bytes in norm_modulate's default forward at
+// 5376 bf16, 48 in the fused op's; none as a call; tests/test_spills.c).
+// The others keep it inlined (gated_residual's training pair at 4097 rows
+// was 2 us slower with the call, H200, 2026-12-01).
+template <class TI>
+__device__ __noinline__ void part_small_build_call(const kjit_index_arg &ixa, const kjit_partition &pt, int *cnt)
+{
+    part_small_build<TI>(ixa, pt, cnt);
+}
 } // namespace kjit
 
 template <class TI>
