@@ -9,40 +9,82 @@
 #include "jit/nvrtc_api.h"
 #include "jit/templates.h"
 
-/* The entry's lines in a ptxas -v log:
+/* A function's block in a ptxas -v log:
  *   ptxas info    : Function properties for <lowered>
  *   ptxas         .     0 bytes stack frame, 20 bytes spill stores, 20 bytes spill loads
- *   ptxas info    : Used 72 registers, ... */
+ *   ptxas info    : Used 72 registers, ...          (entries only)
+ * Reads the block whose name starts at name (ending at its newline) into
+ * st; returns the end of the block, NULL when its lines are not there. */
+static const char *number_before(const char *line, const char *next, const char *what, long *v)
+{
+    const char *s = strstr(line, what);
+    if (!s || s > next) return NULL;
+    const char *a = s;
+    while (a > line && a[-1] >= '0' && a[-1] <= '9') --a;
+    if (a == s) return NULL;
+    *v = strtol(a, NULL, 10);
+    return s;
+}
+
+static const char *parse_block(const char *name, kjit_ptxas_stats *st)
+{
+    const char *line = strchr(name, '\n');
+    if (!line) return NULL;
+    const char *next = strchr(++line, '\n');
+    if (!next) next = line + strlen(line);
+    if (!number_before(line, next, " bytes stack frame", &st->stack_frame) ||
+        !number_before(line, next, " bytes spill stores", &st->spill_stores) ||
+        !number_before(line, next, " bytes spill loads", &st->spill_loads))
+        return NULL;
+    st->registers = -1;
+    const char *u = *next ? strstr(next + 1, "Used ") : NULL, *f = *next ? strstr(next + 1, "Function properties") : NULL;
+    if (u && (!f || u < f) && sscanf(u, "Used %d registers", &st->registers) != 1) st->registers = -1;
+    return next;
+}
+
+static const char head[] = "Function properties for ";
+
+/* The entry lowered's block; -1 when absent or without its register line. */
 static int parse_entry(const char *log, const char *lowered, kjit_ptxas_stats *st)
 {
-    const char *head = "Function properties for ";
-    const size_t hl = strlen(head), ll = strlen(lowered);
+    const size_t hl = sizeof head - 1, ll = strlen(lowered);
     for (const char *p = strstr(log, head); p; p = strstr(p + 1, head)) {
         p += hl;
         if (strncmp(p, lowered, ll) != 0 || p[ll] != '\n') continue;
-        const char *line = p + ll + 1, *next = strchr(line, '\n');
-        if (!next) return -1;
-        const char *s = strstr(line, " bytes spill stores"), *l = strstr(line, " bytes spill loads");
-        if (!s || !l || s > next || l > next) return -1;
-        const char *a = s, *b = l;
-        while (a > line && a[-1] >= '0' && a[-1] <= '9') --a;
-        while (b > line && b[-1] >= '0' && b[-1] <= '9') --b;
-        st->spill_stores = strtol(a, NULL, 10);
-        st->spill_loads = strtol(b, NULL, 10);
-        const char *u = strstr(next + 1, "Used "), *end = strchr(next + 1, '\n');
-        if (!u || (end && u > end) || sscanf(u, "Used %d registers", &st->registers) != 1) return -1;
-        return 0;
+        return parse_block(p, st) && st->registers >= 0 ? 0 : -1;
     }
     return -1;
 }
 
-int kjit__ptxas_report(const char *template_name, const char *const *names, int n, int sm, kjit_ptxas_stats *out)
+/* Sums the blocks of functions that are none of the n entries. */
+static void parse_callees(const char *log, const char *const *lowered, int n, kjit_ptxas_stats *sum)
+{
+    *sum = (kjit_ptxas_stats){.registers = -1};
+    for (const char *p = strstr(log, head); p; p = strstr(p + 1, head)) {
+        p += sizeof head - 1;
+        const char *nl = strchr(p, '\n');
+        if (!nl) break;
+        int entry = 0;
+        for (int i = 0; i < n && !entry; ++i)
+            entry = lowered[i] && strlen(lowered[i]) == (size_t)(nl - p) && !strncmp(p, lowered[i], (size_t)(nl - p));
+        kjit_ptxas_stats st;
+        if (entry || !parse_block(p, &st)) continue;
+        sum->stack_frame += st.stack_frame;
+        sum->spill_stores += st.spill_stores;
+        sum->spill_loads += st.spill_loads;
+    }
+}
+
+int kjit__ptxas_report(const char *template_name, const char *const *names, int n, int sm, kjit_ptxas_stats *out,
+                       kjit_ptxas_stats *callees)
 {
     if (!template_name || !names || n < 1 || !out)
         return kjit__fail(KJIT_EINVAL, "ptxas report: %s", !template_name ? "template_name is NULL"
                                                             : !names ? "names is NULL"
                                                             : n < 1 ? "no names"
                                                                     : "out is NULL");
+    for (int i = 0; i < n; ++i)
+        if (!names[i]) return kjit__fail(KJIT_EINVAL, "ptxas report: names[%d] is NULL", i);
     const kjit_nvrtc_api *nv = kjit__nvrtc();
     if (!nv) return KJIT_ENONVRTC;
     const kjit_template_file *all, *main_file;
@@ -59,7 +101,12 @@ int kjit__ptxas_report(const char *template_name, const char *const *names, int 
     free(hdr);
     if (r != NVRTC_SUCCESS)
         return kjit__fail(KJIT_ECOMPILE, "ptxas report: nvrtcCreateProgram: %s", nv->GetErrorString(r));
-    for (int i = 0; i < n && r == NVRTC_SUCCESS; ++i) r = nv->AddNameExpression(prog, names[i]);
+    for (int i = 0; i < n; ++i)
+        if ((r = nv->AddNameExpression(prog, names[i])) != NVRTC_SUCCESS) {
+            nv->DestroyProgram(&prog);
+            return kjit__fail(KJIT_ECOMPILE, "ptxas report: nvrtcAddNameExpression(%s): %s", names[i],
+                              nv->GetErrorString(r));
+        }
     char arch[64];
     const char *opts[KJIT_MAX_OPTIONS + 1];
     int n_opts = kjit__jit_options(sm, arch, opts);
@@ -73,14 +120,22 @@ int kjit__ptxas_report(const char *template_name, const char *const *names, int 
         return kjit__fail(KJIT_ENOMEM, "ptxas report: out of memory for the log");
     }
     nv->GetProgramLog(prog, log);
+    /* The log's start names the first error; kjit's messages hold ~4 KB. */
     if (r != NVRTC_SUCCESS) {
-        rc = kjit__fail(KJIT_ECOMPILE, "ptxas report of %s for sm_%d: %s\n%s", names[0], sm, nv->GetErrorString(r), log);
+        rc = kjit__fail(KJIT_ECOMPILE, "ptxas report: nvrtcCompileProgram (%d names, the first %s) for sm_%d: %s\n%.2000s",
+                        n, names[0], sm, nv->GetErrorString(r), log);
     } else {
+        const char **low = calloc((size_t)n, sizeof *low);
+        if (!low) rc = kjit__fail(KJIT_ENOMEM, "ptxas report: out of memory");
         for (int i = 0; i < n && !rc; ++i) {
-            const char *low = NULL;
-            if (nv->GetLoweredName(prog, names[i], &low) != NVRTC_SUCCESS || !low || parse_entry(log, low, &out[i]))
-                rc = kjit__fail(KJIT_ECOMPILE, "ptxas report: no resource lines for %s in the log:\n%s", names[i], log);
+            const char *l = NULL;
+            if (nv->GetLoweredName(prog, names[i], &l) != NVRTC_SUCCESS || !l || parse_entry(log, l, &out[i]))
+                rc = kjit__fail(KJIT_ECOMPILE, "ptxas report: no resource lines for %s in the log:\n%.2000s", names[i],
+                                log);
+            low[i] = l;
         }
+        if (!rc && callees) parse_callees(log, low, n, callees);
+        free(low);
     }
     free(log);
     nv->DestroyProgram(&prog);
