@@ -6,7 +6,8 @@
 # Usage (from the project root):
 #   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
 # Stages (default: tests bench): tests, bench, python, fuzz (random shapes
-# through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), conformance, tune,
+# through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), conformance, tune
+# (KJIT_TUNE_HIDDEN, KJIT_TUNE_DTYPE; KJIT_TUNE_ONLY=1 skips the tuned bench_ops),
 # sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
 # under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
 # profile (ncu: each backward kernel's time and DRAM bytes), ncudetail (ncu
@@ -91,9 +92,10 @@ for s in $stages; do
     summary+=("conformance rc=${PIPESTATUS[0]}")
     tar -cf "$OUT/reports.tar" bench/reports 2>/dev/null ;;
   tune)
-    section tune; KJIT_LOG=1 $B/kjit tune --ops norm_modulate,gated_residual,gated_residual_norm_modulate --hidden 5376 \
-      --dtype bf16 --json 2>&1 | tee -a "$LOG"
+    section tune; KJIT_LOG=1 $B/kjit tune --ops norm_modulate,gated_residual,gated_residual_norm_modulate \
+      --hidden ${KJIT_TUNE_HIDDEN:-5376} --dtype ${KJIT_TUNE_DTYPE:-bf16} --json 2>&1 | tee -a "$LOG"
     summary+=("tune rc=${PIPESTATUS[0]}")
+    [ -n "${KJIT_TUNE_ONLY:-}" ] && continue
     section "tune --show"; $B/kjit tune --show 2>&1 | tee -a "$LOG"
     section "bench_ops, tuned"; $B/bench/bench_ops 2>&1 | tee -a "$LOG" ;;
   sweep)

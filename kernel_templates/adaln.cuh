@@ -1159,6 +1159,38 @@ template <int MODE, class TA, class TP, int H, int TPR, int RPC> __host__ __devi
                : 0;
 }
 
+// Shared memory per SM of the target (bytes), 0 where not known here.
+__host__ __device__ constexpr int smem_per_sm()
+{
+#if defined(__CUDA_ARCH__)
+    return __CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000 || __CUDA_ARCH__ == 1030 ? 228 * 1024
+           : __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870                         ? 164 * 1024
+           : __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200 ? 100 * 1024
+                                                                                    : 0;
+#else
+    return 0;
+#endif
+}
+
+// Minimum CTAs per SM of the backward's launch bounds: 2 (a 128-register
+// cap at 256 threads) unless the config's shared memory (its dynamic bytes
+// as src/tune/config.c counts them, the 512-byte reduction buffer and the
+// 1 KiB the driver reserves per CTA) lets only one CTA on an SM anyway:
+// then 1, so the per-column state that ACCS keeps in registers has the
+// whole register file instead of spilling at a cap that buys nothing (the
+// fused op's backward at 8192: 416-624 bytes of local memory per thread
+// at the cap, 2026-12-01). Launch bounds move no arithmetic.
+template <int MODE, class TA, int H, int TPR, int PF, int ACCS> __host__ __device__ constexpr int bwd_min_ctas()
+{
+    constexpr int V = 16 / (int)sizeof(TA);
+    constexpr int IT = H > 0 ? (H / V + TPR - 1) / TPR : 1;
+    constexpr int NT = MODE == 3 ? 4 : 2, NACC = MODE == 1 ? 2 : MODE == 2 ? 1 : 3, NTAB = MODE == 3 ? 2 : 1;
+    constexpr long long k = (ACCS >= 1 ? NTAB : 0) + (ACCS == 2 ? NACC : 0);
+    constexpr long long dyn = (long long)(PF + 1) * NT * IT * TPR * 16 + k * IT * V * TPR * 4;
+    constexpr long long per_cta = dyn + 2 * 2 * 32 * 4 + 1024;
+    return TPR > 512 ? 1 : H > 0 && smem_per_sm() > 0 && 2 * per_cta > smem_per_sm() ? 1 : 2;
+}
+
 } // namespace adaln
 } // namespace kjit
 
@@ -1209,7 +1241,7 @@ __global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA,
 }
 
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>
-__global__ void __launch_bounds__(TPR, TPR <= 512 ? 2 : 1) kjit_adaln_bwd(const __grid_constant__ kjit_adaln_bwd_params p)
+__global__ void __launch_bounds__(TPR, (kjit::adaln::bwd_min_ctas<MODE, TA, H, TPR, PF, ACCS>())) kjit_adaln_bwd(const __grid_constant__ kjit_adaln_bwd_params p)
 {
     kjit::grid_dep_sync();
     static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");

@@ -1,6 +1,7 @@
 /* Tuning never changes the numbers (SPEC.md contract 3), on the GPU:
  *
- * 1. For each AdaLN op, at hidden 5376, 3072 and 1000 (bf16) and 1024 (fp32), at
+ * 1. For each AdaLN op, at hidden 5376, 3072, 1000 and 8192 (bf16), 5376 (fp16)
+ *    and 1024 (fp32), at
  *    1, 4097 and 9000 rows (R = 9, chunk(6) tables, weight given): every
  *    forward candidate of the tuning space gives out (and h) bitwise equal to
  *    the default config's, and every backward candidate gives dx, dy,
@@ -261,9 +262,11 @@ static double now_s(void)
 
 static void check_all_configs(kjit_ctx *ctx)
 {
-    /* 1000 bf16: the ragged fast path (125 granules over 128 threads). */
+    /* 1000 bf16: the ragged fast path (125 granules over 128 threads);
+     * 8192 bf16: backward candidates at one or two CTAs per SM (the launch
+     * bounds follow the shared memory); 5376 fp16: fp32 tables. */
     static const struct { int h; kjit_dtype A; } shapes[] = {
-        {5376, KJIT_BF16}, {3072, KJIT_BF16}, {1024, KJIT_F32}, {1000, KJIT_BF16}};
+        {5376, KJIT_BF16}, {3072, KJIT_BF16}, {1024, KJIT_F32}, {1000, KJIT_BF16}, {8192, KJIT_BF16}, {5376, KJIT_F16}};
     static const int64_t rows[] = {1, 4097, NMAX};
     for (int mode = 1; mode <= 3; ++mode)
         for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); ++s) {
