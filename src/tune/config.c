@@ -24,38 +24,63 @@ void kjit__adaln_config_fit(int mode, int h, kjit_dtype act, kjit_adaln_config *
 
 void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_config *c)
 {
-    /* Measured on the H200 at h = 5376 bf16 (kernel_templates/adaln.cuh).
+    /* First measured on the H200 at h = 5376 bf16 (kernel_templates/adaln.cuh),
+     * then against the tuner at 4096, 5120, 5376 and 8192 in bf16, fp16 and
+     * fp32 (2026-12-02 10:45 UTC, 32768 rows; docs/PERF_NOTES.md, "Defaults
+     * beyond 5376 bf16"). None of this changes a bit (SPEC.md contract 3).
+     *
      * norm_modulate forward: a persistent grid of about 4 rows per SM,
      * loading one row ahead, in as few CTAs as the registers allow: the
      * most rows per CTA (up to 4) whose register estimate, 2 per element +
      * 4 per granule + 12, fits 64K / threads (5376 bf16: rpc 4, 72 of 73;
      * bench_ops --sweep, 2026-11-30: 180.6 us at 32768 rows against 187.3 for
-     * rpc 1 grid 4). fp16 rows (fp32 tables) and fp32 rows hold 8 more
-     * registers per granule: without them 4096, 5120 and 5376 fp16 and 4096
-     * fp32 took rpc 4 and spilled (bench_spills), and 5376 fp16 ran 302.3 us
-     * at 32768 rows against 222.5 for rpc 2 (tuner, 2026-12-01). */
+     * rpc 1 grid 4). fp16 rows come with fp32 tables: 4 more per granule
+     * (5376 fp16 took rpc 4 without them and spilled: 306.7 us against 224.7
+     * for rpc 2; 5120 fp16 255.3 against 221.3); fp32 rows 2 more (4096
+     * fp32: 326.2 against 286.0). A small spill is cheaper than half the
+     * rows per CTA: 4096 fp16 and 8192 fp32 keep rpc 4 and 2 (185.6 and
+     * 603.4 us against 199.0 and 655.7 for the next smaller rpc). */
     c->rpc = 1;
     c->pf = mode == 1 ? 1 : 0;
     c->grid_per_sm = mode == 1 ? 4 : 0;
     const int tpr = kjit__adaln_tpr(h, act), v = 16 / (int)kjit_dtype_size(act);
-    const int it = ((h + v - 1) / v + tpr - 1) / tpr;
+    const int it = ((h + v - 1) / v + tpr - 1) / tpr, cols = it * v;
     if (mode == 1) {
-        const int need = 2 * it * v + 4 * it + 12 + (act == KJIT_BF16 ? 0 : 8 * it);
+        const int need = 2 * cols + 4 * it + 12 + (act == KJIT_F16 ? 4 * it : act == KJIT_F32 ? 2 * it : 0);
         for (int rpc = 4; rpc > 1; rpc /= 2)
             if (tpr * rpc <= 1024 && 65536 / (tpr * rpc) >= need) {
                 c->rpc = rpc, c->grid_per_sm = 4 / rpc;
                 break;
             }
     }
-    /* Backward (tuner, 2026-12-01, 32768 rows): long bf16 rows of
-     * norm_modulate in CTAs of 256 threads or more load two rows ahead, which
-     * also leaves one CTA per SM and the whole register file to the
-     * per-column state, where two CTAs would leave 128 registers for 32
-     * columns (8192 bf16: 590.3 us against 851.5 for one row ahead). The fused op keeps one table
-     * accumulator in shared memory, not five, once a thread holds 24 or more
-     * columns (5376 bf16: 547.9 against 560.5; 8192 bf16: 842.4). */
-    c->bwd_pf = mode == 1 && act == KJIT_BF16 && it * v >= 32 && tpr >= 256 ? 2 : 1;
-    c->accs = mode == 1 ? 1 : mode == 2 ? 0 : it * v >= 24 ? 1 : 2;
+    /* gated_residual forward with fp32 rows: a persistent grid of 4 CTAs per
+     * SM loading one row ahead (8192: 818.0 us against 778.5; 5376: 526.5
+     * against 512.1; 4096 and 5120 1-3% too); 2-byte rows keep one CTA per
+     * row (8192 bf16: 391.0 against 429.0). */
+    if (mode == 2 && act == KJIT_F32) c->pf = 1, c->grid_per_sm = 4;
+    /* The fused forward with fp32 tables (fp16 or fp32 rows) and 24 or more
+     * columns a thread: 2 rows per CTA, one ahead, 2 CTAs per SM (8192 fp16:
+     * 785.6 us against 577.7; 5376 fp32: 873.7 against 733.8; 5376 fp16:
+     * 421.3 against 395.0; 5120 fp16 380.8 against 383.9), where the
+     * staged rows fit (not 8192 fp32). */
+    if (mode == 3 && act != KJIT_BF16 && cols >= 24) {
+        kjit_adaln_config t = *c;
+        t.rpc = 2, t.pf = 1, t.grid_per_sm = 2;
+        if (kjit__adaln_fwd_smem(mode, h, act, &t) <= KJIT_DEFAULT_SMEM) *c = t;
+    }
+    /* Backward: long bf16 rows of norm_modulate in CTAs of 256 threads or
+     * more load two rows ahead, which also leaves one CTA per SM and the
+     * whole register file to the per-column state, where two CTAs would
+     * leave 128 registers for 32 columns (8192 bf16: 590.3 us against 851.5
+     * for one row ahead, 2026-12-01). The fused op: with 24 or more columns
+     * a thread, one row ahead and one table accumulator in shared memory
+     * (5376 bf16: 547.9 against 560.5 for all five, 2026-12-01); with fewer,
+     * three rows ahead and every accumulator in registers, one CTA per SM
+     * (4096 bf16: 437.3 against 474.0 for one ahead and five in shared
+     * memory; fp16 439.4 against 468.3; fp32, two ahead once fitted: 823.5
+     * against 847.9). */
+    c->bwd_pf = mode == 1 ? (act == KJIT_BF16 && cols >= 32 && tpr >= 256 ? 2 : 1) : mode == 2 ? 1 : cols >= 24 ? 1 : 3;
+    c->accs = mode == 1 ? 1 : mode == 2 ? 0 : cols >= 24 ? 1 : 0;
     /* Fewer stages where the rows are long (kjit__tune_config fits it to a
      * device with less shared memory). */
     kjit__adaln_config_fit(mode, h, act, c, KJIT_DEFAULT_SMEM);
