@@ -39,7 +39,8 @@ section info; $B/kjit info 2>&1 | tee -a "$LOG"
 for s in $stages; do
   case $s in
   tests)
-    section ctest; ctest --test-dir $B -L gpu -V -j1 ${KJIT_CTEST_REGEX:+-R "$KJIT_CTEST_REGEX"} \
+    # Line-buffered: a test cut off by a time limit still shows how far it got.
+    section ctest; stdbuf -oL -eL ctest --test-dir $B -L gpu -V -j1 ${KJIT_CTEST_REGEX:+-R "$KJIT_CTEST_REGEX"} \
       ${KJIT_CTEST_EXCLUDE:+-E "$KJIT_CTEST_EXCLUDE"} >>"$LOG" 2>&1
     summary+=("gpu tests rc=$?")
     # The server suite (no GPU needed) on this many-core host too: libnvrtc
