@@ -2,7 +2,8 @@
  * and foreign files ignored (the default used) and rebuilt by the next save,
  * every kind of bad entry skipped, atomic saves (no temp file left, a failed
  * save leaves the old file), concurrent saves from 4 processes keeping every
- * entry; the tuning space; kjit_op_config_get / kjit_tune / the force hook
+ * entry; the tuning space; every default valid on three shared-memory sizes
+ * and the fitted ones as measured; kjit_op_config_get / kjit_tune / the force hook
  * on a context without a GPU. */
 #include <dirent.h>
 #include <stdlib.h>
@@ -159,6 +160,48 @@ static void test_space(void)
         CHECK_EQ_INT(kjit__adaln_config_check(1, 16384, KJIT_BF16, &big_fwd, SMEM, why, sizeof why), KJIT_EINVAL);
         CHECK(strstr(why, "rpc 4 pf 3") != NULL);
         CHECK_EQ_INT(kjit__adaln_config_check(1, 16384, KJIT_BF16, &big_fwd, 0, NULL, 0), KJIT_OK);
+    }
+    /* Every default, fitted to this and to smaller devices (sm_120's 99 KiB,
+     * sm_80's 163 KiB), is a valid config within the device's shared memory;
+     * a two-input op never keeps a
+     * persistent grid without its row ahead (slower than one CTA per row);
+     * and the defaults measured on 2026-12-02 stay what they were fitted to. */
+    static const kjit_dtype dts[] = {KJIT_BF16, KJIT_F16, KJIT_F32};
+    static const size_t smems[] = {KJIT_DEFAULT_SMEM, 163 * 1024, 99 * 1024};
+    for (int mode = 1; mode <= 3; ++mode)
+        for (int h = 8; h <= KJIT_TUNE_FAST_MAX_HIDDEN; h += 8)
+            for (int k = 0; k < 3; ++k)
+                for (int m = 0; m < 3; ++m) {
+                    kjit__adaln_config_default(mode, h, dts[k], &d);
+                    kjit__adaln_config_fit(mode, h, dts[k], &d, smems[m]);
+                    /* Rows whose one stage is over the device's limit even
+                     * at bwd_pf 0 accs 0 take the generic backward. */
+                    char why[160] = "";
+                    const int bwd_min = d.bwd_pf == 0 && d.accs == 0;
+                    if (kjit__adaln_config_check(mode, h, dts[k], &d, 0, why, sizeof why) != KJIT_OK ||
+                        kjit__adaln_fwd_smem(mode, h, dts[k], &d) > smems[m] ||
+                        (kjit__adaln_bwd_smem(mode, h, dts[k], &d) > smems[m] && !bwd_min) ||
+                        (mode != 1 && d.pf == 0 && (d.grid_per_sm || d.rpc != 1))) {
+                        fprintf(stderr, "default mode %d h %d %s smem %zu: %s (rpc %d pf %d grid %d)\n", mode, h,
+                                kjit_dtype_name(dts[k]), smems[m], why, d.rpc, d.pf, d.grid_per_sm);
+                        kjit_test_failures++;
+                    }
+                }
+    static const struct { int mode, h; kjit_dtype dt; kjit_adaln_config c; } fitted[] = {
+        {1, 5376, KJIT_BF16, {4, 1, 1, 1, 1}}, {1, 5376, KJIT_F16, {2, 1, 2, 1, 1}},
+        {1, 4096, KJIT_F16, {4, 1, 1, 1, 1}},  {1, 4096, KJIT_F32, {2, 1, 2, 1, 1}},
+        {1, 8192, KJIT_F32, {2, 1, 2, 1, 1}},  {1, 8192, KJIT_BF16, {2, 1, 2, 2, 1}},
+        {2, 5376, KJIT_BF16, {1, 0, 0, 1, 0}}, {2, 8192, KJIT_F32, {1, 1, 4, 1, 0}},
+        {3, 5376, KJIT_BF16, {1, 0, 0, 1, 1}}, {3, 8192, KJIT_F16, {2, 1, 2, 1, 1}},
+        {3, 8192, KJIT_F32, {1, 0, 0, 0, 1}},  {3, 4096, KJIT_BF16, {1, 0, 0, 3, 0}},
+        {3, 4096, KJIT_F32, {1, 0, 0, 2, 0}}};
+    for (size_t i = 0; i < sizeof fitted / sizeof fitted[0]; ++i) {
+        kjit__adaln_config_default(fitted[i].mode, fitted[i].h, fitted[i].dt, &d);
+        if (!kjit__adaln_config_equal(&d, &fitted[i].c)) {
+            fprintf(stderr, "default mode %d h %d %s: rpc %d pf %d grid %d bwd_pf %d accs %d\n", fitted[i].mode,
+                    fitted[i].h, kjit_dtype_name(fitted[i].dt), d.rpc, d.pf, d.grid_per_sm, d.bwd_pf, d.accs);
+            kjit_test_failures++;
+        }
     }
     /* Ranges. */
     const kjit_adaln_config bad[] = {{0, 0, 0, 0, 0},  {16, 0, 0, 0, 0}, {5, 0, 0, 0, 0}, {1, 4, 0, 0, 0},

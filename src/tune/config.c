@@ -19,15 +19,22 @@ void kjit__adaln_config_fit(int mode, int h, kjit_dtype act, kjit_adaln_config *
 {
     while (c->bwd_pf > 0 && kjit__adaln_bwd_smem(mode, h, act, c) > smem_max) --c->bwd_pf;
     while (c->accs > 0 && kjit__adaln_bwd_smem(mode, h, act, c) > smem_max) --c->accs;
+    const int had_pf = c->pf > 0;
     while (c->pf > 0 && kjit__adaln_fwd_smem(mode, h, act, c) > smem_max) --c->pf;
+    /* gated_residual and the fused op in a persistent grid with no row left
+     * to load ahead: back to one CTA per row (8192 fp32 gated_residual:
+     * 895.3 us persistent without the row ahead, 818.0 full; fused, 2 rows
+     * per CTA: 845.4 against 809.8 for one). */
+    if (mode != 1 && had_pf && c->pf == 0) c->rpc = 1, c->grid_per_sm = 0;
 }
 
 void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_config *c)
 {
     /* First measured on the H200 at h = 5376 bf16 (kernel_templates/adaln.cuh),
      * then against the tuner at 4096, 5120, 5376 and 8192 in bf16, fp16 and
-     * fp32 (2026-12-02 10:45 UTC, 32768 rows; docs/PERF_NOTES.md, "Defaults
-     * beyond 5376 bf16"). None of this changes a bit (SPEC.md contract 3).
+     * fp32 (2026-12-02 10:45 UTC, 32768 rows; docs/PERF_NOTES.md, "Backward
+     * launch bounds and the defaults beyond 5376 bf16"). None of this
+     * changes a bit (SPEC.md contract 3).
      *
      * norm_modulate forward: a persistent grid of about 4 rows per SM,
      * loading one row ahead, in as few CTAs as the registers allow: the
@@ -62,12 +69,8 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
      * columns a thread: 2 rows per CTA, one ahead, 2 CTAs per SM (8192 fp16:
      * 785.6 us against 577.7; 5376 fp32: 873.7 against 733.8; 5376 fp16:
      * 421.3 against 395.0; 5120 fp16 380.8 against 383.9), where the
-     * staged rows fit (not 8192 fp32). */
-    if (mode == 3 && act != KJIT_BF16 && cols >= 24) {
-        kjit_adaln_config t = *c;
-        t.rpc = 2, t.pf = 1, t.grid_per_sm = 2;
-        if (kjit__adaln_fwd_smem(mode, h, act, &t) <= KJIT_DEFAULT_SMEM) *c = t;
-    }
+     * staged rows fit (not 8192 fp32: kjit__adaln_config_fit). */
+    if (mode == 3 && act != KJIT_BF16 && cols >= 24) c->rpc = 2, c->pf = 1, c->grid_per_sm = 2;
     /* Backward: long bf16 rows of norm_modulate in CTAs of 256 threads or
      * more load two rows ahead, which also leaves one CTA per SM and the
      * whole register file to the per-column state, where two CTAs would
@@ -79,7 +82,10 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
      * (4096 bf16: 437.3 against 474.0 for one ahead and five in shared
      * memory; fp16 439.4 against 468.3; fp32, two ahead once fitted: 823.5
      * against 847.9). */
-    c->bwd_pf = mode == 1 ? (act == KJIT_BF16 && cols >= 32 && tpr >= 256 ? 2 : 1) : mode == 2 ? 1 : cols >= 24 ? 1 : 3;
+    if (mode == 1)
+        c->bwd_pf = act == KJIT_BF16 && cols >= 32 && tpr >= 256 ? 2 : 1;
+    else
+        c->bwd_pf = mode == 2 || cols >= 24 ? 1 : 3;
     c->accs = mode == 1 ? 1 : mode == 2 ? 0 : cols >= 24 ? 1 : 0;
     /* Fewer stages where the rows are long (kjit__tune_config fits it to a
      * device with less shared memory). */
