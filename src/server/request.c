@@ -168,7 +168,7 @@ static int parse_tuple(const cJSON *o, int default_sm, int with_arch, kjit_req_t
     const char *op = get_str(o, "op"), *dtype = get_str(o, "dtype");
     if (!op) return fail(err, "bad_request", "field 'op' (a string) is missing");
     if (lookup_op(op, &t->op, err)) return -1;
-    double h;
+    double h = 0;
     if (get_int(o, "hidden", 1, KJIT_REQ_MAX_HIDDEN, 1, &h, err)) return -1;
     t->hidden = (int)h;
     if (!dtype) return fail(err, "bad_request", "field 'dtype' (a string) is missing");
@@ -355,7 +355,7 @@ static int parse_buffer(const cJSON *it, kjit_run_req *q, kjit_req_error *err)
     }
     for (int i = 0; i < q->n_buffers; ++i)
         if (q->buf[i].slot == b->slot) return fail(err, "bad_request", "buffer '%s' appears twice", name);
-    double v;
+    double v = 0;
     if (!f[HANDLE])
         return fail(err, "bad_request", "buffer '%s': field 'handle' (its record in the payload) is missing", name);
     if (!q->n_records)
@@ -523,7 +523,7 @@ static int check_fields(const cJSON *o, kjit_req_type t, kjit_req_error *err)
 static int parse_tree(const cJSON *o, uint32_t payload_len, int default_sm, kjit_req *r, kjit_req_error *err)
 {
     if (!cJSON_IsObject(o)) return fail(err, "bad_request", "the header must be a JSON object");
-    double id;
+    double id = 0;
     const cJSON *idv = cJSON_GetObjectItemCaseSensitive(o, "id");
     if (!idv) return fail(err, "bad_request", "field 'id' (the request id, an integer) is missing");
     if (get_int(o, "id", 0, KJIT_REQ_MAX_ID, 1, &id, err)) return -1;

@@ -129,7 +129,7 @@ size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_co
 int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max,
                              char *why, size_t why_len)
 {
-    char dummy[8];
+    char dummy[160]; /* the caller wants no message: room for any (-Wformat-truncation) */
     if (!why || !why_len) why = dummy, why_len = sizeof dummy;
 #define BAD(...) return snprintf(why, why_len, __VA_ARGS__), KJIT_EINVAL
     if (mode < 1 || mode > 3) BAD("mode %d is not an adaln op", mode);
