@@ -23,7 +23,9 @@ typedef struct kjit_adaln_config {
 /* The built-in default of (mode, h, act dtype); valid for the fast path. */
 void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_config *c);
 /* Fewer stages (bwd_pf, then accs, then pf) until c's shared memory is at
- * most smem_max bytes (launch-only: the bits do not change). */
+ * most smem_max bytes; a gated_residual or fused forward whose row ahead
+ * does not fit goes back to rpc 1 and one CTA per row (launch-only: the
+ * bits do not change). */
 void kjit__adaln_config_fit(int mode, int h, kjit_dtype act, kjit_adaln_config *c, size_t smem_max);
 
 /* ---- The tuning space (src/tune) --------------------------------------- *
