@@ -83,7 +83,10 @@ total=0; for i in 1 2 3 4 5 6 7 8; do total=$((total + $(field compiled <"$T/p$i
 [ "$total" = 6 ] || fail "8 concurrent prewarms compiled $total kernels, want 6 (one per key)"
 
 # A prewarm killed with SIGKILL mid-way: no partial entry, the next run neither hangs nor fails.
+# The folder exists first: a kill before the process makes it (a loaded
+# machine, a sanitizer build) would leave verify nothing to open.
 C=$T/c3
+mkdir -p "$C"
 for delay in 0.05 0.2 0.5; do
   "$KJIT" prewarm $OPS --cache-dir "$C" --jobs 2 >/dev/null 2>&1 &
   pid=$!; sleep $delay; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
