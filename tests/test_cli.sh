@@ -59,6 +59,23 @@ echo "prewarm: cold $s1 s, warm $s2 s"
 [ "$("$KJIT" cache stats --cache-dir "$C" --json | field entries)" = 6 ] || fail "stats entries"
 [ "$("$KJIT" cache ls --cache-dir "$C" | wc -l)" = 6 ] || fail "ls lines"
 
+# --space adds the tuner's candidates (norm_modulate at 1024 bf16: 16 kernels
+# alone, 38 with the space), compiled once; an op that is not tuned gets none.
+CS=$T/c8
+js1=$("$KJIT" prewarm --ops norm_modulate --hidden 1024 --dtype bf16 --arch sm_90 --cache-dir "$CS" --json) \
+  || fail "prewarm norm_modulate: $js1"
+js2=$("$KJIT" prewarm --ops norm_modulate --hidden 1024 --dtype bf16 --arch sm_90 --cache-dir "$CS" --space --json) \
+  || fail "prewarm --space: $js2"
+js3=$("$KJIT" prewarm --ops norm_modulate --hidden 1024 --dtype bf16 --arch sm_90 --cache-dir "$CS" --space --json) \
+  || fail "prewarm --space again: $js3"
+k1=$(echo "$js1" | field kernels); k2=$(echo "$js2" | field kernels)
+[ "$k2" -gt "$k1" ] || fail "--space listed $k2 kernels, the plain prewarm $k1"
+[ "$(echo "$js2" | field cached)" = "$k1" ] || fail "--space recompiled the op's own kernels: $js2"
+[ "$(echo "$js3" | field compiled)" = 0 ] && [ "$(echo "$js3" | field cached)" = "$k2" ] \
+  || fail "--space the second time: $js3"
+js4=$("$KJIT" prewarm $OPS --cache-dir "$CS" --space --json) || fail "prewarm --space of timestep_sinusoid: $js4"
+[ "$(echo "$js4" | field kernels)" = 6 ] || fail "--space added kernels to timestep_sinusoid: $js4"
+
 # A flipped byte is named by verify, and the next prewarm rebuilds it.
 victim=$(ls "$C"/*.cubin | head -1)
 python3 - "$victim" <<'PY'

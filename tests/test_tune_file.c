@@ -210,6 +210,28 @@ static void test_space(void)
             kjit_test_failures++;
         }
     }
+    /* What `kjit prewarm --space` compiles is what the tuner builds: every
+     * candidate's forward and backward, the default's among them, once. */
+    CHECK_EQ_INT((int)kjit__arch_tune_smem(90), 232448 - 4096);
+    CHECK_EQ_INT((int)kjit__arch_tune_smem(86), 101376 - 4096);
+    CHECK_EQ_INT((int)kjit__arch_tune_smem(1), (int)KJIT_DEFAULT_SMEM);
+    for (int mode = 1; mode <= 3; ++mode) {
+        static kjit_kernel_spec sp[KJIT_TUNE_MAX_SPECS];
+        const int ns = kjit__tune_space_specs(mode, 5376, KJIT_BF16, kjit__arch_tune_smem(90), sp, KJIT_TUNE_MAX_SPECS);
+        CHECK(ns > 8 && ns < KJIT_TUNE_MAX_SPECS);
+        char fe[224], be[224];
+        kjit__adaln_config_default(mode, 5376, KJIT_BF16, &d);
+        kjit__adaln_exprs(mode, 5376, KJIT_BF16, &d, fe, be, sizeof fe);
+        int has_fe = 0, has_be = 0, dups = 0;
+        for (int i = 0; i < ns; ++i) {
+            has_fe |= !strcmp(sp[i].name_expr, fe), has_be |= !strcmp(sp[i].name_expr, be);
+            CHECK(!strcmp(sp[i].op, kjit__adaln_mode_name(mode)));
+            for (int k = 0; k < i; ++k) dups += !strcmp(sp[i].name_expr, sp[k].name_expr);
+        }
+        CHECK(has_fe && has_be && dups == 0);
+        const int nb = kjit__adaln_space_bwd(mode, 5376, KJIT_BF16, kjit__arch_tune_smem(90), b);
+        CHECK(ns >= nb);
+    }
     /* Ranges. */
     const kjit_adaln_config bad[] = {{0, 0, 0, 0, 0},  {16, 0, 0, 0, 0}, {5, 0, 0, 0, 0}, {1, 4, 0, 0, 0},
                                      {1, -1, 0, 0, 0}, {1, 0, -1, 0, 0}, {1, 0, 65, 0, 0}, {1, 0, 0, 4, 0},

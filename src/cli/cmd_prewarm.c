@@ -11,10 +11,12 @@
 #include "cli/cli.h"
 #include "jit/compile.h"
 #include "kjit.h"
+#include "tune/config.h"
+#include "tune/tune.h"
 
 static const char help[] =
     "usage: kjit prewarm [--ops LIST] [--hidden LIST] [--dtype LIST] [--arch LIST]\n"
-    "                    [--jobs N] [--cache-dir DIR] [--json]\n"
+    "                    [--space] [--jobs N] [--cache-dir DIR] [--json]\n"
     "\n"
     "Compiles every kernel (forward and backward) of the ops for every\n"
     "combination into the cubin cache. Needs NVRTC, not a GPU.\n"
@@ -23,6 +25,9 @@ static const char help[] =
     "  --hidden LIST    hidden sizes (for timestep_sinusoid: D) (default: 256,5376)\n"
     "  --dtype LIST     activation dtypes: fp32, bf16, fp16 (default: bf16)\n"
     "  --arch LIST      target archs, e.g. sm_90,sm_100 (default: the GPU's, else sm_90)\n"
+    "  --space          also every launch config kjit tune times (norm_modulate, gated_residual,\n"
+    "                   gated_residual_norm_modulate at hidden sizes that are multiples of 8), so\n"
+    "                   that tuning on the GPU only times\n"
     "  --jobs N         parallel compiles (default: the number of cores)\n"
     "  --cache-dir DIR  cache directory (default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit)\n"
     "  --json           print one JSON object: kernels, compiled, cached, failed, seconds, ...\n"
@@ -98,13 +103,13 @@ static int add_jobs(job **jobs, long *n, long *cap, const kjit_kernel_spec *spec
 }
 
 static int prewarm(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
-                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json);
+                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json, int space);
 
 int kjit_cli_prewarm(int argc, char **argv)
 {
     char *ops_arg = NULL, *hidden_arg = NULL, *dtype_arg = NULL, *arch_arg = NULL, *cache_dir = NULL;
     long jobs_n = sysconf(_SC_NPROCESSORS_ONLN);
-    int json = 0;
+    int json = 0, space = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         char **target = !strcmp(a, "--ops") ? &ops_arg : !strcmp(a, "--hidden") ? &hidden_arg
@@ -115,6 +120,8 @@ int kjit_cli_prewarm(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--space")) {
+            space = 1;
         } else if (!strcmp(a, "--jobs")) {
             if (i + 1 >= argc) return kjit_cli_usage_error("prewarm", "--jobs needs a value");
             if (kjit_cli_int(argv[++i], 1, 1024, &jobs_n))
@@ -174,13 +181,14 @@ int kjit_cli_prewarm(int argc, char **argv)
      * not through libnvrtc's handler; before the driver starts threads. */
     kjit_cli_stop stop;
     if (kjit_cli_stop_begin(&stop, "prewarm")) kjit_cli_stop_end(&stop);
-    const int rc = prewarm(op_names, n_op_names, hidden, n_hidden, dts, n_dtype, arch_arg, cache_dir, jobs_n, json);
+    const int rc =
+        prewarm(op_names, n_op_names, hidden, n_hidden, dts, n_dtype, arch_arg, cache_dir, jobs_n, json, space);
     kjit_cli_stop_end(&stop);
     return rc;
 }
 
 static int prewarm(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
-                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json)
+                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json, int space)
 {
     char *archs[MAX_LIST];
     kjit_ctx_options o;
@@ -203,9 +211,11 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     snprintf(arch_copy, sizeof arch_copy, "%s", arch_arg);
     const int n_arch = kjit_cli_split_opt("prewarm", "--arch", "archs, e.g. sm_90,sm_100", arch_copy, archs, MAX_LIST);
     if (n_arch < 0) return KJIT_EXIT_USAGE;
+    int sms[MAX_LIST];
     for (int i = 0; i < n_arch; ++i) {
-        int sm;
+        int sm = 0;
         const int rc = kjit__arch_parse(archs[i], &sm);
+        sms[i] = sm;
         if (rc == KJIT_ENONVRTC) { /* not the argument's fault: no NVRTC to ask */
             fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());
             return KJIT_EXIT_FAIL;
@@ -227,13 +237,24 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         for (int oi = 0; oi < n_op_names && !usage_rc; ++oi)
             for (int h = 0; h < n_hidden && !usage_rc; ++h)
                 for (int d = 0; d < n_dtype && !usage_rc; ++d) {
-                    kjit_kernel_spec specs[64];
+                    kjit_kernel_spec specs[KJIT_TUNE_MAX_SPECS];
                     int n = 0;
                     if (kjit_op_kernels(op_names[oi], (int)hidden[h], dts[d], specs, 64, &n)) {
                         usage_rc = kjit_cli_usage_error("prewarm", "%s", kjit_last_error());
                     } else if (add_jobs(&jobs, &n_jobs, &cap, specs, n < 64 ? n : 64, archs[a])) {
                         fprintf(stderr, "kjit prewarm: out of memory\n");
                         usage_rc = KJIT_EXIT_FAIL;
+                    }
+                    /* The tuner's candidates, for the shared memory that
+                     * arch's devices allow (other shapes are not tuned). */
+                    const int mode = kjit__adaln_mode(op_names[oi]);
+                    if (!usage_rc && space && mode && kjit__adaln_fast_hidden((int)hidden[h])) {
+                        n = kjit__tune_space_specs(mode, (int)hidden[h], dts[d], kjit__arch_tune_smem(sms[a]), specs,
+                                                   KJIT_TUNE_MAX_SPECS);
+                        if (add_jobs(&jobs, &n_jobs, &cap, specs, n, archs[a])) {
+                            fprintf(stderr, "kjit prewarm: out of memory\n");
+                            usage_rc = KJIT_EXIT_FAIL;
+                        }
                     }
                 }
     if (usage_rc) {

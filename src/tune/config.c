@@ -92,6 +92,18 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
     kjit__adaln_config_fit(mode, h, act, c, KJIT_DEFAULT_SMEM);
 }
 
+size_t kjit__arch_tune_smem(int sm)
+{
+    /* Opt-in shared memory per block (CUDA C++ Programming Guide, compute
+     * capabilities table). */
+    const size_t kib = sm == 90 || sm == 100 || sm == 103 ? 227
+                       : sm == 80 || sm == 87             ? 163
+                       : sm == 86 || sm == 89 || sm == 120 || sm == 121 ? 99
+                       : sm == 75                         ? 64
+                                                          : 0;
+    return kib ? kib * 1024 - 4096 : KJIT_DEFAULT_SMEM;
+}
+
 int kjit__adaln_fast_hidden(int h) { return h >= 8 && h % 8 == 0 && h <= KJIT_TUNE_FAST_MAX_HIDDEN; }
 
 static const char *const mode_names[4] = {NULL, "norm_modulate", "gated_residual", "gated_residual_norm_modulate"};

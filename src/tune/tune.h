@@ -50,13 +50,21 @@ int kjit__tune_force(kjit_ctx *ctx, const char *op, int h, kjit_dtype act, const
  * clears it). While set, kjit__tune_config never starts another tuner. */
 void kjit__tune_override(int mode, int h, kjit_dtype act, const kjit_adaln_config *c);
 
-/* Compiles into the cache, on `threads` threads (0: up to 8, one per core),
+/* Compiles into the cache, on `threads` threads (0: one per core, up to 16),
  * every kernel the tuner or the bitwise test of (mode, h, act) launches:
  * each candidate's forward and backward (int32 index) and the op's other
  * kernels. Returns KJIT_OK or the status of the first failed build (each
  * failure is logged; a candidate that does not build fails at launch).
  * *seconds (may be NULL): the wall time it took. */
 int kjit__tune_prebuild(kjit_ctx *ctx, int mode, int h, kjit_dtype act, int threads, double *seconds);
+
+/* The kernels kjit__tune_prebuild compiles for (mode, h, act) on a device
+ * allowing smem_max bytes of shared memory (kjit__arch_tune_smem for a
+ * device not at hand), as specs of op kjit__adaln_mode_name(mode), without
+ * repeats; `kjit prewarm --space` compiles the same list. Returns the count
+ * (at most max; KJIT_TUNE_MAX_SPECS holds every list). */
+#define KJIT_TUNE_MAX_SPECS (KJIT_TUNE_MAX_FWD + KJIT_TUNE_MAX_BWD + 64)
+int kjit__tune_space_specs(int mode, int h, kjit_dtype act, size_t smem_max, kjit_kernel_spec *out, int max);
 
 /* Validates (op, hidden, dtype) of a public call fn (kjit__fail); *mode. */
 int kjit__tune_key_check(const char *fn, const char *op, int hidden, kjit_dtype dtype, int *mode);

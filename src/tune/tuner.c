@@ -86,44 +86,60 @@ static void *build_worker(void *arg)
     }
 }
 
-static int add_job(build_job *jobs, int n, int max, const char *tf, const char *expr)
+static int add_spec(kjit_kernel_spec *out, int n, int max, const char *op, const char *tf, const char *expr)
 {
     for (int i = 0; i < n; ++i)
-        if (!strcmp(jobs[i].expr, expr) && !strcmp(jobs[i].template_file, tf)) return n;
+        if (!strcmp(out[i].name_expr, expr) && !strcmp(out[i].template_file, tf)) return n;
     if (n >= max) return n;
-    jobs[n].template_file = tf;
-    snprintf(jobs[n].expr, sizeof jobs[n].expr, "%s", expr);
+    out[n].op = op, out[n].template_file = tf;
+    snprintf(out[n].name_expr, sizeof out[n].name_expr, "%s", expr);
     return n + 1;
+}
+
+int kjit__tune_space_specs(int mode, int h, kjit_dtype act, size_t smem_max, kjit_kernel_spec *out, int max)
+{
+    const char *op = kjit__adaln_mode_name(mode);
+    kjit_adaln_config f[KJIT_TUNE_MAX_FWD], b[KJIT_TUNE_MAX_BWD];
+    const int nf = kjit__adaln_space_fwd(mode, h, act, f);
+    const int nb = kjit__adaln_space_bwd(mode, h, act, smem_max, b);
+    char fe[224], be[224];
+    int n = 0;
+    for (int i = 0; i < nf; ++i) {
+        kjit__adaln_exprs(mode, h, act, &f[i], fe, be, sizeof fe);
+        n = add_spec(out, n, max, op, ADALN_TEMPLATE, fe);
+    }
+    for (int i = 0; i < nb; ++i) {
+        kjit__adaln_exprs(mode, h, act, &b[i], fe, be, sizeof fe);
+        n = add_spec(out, n, max, op, ADALN_TEMPLATE, be);
+    }
+    /* The op's other kernels (index check, partition, finishing), int32 only. */
+    kjit_kernel_spec specs[64];
+    int ns = 0;
+    if (kjit_op_kernels(op, h, act, specs, 64, &ns) == KJIT_OK) {
+        for (int i = 0; i < ns && i < 64; ++i)
+            if (!strstr(specs[i].name_expr, "long long"))
+                n = add_spec(out, n, max, op, specs[i].template_file, specs[i].name_expr);
+    }
+    kjit__clear_error();
+    return n;
 }
 
 int kjit__tune_prebuild(kjit_ctx *ctx, int mode, int h, kjit_dtype act, int threads, double *seconds)
 {
     const double t0 = now_s();
-    enum { MAXJ = KJIT_TUNE_MAX_FWD + KJIT_TUNE_MAX_BWD + 64 };
-    build_job *jobs = calloc(MAXJ, sizeof *jobs);
-    if (!jobs) return kjit__fail(KJIT_ENOMEM, "tuner: out of memory");
-    kjit_adaln_config f[KJIT_TUNE_MAX_FWD], b[KJIT_TUNE_MAX_BWD];
-    const int nf = kjit__adaln_space_fwd(mode, h, act, f);
-    const int nb = kjit__adaln_space_bwd(mode, h, act, kjit__tune_table_smem_max(ctx->tune), b);
-    char fe[224], be[224];
-    int n = 0;
-    for (int i = 0; i < nf; ++i) {
-        kjit__adaln_exprs(mode, h, act, &f[i], fe, be, sizeof fe);
-        n = add_job(jobs, n, MAXJ, ADALN_TEMPLATE, fe);
+    kjit_kernel_spec *specs = calloc(KJIT_TUNE_MAX_SPECS, sizeof *specs);
+    build_job *jobs = calloc(KJIT_TUNE_MAX_SPECS, sizeof *jobs);
+    if (!specs || !jobs) {
+        free(specs), free(jobs);
+        return kjit__fail(KJIT_ENOMEM, "tuner: out of memory");
     }
-    for (int i = 0; i < nb; ++i) {
-        kjit__adaln_exprs(mode, h, act, &b[i], fe, be, sizeof fe);
-        n = add_job(jobs, n, MAXJ, ADALN_TEMPLATE, be);
+    const int n =
+        kjit__tune_space_specs(mode, h, act, kjit__tune_table_smem_max(ctx->tune), specs, KJIT_TUNE_MAX_SPECS);
+    for (int i = 0; i < n; ++i) {
+        jobs[i].template_file = specs[i].template_file;
+        snprintf(jobs[i].expr, sizeof jobs[i].expr, "%s", specs[i].name_expr);
     }
-    /* The op's other kernels (index check, partition, finishing), int32 only. */
-    kjit_kernel_spec specs[64];
-    int ns = 0;
-    if (kjit_op_kernels(kjit__adaln_mode_name(mode), h, act, specs, 64, &ns) == KJIT_OK) {
-        for (int i = 0; i < ns && i < 64; ++i)
-            if (!strstr(specs[i].name_expr, "long long"))
-                n = add_job(jobs, n, MAXJ, specs[i].template_file, specs[i].name_expr);
-    }
-    kjit__clear_error();
+    free(specs);
     /* One compile per core, up to 16: the fused op's 44 candidates at 5120
      * bf16 took 5.6 s on 8 of the H200 host's 16 cores (2026-12-02), over
      * the 5 s a tune may take. */
