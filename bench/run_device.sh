@@ -7,7 +7,8 @@
 #   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
 # Stages (default: tests bench): tests, bench, python, fuzz (random shapes
 # through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), conformance, tune
-# (KJIT_TUNE_HIDDEN, KJIT_TUNE_DTYPE; KJIT_TUNE_ONLY=1 skips the tuned bench_ops),
+# (KJIT_TUNE_HIDDEN, KJIT_TUNE_DTYPE; KJIT_TUNE_ONLY=1 skips the tuned bench_ops;
+# KJIT_TUNE_PREWARM=1 compiles the tuning space first),
 # sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
 # under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
 # profile (ncu: each backward kernel's time and DRAM bytes), ncudetail (ncu
@@ -93,6 +94,13 @@ for s in $stages; do
     summary+=("conformance rc=${PIPESTATUS[0]}")
     tar -cf "$OUT/reports.tar" bench/reports 2>/dev/null ;;
   tune)
+    # KJIT_TUNE_PREWARM=1: compile the tuning space first (kjit prewarm
+    # --space), so the tune's own seconds are timing only.
+    if [ -n "${KJIT_TUNE_PREWARM:-}" ]; then
+      section "prewarm --space"; $B/kjit prewarm --ops norm_modulate,gated_residual,gated_residual_norm_modulate \
+        --hidden ${KJIT_TUNE_HIDDEN:-5376} --dtype ${KJIT_TUNE_DTYPE:-bf16} --space 2>&1 | tee -a "$LOG" | tail -n 2
+      summary+=("prewarm --space rc=${PIPESTATUS[0]}")
+    fi
     section tune; KJIT_LOG=1 $B/kjit tune --ops norm_modulate,gated_residual,gated_residual_norm_modulate \
       --hidden ${KJIT_TUNE_HIDDEN:-5376} --dtype ${KJIT_TUNE_DTYPE:-bf16} --json 2>&1 | tee -a "$LOG"
     summary+=("tune rc=${PIPESTATUS[0]}")
