@@ -237,24 +237,23 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         for (int oi = 0; oi < n_op_names && !usage_rc; ++oi)
             for (int h = 0; h < n_hidden && !usage_rc; ++h)
                 for (int d = 0; d < n_dtype && !usage_rc; ++d) {
-                    kjit_kernel_spec specs[KJIT_TUNE_MAX_SPECS];
+                    kjit_kernel_spec specs[64 + KJIT_TUNE_MAX_SPECS];
                     int n = 0;
                     if (kjit_op_kernels(op_names[oi], (int)hidden[h], dts[d], specs, 64, &n)) {
                         usage_rc = kjit_cli_usage_error("prewarm", "%s", kjit_last_error());
-                    } else if (add_jobs(&jobs, &n_jobs, &cap, specs, n < 64 ? n : 64, archs[a])) {
+                        break;
+                    }
+                    if (n > 64) n = 64;
+                    /* The tuner's candidates, for the shared memory that
+                     * arch's devices allow (other shapes are not tuned);
+                     * add_jobs drops the kernels listed twice. */
+                    const int mode = kjit__adaln_mode(op_names[oi]);
+                    if (space && mode && kjit__adaln_fast_hidden((int)hidden[h]))
+                        n += kjit__tune_space_specs(mode, (int)hidden[h], dts[d], kjit__arch_tune_smem(sms[a]),
+                                                    specs + n, KJIT_TUNE_MAX_SPECS);
+                    if (add_jobs(&jobs, &n_jobs, &cap, specs, n, archs[a])) {
                         fprintf(stderr, "kjit prewarm: out of memory\n");
                         usage_rc = KJIT_EXIT_FAIL;
-                    }
-                    /* The tuner's candidates, for the shared memory that
-                     * arch's devices allow (other shapes are not tuned). */
-                    const int mode = kjit__adaln_mode(op_names[oi]);
-                    if (!usage_rc && space && mode && kjit__adaln_fast_hidden((int)hidden[h])) {
-                        n = kjit__tune_space_specs(mode, (int)hidden[h], dts[d], kjit__arch_tune_smem(sms[a]), specs,
-                                                   KJIT_TUNE_MAX_SPECS);
-                        if (add_jobs(&jobs, &n_jobs, &cap, specs, n, archs[a])) {
-                            fprintf(stderr, "kjit prewarm: out of memory\n");
-                            usage_rc = KJIT_EXIT_FAIL;
-                        }
                     }
                 }
     if (usage_rc) {

@@ -101,7 +101,7 @@ size_t kjit__arch_tune_smem(int sm)
                        : sm == 86 || sm == 89 || sm == 120 || sm == 121 ? 99
                        : sm == 75                         ? 64
                                                           : 0;
-    return kib ? kib * 1024 - 4096 : KJIT_DEFAULT_SMEM;
+    return kib ? kib * 1024 - KJIT_TUNE_STATIC_SMEM : KJIT_DEFAULT_SMEM;
 }
 
 int kjit__adaln_fast_hidden(int h) { return h >= 8 && h % 8 == 0 && h <= KJIT_TUNE_FAST_MAX_HIDDEN; }

@@ -43,10 +43,14 @@ void kjit__adaln_config_fit(int mode, int h, kjit_dtype act, kjit_adaln_config *
 /* 1 when h takes the vector fast path (the tuned one). */
 int kjit__adaln_fast_hidden(int h);
 /* The shared memory a launch config may use on devices of arch sm_<sm> (the
- * opt-in limit per block less the 4 KiB kjit__tune_attach keeps for static
- * shared memory), for planning without the device; KJIT_DEFAULT_SMEM for an
+ * opt-in limit per block less KJIT_TUNE_STATIC_SMEM, as kjit__tune_attach
+ * does for a device at hand), for planning without the device; KJIT_DEFAULT_SMEM for an
  * arch not listed. */
 size_t kjit__arch_tune_smem(int sm);
+/* Kept from a device's opt-in shared memory per block for the kernels'
+ * static shared memory: up to 3840 bytes (the forward's row sums at rpc
+ * 15), 512 in the backward. */
+#define KJIT_TUNE_STATIC_SMEM 4096u
 /* Mode of an adaln op name (1 norm_modulate, 2 gated_residual, 3
  * gated_residual_norm_modulate, also "fused"), 0 when unknown; and back. */
 int kjit__adaln_mode(const char *op);

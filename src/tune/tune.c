@@ -167,14 +167,13 @@ int kjit__tune_attach(kjit_ctx *ctx, const kjit_ctx_options *opts)
         if (cu->DeviceGetName(name, (int)sizeof name, ctx->dev) != CUDA_SUCCESS) name[0] = '\0';
         name[sizeof name - 1] = '\0';
         int v = 0;
-        /* The kernels' static shared memory comes on top: up to 3840 bytes
-         * (the forward's row sums at rpc 15), 512 in the backward. */
+        /* The kernels' static shared memory comes on top. */
         if (cu->DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->dev) ==
                 CUDA_SUCCESS &&
             v > 8192)
-            smem = (size_t)v - 4096;
+            smem = (size_t)v - KJIT_TUNE_STATIC_SMEM;
         else
-            smem = 48 * 1024 - 4096;
+            smem = 48 * 1024 - KJIT_TUNE_STATIC_SMEM;
     }
     const char *env = getenv("KJIT_TUNE");
     const int on_use = (opts && opts->tune) || (env && *env && strcmp(env, "0") != 0);

@@ -53,15 +53,9 @@ static double now_s(void)
 
 /* ---- parallel prebuild -------------------------------------------------- */
 
-typedef struct build_job {
-    const char *template_file;
-    char expr[224];
-} build_job;
-
 typedef struct build_pool {
     kjit_ctx *ctx;
-    const char *label;
-    build_job *jobs;
+    const kjit_kernel_spec *jobs;
     int n;
     int next;
     int first_rc;
@@ -76,9 +70,10 @@ static void *build_worker(void *arg)
         const int i = p->next++;
         pthread_mutex_unlock(&p->lock);
         if (i >= p->n) return NULL;
-        int rc = kjit__ctx_build(p->ctx, p->jobs[i].template_file, p->label, p->jobs[i].expr, p->ctx->sm, NULL);
+        const kjit_kernel_spec *j = &p->jobs[i];
+        int rc = kjit__ctx_build(p->ctx, j->template_file, j->op, j->name_expr, p->ctx->sm, NULL);
         if (rc) {
-            kjit__log("tuner: building %s failed: %s", p->jobs[i].expr, kjit_last_error());
+            kjit__log("tuner: building %s failed: %s", j->name_expr, kjit_last_error());
             pthread_mutex_lock(&p->lock);
             if (!p->first_rc) p->first_rc = rc;
             pthread_mutex_unlock(&p->lock);
@@ -127,19 +122,10 @@ int kjit__tune_space_specs(int mode, int h, kjit_dtype act, size_t smem_max, kji
 int kjit__tune_prebuild(kjit_ctx *ctx, int mode, int h, kjit_dtype act, int threads, double *seconds)
 {
     const double t0 = now_s();
-    kjit_kernel_spec *specs = calloc(KJIT_TUNE_MAX_SPECS, sizeof *specs);
-    build_job *jobs = calloc(KJIT_TUNE_MAX_SPECS, sizeof *jobs);
-    if (!specs || !jobs) {
-        free(specs), free(jobs);
-        return kjit__fail(KJIT_ENOMEM, "tuner: out of memory");
-    }
+    kjit_kernel_spec *jobs = calloc(KJIT_TUNE_MAX_SPECS, sizeof *jobs);
+    if (!jobs) return kjit__fail(KJIT_ENOMEM, "tuner: out of memory");
     const int n =
-        kjit__tune_space_specs(mode, h, act, kjit__tune_table_smem_max(ctx->tune), specs, KJIT_TUNE_MAX_SPECS);
-    for (int i = 0; i < n; ++i) {
-        jobs[i].template_file = specs[i].template_file;
-        snprintf(jobs[i].expr, sizeof jobs[i].expr, "%s", specs[i].name_expr);
-    }
-    free(specs);
+        kjit__tune_space_specs(mode, h, act, kjit__tune_table_smem_max(ctx->tune), jobs, KJIT_TUNE_MAX_SPECS);
     /* One compile per core, up to 16: the fused op's 44 candidates at 5120
      * bf16 took 5.6 s on 8 of the H200 host's 16 cores (2026-12-02), over
      * the 5 s a tune may take. */
@@ -148,7 +134,7 @@ int kjit__tune_prebuild(kjit_ctx *ctx, int mode, int h, kjit_dtype act, int thre
         threads = cores < 1 ? 1 : cores > 16 ? 16 : (int)cores;
     }
     if (threads > n) threads = n > 0 ? n : 1;
-    build_pool p = {.ctx = ctx, .label = kjit__adaln_mode_name(mode), .jobs = jobs, .n = n};
+    build_pool p = {.ctx = ctx, .jobs = jobs, .n = n};
     pthread_mutex_init(&p.lock, NULL);
     pthread_t th[16];
     int started = 0;
