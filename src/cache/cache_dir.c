@@ -347,32 +347,43 @@ int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, kji
     return 0;
 }
 
+/* Opens an existing cache directory and reads its items: what listing and
+ * clearing share. On success the caller frees path, closes dfd and frees the
+ * items; on failure nothing is left open and the message names fname. */
+static int open_items(const char *fname, const char *dir, char **path, int *dfd, item **v, size_t *n)
+{
+    if (dir && !*dir)
+        return kjit__fail(KJIT_EINVAL, "%s: dir is \"\" (a memory-only cache has no directory)", fname);
+    int rc = kjit__cache_resolve_dir(dir, path);
+    if (rc != KJIT_OK)
+        return rc;
+    if ((rc = kjit__cache_dir_open(*path, 0, dfd)) != KJIT_OK) {
+        free(*path);
+        return rc;
+    }
+    int err = read_items(*dfd, v, n);
+    if (err) {
+        rc = kjit__fail(err == ENOMEM ? KJIT_ENOMEM : KJIT_EIO, "cannot list cache directory %s: %s", *path,
+                        strerror(err));
+        close(*dfd);
+        free(*path);
+        return rc;
+    }
+    return KJIT_OK;
+}
+
 int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *arg, int *n_bad)
 {
     kjit__clear_error();
     if (!fn || !n_bad)
         return kjit__fail(KJIT_EINVAL, "kjit__cache_list: %s is NULL", fn ? "n_bad" : "fn");
-    if (dir && !*dir)
-        return kjit__fail(KJIT_EINVAL, "kjit__cache_list: dir is \"\" (a memory-only cache has no "
-                                       "directory)");
     char *path;
-    int dfd, rc = kjit__cache_resolve_dir(dir, &path);
-    if (rc != KJIT_OK)
-        return rc;
-    if ((rc = kjit__cache_dir_open(path, 0, &dfd)) != KJIT_OK) {
-        free(path);
-        return rc;
-    }
+    int dfd;
     item *v;
     size_t n;
-    int err = read_items(dfd, &v, &n);
-    if (err) {
-        rc = kjit__fail(err == ENOMEM ? KJIT_ENOMEM : KJIT_EIO, "cannot list cache directory %s: %s",
-                        path, strerror(err));
-        close(dfd);
-        free(path);
+    int rc = open_items("kjit__cache_list", dir, &path, &dfd, &v, &n);
+    if (rc != KJIT_OK)
         return rc;
-    }
     if (n) /* v is NULL for an empty directory */
         qsort(v, n, sizeof *v, by_name);
     time_t now = time(NULL);
@@ -450,27 +461,13 @@ int kjit__cache_clear(const char *dir, uint64_t *removed)
     kjit__clear_error();
     if (!removed)
         return kjit__fail(KJIT_EINVAL, "kjit__cache_clear: removed is NULL");
-    if (dir && !*dir)
-        return kjit__fail(KJIT_EINVAL, "kjit__cache_clear: dir is \"\" (a memory-only cache has no "
-                                       "directory)");
     char *path;
-    int dfd, rc = kjit__cache_resolve_dir(dir, &path);
-    if (rc != KJIT_OK)
-        return rc;
-    if ((rc = kjit__cache_dir_open(path, 0, &dfd)) != KJIT_OK) {
-        free(path);
-        return rc;
-    }
+    int dfd;
     item *v;
     size_t n;
-    int err = read_items(dfd, &v, &n);
-    if (err) {
-        rc = kjit__fail(err == ENOMEM ? KJIT_ENOMEM : KJIT_EIO, "cannot list cache directory %s: %s",
-                        path, strerror(err));
-        close(dfd);
-        free(path);
+    int rc = open_items("kjit__cache_clear", dir, &path, &dfd, &v, &n);
+    if (rc != KJIT_OK)
         return rc;
-    }
     uint64_t count = 0;
     for (size_t i = 0; i < n; i++) {
         if (unlinkat(dfd, v[i].name, 0) == 0)
