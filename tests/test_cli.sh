@@ -197,6 +197,25 @@ if ! "$KJIT" info --json | grep -q '"gpus":\[{'; then
   echo "$out" | grep -qi "GPU" || fail "tune without a GPU: $out"
 fi
 "$KJIT" tune --ops nope --cache-dir "$T/c1" 2>/dev/null; [ $? = 2 ] || fail "tune --ops nope must exit 2"
+# Repeated ops are listed once (each 'all' added three names to a 64-slot
+# list, and the names after it were written past its end); the list is read
+# to its end, so the last bad name is still named.
+many=$(printf 'all,%.0s' $(seq 22))norm_modulate,fused,nope
+out=$("$KJIT" tune --ops "$many" --cache-dir "$T/c1" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "'nope'" || fail "tune --ops with 68 names: $rc $out"
+# --show reads: a missing directory is reported, not created.
+out=$("$KJIT" tune --show --cache-dir "$T/no/such/dir" 2>&1) || fail "tune --show of a missing dir: $out"
+echo "$out" | grep -q "no tuning file" || fail "tune --show of a missing dir: $out"
+[ -e "$T/no" ] && fail "tune --show created $T/no"
+
+# prewarm lists each op and each arch once, however often or however spelled.
+ja=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --arch sm_90 --cache-dir "$T/c9" --json) || fail "prewarm: $ja"
+jb=$("$KJIT" prewarm --ops timestep_sinusoid,adaln_row_gather,timestep_sinusoid --hidden 8 --arch sm90,sm_90,90 \
+     --cache-dir "$T/c9" --json) || fail "prewarm with repeats: $jb"
+jc=$("$KJIT" prewarm --ops timestep_sinusoid,adaln_row_gather --hidden 8 --arch sm_90 --cache-dir "$T/c9" --json) \
+  || fail "prewarm of two ops: $jc"
+[ "$(echo "$jb" | field kernels)" = "$(echo "$jc" | field kernels)" ] || fail "repeated ops or archs: $jb vs $jc"
+[ "$(echo "$ja" | field kernels)" -lt "$(echo "$jc" | field kernels)" ] || fail "two ops vs one: $ja vs $jc"
 
 [ $fails = 0 ] && echo "test_cli: all checks passed" || echo "test_cli: $fails check(s) FAILED"
 [ $fails = 0 ]

@@ -147,15 +147,12 @@ int kjit_cli_prewarm(int argc, char **argv)
         kjit_cli_split_opt("prewarm", "--dtype", "dtypes", dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
     if (n_dtype < 0) return KJIT_EXIT_USAGE;
 
+    /* Each op once, in the order first named ("all" repeats the others). */
     const char *op_names[MAX_LIST];
     int n_op_names = 0;
     for (int i = 0; i < n_ops; ++i) {
-        if (!strcmp(ops[i], "all")) {
-            for (int k = 0; k < kjit_op_count() && n_op_names < MAX_LIST; ++k) op_names[n_op_names++] = kjit_op_name(k);
-            continue;
-        }
-        if (n_op_names == MAX_LIST) return kjit_cli_usage_error("prewarm", "--ops: more than %d ops", MAX_LIST);
-        int known = 0;
+        const int all = !strcmp(ops[i], "all");
+        int known = all;
         for (int k = 0; k < kjit_op_count(); ++k) known |= !strcmp(ops[i], kjit_op_name(k));
         if (!known) {
             char list[512] = "";
@@ -163,7 +160,12 @@ int kjit_cli_prewarm(int argc, char **argv)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", kjit_op_name(k));
             return kjit_cli_usage_error("prewarm", "--ops: unknown op '%s' (known: %s, or all)", ops[i], list);
         }
-        op_names[n_op_names++] = ops[i];
+        for (int k = 0; k < kjit_op_count() && n_op_names < MAX_LIST; ++k) {
+            if (!all && strcmp(ops[i], kjit_op_name(k))) continue;
+            int dup = 0;
+            for (int j = 0; j < n_op_names; ++j) dup |= !strcmp(op_names[j], kjit_op_name(k));
+            if (!dup) op_names[n_op_names++] = kjit_op_name(k);
+        }
     }
     long hidden[MAX_LIST];
     for (int i = 0; i < n_hidden; ++i)
@@ -209,13 +211,14 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     }
     char arch_copy[512];
     snprintf(arch_copy, sizeof arch_copy, "%s", arch_arg);
-    const int n_arch = kjit_cli_split_opt("prewarm", "--arch", "archs, e.g. sm_90,sm_100", arch_copy, archs, MAX_LIST);
-    if (n_arch < 0) return KJIT_EXIT_USAGE;
-    int sms[MAX_LIST];
-    for (int i = 0; i < n_arch; ++i) {
+    const int n_arch_arg =
+        kjit_cli_split_opt("prewarm", "--arch", "archs, e.g. sm_90,sm_100", arch_copy, archs, MAX_LIST);
+    if (n_arch_arg < 0) return KJIT_EXIT_USAGE;
+    /* Each arch once however it is spelled (sm90, sm_90, 90, compute_90). */
+    int sms[MAX_LIST], n_arch = 0;
+    for (int i = 0; i < n_arch_arg; ++i) {
         int sm = 0;
         const int rc = kjit__arch_parse(archs[i], &sm);
-        sms[i] = sm;
         if (rc == KJIT_ENONVRTC) { /* not the argument's fault: no NVRTC to ask */
             fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());
             return KJIT_EXIT_FAIL;
@@ -224,6 +227,9 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
             fprintf(stderr, "kjit prewarm: --arch: %s\n", kjit_last_error());
             return KJIT_EXIT_USAGE;
         }
+        int dup = 0;
+        for (int k = 0; k < n_arch; ++k) dup |= sms[k] == sm;
+        if (!dup) archs[n_arch] = archs[i], sms[n_arch++] = sm;
     }
     if (kjit_ctx_create(&ctx, &o)) {
         fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());

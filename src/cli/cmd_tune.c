@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/cache.h"
 #include "cli/cli.h"
 #include "core/tune_json.h"
 #include "kjit.h"
@@ -49,16 +50,12 @@ static double ratio(double a, double b) { return a > 0 && b > 0 ? b / a : 0; }
 
 static int show(const char *cache_dir, int json)
 {
-    kjit_ctx_options o;
-    kjit_ctx_options_init(&o);
-    o.device = KJIT_NO_DEVICE;
-    o.cache_dir = cache_dir;
-    kjit_ctx *ctx = NULL;
-    if (kjit_ctx_create(&ctx, &o)) {
+    /* Resolved only, as kjit cache does: --show never creates the directory. */
+    char *dir = NULL;
+    if (kjit__cache_resolve_dir(cache_dir, &dir)) {
         fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
         return KJIT_EXIT_FAIL;
     }
-    const char *dir = kjit_ctx_cache_dir(ctx);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
     kjit_tune_list l = {0};
@@ -107,7 +104,7 @@ static int show(const char *cache_dir, int json)
         }
     }
     kjit__tune_list_free(&l);
-    kjit_ctx_destroy(ctx);
+    free(dir);
     return 0;
 }
 
@@ -167,20 +164,19 @@ int kjit_cli_tune(int argc, char **argv)
     const int n_dtype =
         kjit_cli_split_opt("tune", "--dtype", "dtypes", dtype_arg ? dtype_arg : dtype_default, dtypes, MAX_LIST);
     if (n_dtype < 0) return KJIT_EXIT_USAGE;
-    const char *op_names[MAX_LIST];
-    int n_op_names = 0;
+    /* Each tunable op once, in the order first named ("all" and "fused"
+     * repeat others), so the list never holds more than the three. */
+    const char *op_names[3];
+    int n_op_names = 0, seen = 0;
     for (int i = 0; i < n_ops; ++i) {
-        if (!strcmp(ops[i], "all")) {
-            for (int m = 1; m <= 3 && n_op_names < MAX_LIST; ++m) op_names[n_op_names++] = kjit__adaln_mode_name(m);
-            continue;
-        }
-        const int m = kjit__adaln_mode(ops[i]);
-        if (!m)
+        const int all = !strcmp(ops[i], "all"), m = all ? 0 : kjit__adaln_mode(ops[i]);
+        if (!all && !m)
             return kjit_cli_usage_error("tune",
                                         "--ops: '%s' has no launch config to tune (tunable: norm_modulate, "
                                         "gated_residual, gated_residual_norm_modulate, or all)",
                                         ops[i]);
-        op_names[n_op_names++] = kjit__adaln_mode_name(m);
+        for (int k = all ? 1 : m; k <= (all ? 3 : m); ++k)
+            if (!(seen & (1 << k))) seen |= 1 << k, op_names[n_op_names++] = kjit__adaln_mode_name(k);
     }
     long hidden[MAX_LIST];
     for (int i = 0; i < n_hidden; ++i)
