@@ -62,6 +62,9 @@ static void op_args(kjit_ctx *ctx)
     CHECK_STATUS(kjit_op_kernels("timestep_sinusoid", 256, KJIT_I32, &spec, 1, &n), KJIT_EINVAL);
     CHECK_STATUS(kjit_op_kernels(NULL, 256, KJIT_BF16, &spec, 1, &n), KJIT_EINVAL);
     CHECK_STATUS(kjit_op_kernels("timestep_sinusoid", 256, KJIT_BF16, NULL, 1, &n), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "out is NULL (max > 0)") != NULL);
+    CHECK_STATUS(kjit_op_kernels("timestep_sinusoid", 256, KJIT_BF16, &spec, -1, &n), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "max < 0") != NULL);
     CHECK_EQ_INT(n, -3);
     /* A count alone (no specs) is the count the full list has, for every op
      * and for a size it refuses too. */
@@ -238,10 +241,13 @@ static void adaln_args(kjit_ctx *ctx)
     size_t bytes = 7;
     CHECK_STATUS(kjit_adaln_workspace((kjit_adaln_op)0, 10, 64, 3, &bytes), KJIT_EINVAL);
     CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, -1, 64, 3, &bytes), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "n = -1 outside") != NULL);
     CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, 10, 64, 0, &bytes), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "rows = 0 outside") != NULL);
     CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, 10, 64, 3, NULL), KJIT_EINVAL);
     CHECK_STATUS(kjit_adaln_partition_bytes((kjit_adaln_op)9, 10, 64, 3, &bytes), KJIT_EINVAL);
     CHECK_STATUS(kjit_adaln_partition_bytes(KJIT_NORM_MODULATE, 10, 0, 3, &bytes), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "hidden = 0 outside") != NULL);
     CHECK_STATUS(kjit_adaln_partition_bytes(KJIT_NORM_MODULATE, 10, 64, 3, NULL), KJIT_EINVAL);
     CHECK_EQ_INT(bytes, 7);
     /* The partition is ~4 bytes per row: what a training step keeps from
@@ -277,6 +283,9 @@ static void adaln_args(kjit_ctx *ctx)
     CHECK(strstr(kjit_last_error(), "dtable[5]") != NULL);
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &r, mem, 8, NULL), KJIT_EINVAL);
     CHECK_STATUS(kjit_adaln_row_gather_workspace(10, 64, 0, 3, &bytes), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "num_tables = 0 outside 1..8") != NULL);
+    CHECK_STATUS(kjit_adaln_row_gather_workspace(10, 64, 2, 0, &bytes), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "rows = 0 outside") != NULL);
     CHECK_STATUS(kjit_adaln_row_gather_workspace(32768, 5376, 6, 4096, &bytes), KJIT_OK);
     CHECK_LE(bytes, 32e6);
     if (!kjit_ctx_has_device(ctx)) CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &r, NULL), KJIT_ENODRIVER);

@@ -154,10 +154,17 @@ int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tables, int64
 {
     kjit__clear_error();
     if (!bytes) return kjit__fail(KJIT_EINVAL, "kjit_adaln_row_gather_workspace: bytes is NULL");
-    if (n < 0 || n > KJIT_MAX_ROWS || hidden < 1 || hidden > KJIT_MAX_HIDDEN || num_tables < 1 ||
-        num_tables > KJIT_MAX_TABLES || rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
-        return kjit__fail(KJIT_EINVAL, "kjit_adaln_row_gather_workspace: n = %lld, hidden = %d, num_tables = %d or "
-                          "rows = %lld out of range", (long long)n, hidden, num_tables, (long long)rows);
+#define FN "kjit_adaln_row_gather_workspace"
+    if (n < 0 || n > KJIT_MAX_ROWS)
+        return kjit__fail(KJIT_EINVAL, FN ": n = %lld outside 0..%lld", (long long)n, (long long)KJIT_MAX_ROWS);
+    if (hidden < 1 || hidden > KJIT_MAX_HIDDEN)
+        return kjit__fail(KJIT_EINVAL, FN ": hidden = %d outside 1..%d", hidden, KJIT_MAX_HIDDEN);
+    if (num_tables < 1 || num_tables > KJIT_MAX_TABLES)
+        return kjit__fail(KJIT_EINVAL, FN ": num_tables = %d outside 1..%d", num_tables, KJIT_MAX_TABLES);
+    if (rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
+        return kjit__fail(KJIT_EINVAL, FN ": rows = %lld outside 1..%lld", (long long)rows,
+                          (long long)KJIT_MAX_TABLE_ROWS);
+#undef FN
     kjit_part_plan pl;
     kjit__part_plan(&pl, n, rows, num_tables, hidden, 0, GATHER_MIN_CHUNK, KJIT_PART_MAX_CHUNKS);
     *bytes = pl.bytes;

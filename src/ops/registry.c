@@ -68,7 +68,7 @@ int kjit_op_kernels(const char *op, int hidden, kjit_dtype dtype, kjit_kernel_sp
     kjit__clear_error();
     if (!op || !count || (max > 0 && !out) || max < 0)
         return kjit__fail(KJIT_EINVAL, "kjit_op_kernels: %s", !op ? "op is NULL" : !count ? "count is NULL"
-                                                               : "out is NULL or max < 0");
+                                                               : max < 0 ? "max < 0" : "out is NULL (max > 0)");
     const kjit_op_desc *d = kjit__op_find(op);
     if (!d) {
         char names[512];

@@ -69,7 +69,7 @@ static int get_int(const cJSON *o, const char *name, int *out, char *why, size_t
     if (!cJSON_IsNumber(it)) return snprintf(why, why_len, "\"%s\" is missing or not a number", name), -1;
     const double v = it->valuedouble;
     if (!isfinite(v) || v != floor(v) || v < -1e9 || v > 1e9)
-        return snprintf(why, why_len, "\"%s\" = %g is not an integer", name, v), -1;
+        return snprintf(why, why_len, "\"%s\" = %g is not an integer in -1e9..1e9", name, v), -1;
     *out = (int)v;
     return 0;
 }
