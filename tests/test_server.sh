@@ -49,6 +49,15 @@ out=$("$KJIT" call '{"type":"compile","op":"nope","hidden":8,"dtype":"bf16"}'); 
 [ $rc = 1 ] || fail "call with an error reply exited $rc"
 [ "$(echo "$out" | field '["error"]["code"]')" = unknown_op ] || fail "error reply: $out"
 "$KJIT" call 'not json' 2>/dev/null; [ $? = 2 ] || fail "call with bad JSON must exit 2"
+# A second object after the first (only the first was sent), and an id
+# given twice (the reply came under it, not ours, and call waited out its
+# timeout): refused at once, or answered.
+out=$(timeout 20 "$KJIT" call '{"type":"ping"} {"type":"shutdown"}' 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "text after its JSON object" || fail "call with two objects: $rc $out"
+out=$(timeout 20 "$KJIT" call --timeout 10000 '{"id":7,"id":7,"type":"ping"}' 2>&1) || fail "call with two ids: $out"
+echo "$out" | grep -q '"ok":true' || fail "call with two ids: $out"
+out=$("$KJIT" call --socket '' '{"type":"ping"}' 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q -- "--socket" || fail "call --socket '': $rc $out"
 "$KJIT" call --payload-out "$T/cubin" '{"type":"compile","op":"timestep_sinusoid","hidden":256,"dtype":"fp32"}' >"$T/c.json" \
   || fail "call compile: $(cat "$T/c.json")"
 [ "$(head -c 4 "$T/cubin" | od -An -c | tr -d ' ')" = "177ELF" ] || fail "the payload is not a cubin"

@@ -45,6 +45,7 @@ int kjit_cli_call(int argc, char **argv)
         } else if (!strcmp(a, "--socket") || !strcmp(a, "--payload-out") || !strcmp(a, "--timeout")) {
             if (i + 1 >= argc) return kjit_cli_usage_error("call", "%s needs a value", a);
             const char *v = argv[++i];
+            if (!strcmp(a, "--socket") && !*v) return kjit_cli_usage_error("call", "--socket '': expected a path");
             if (!strcmp(a, "--socket")) socket = v;
             else if (!strcmp(a, "--payload-out")) payload_out = v;
             else if (kjit_cli_int(v, 0, 86400000, &timeout))

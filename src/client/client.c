@@ -172,6 +172,14 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         cJSON_Delete(o);
         return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
     }
+    /* cJSON stops after the object: anything but JSON whitespace after it
+     * is a second request or garbage, which the server would refuse. */
+    const char *tail = end;
+    while (!again && tail && json_space(*tail)) ++tail;
+    if (!again && tail && *tail) {
+        cJSON_Delete(o);
+        return kjit__fail(KJIT_EINVAL, "the request has text after its JSON object: %.40s", tail);
+    }
     uint64_t id = c->next_id++;
     /* Only a run waits on purpose for the device: others do not poll. */
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
@@ -179,17 +187,17 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     char *text = NULL;
     /* The splice below copies the caller's bytes: only for a text that is
      * the object alone between JSON whitespace (cJSON also skips other
-     * control bytes and ignores what follows the object). */
+     * control bytes before it). */
     const char *p = json;
     while (json_space(*p)) ++p;
-    int plain = *p == '{';
-    for (const char *q = end; !again && plain && q && *q; ++q) plain = json_space(*q);
+    const int plain = *p == '{';
     /* The id written in front of the caller's fields, the rest of the text
      * as it is: printing the tree again (cJSON formats every number twice to
      * round-trip it) took 13 us for a 900-byte run request. */
     const int splice = again || (plain && end && !cJSON_GetObjectItemCaseSensitive(o, "id"));
     if (!splice) {
-        cJSON_DeleteItemFromObjectCaseSensitive(o, "id");
+        /* Every id the caller wrote: the reply comes under ours. */
+        while (cJSON_GetObjectItemCaseSensitive(o, "id")) cJSON_DeleteItemFromObjectCaseSensitive(o, "id");
         cJSON_AddNumberToObject(o, "id", (double)id);
         text = cJSON_PrintUnformatted(o);
     } else {
