@@ -225,6 +225,20 @@ wait_sock "$T/d755/kjit.sock" || fail "serve in an existing 0755 directory: $(ca
 [ "$(stat -c %a "$T/d755")" = 755 ] || fail "the server changed an existing directory to $(stat -c %a "$T/d755")"
 [ "$(stat -c %a "$T/d755/kjit.sock")" = 600 ] || fail "socket mode in an existing directory"
 kill -TERM $P4; wait $P4
+# Compiled but not stored (the entries' names taken by directories: rename
+# fails, even for root): the reply is still ok, but stats counts it and the
+# server says so (it was silent, and the kernels were lost at its stop).
+CN=$T/cache-ns
+"$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32 --cache-dir "$CN" >/dev/null || fail "prewarm into $CN"
+for f in "$CN"/*.cubin; do rm "$f"; mkdir -p "$f/x"; done
+"$KJIT" serve --socket "$T/d755/ns.sock" --cache-dir "$CN" 2>"$T/s6.log" & P6=$!; pids+=($P6)
+wait_sock "$T/d755/ns.sock" || fail "serve on $CN: $(cat "$T/s6.log")"
+"$KJIT" call --socket "$T/d755/ns.sock" '{"type":"compile","op":"timestep_sinusoid","hidden":8,"dtype":"fp32"}' \
+  >/dev/null || fail "compile on a cache that cannot store"
+ns=$("$KJIT" call --socket "$T/d755/ns.sock" '{"type":"stats"}' | field '["cache"]["not_stored"]')
+[ "$ns" -ge 1 ] 2>/dev/null || fail "stats not_stored after a failed store: $ns"
+kill -TERM $P6; wait $P6
+grep -q "could not be written to the cache $CN" "$T/s6.log" || fail "no log line for a failed store: $(cat "$T/s6.log")"
 mkdir -m 777 "$T/d777"; chmod 777 "$T/d777"
 out=$(timeout 20 "$KJIT" serve --socket "$T/d777/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "writable by others" || fail "serve in a world-writable directory: $rc $out"

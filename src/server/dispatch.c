@@ -102,6 +102,7 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddNumberToObject(k, "compiles", (double)cc.compiles);
     cJSON_AddNumberToObject(k, "bad_entries", (double)cc.bad_entries);
     cJSON_AddNumberToObject(k, "evictions", (double)cc.evictions);
+    cJSON_AddNumberToObject(k, "not_stored", (double)cc.store_failures);
     cJSON_AddStringToObject(o, "cache_dir", kjit_ctx_cache_dir(s->ctx));
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
     reply_json(c, o);

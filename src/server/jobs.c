@@ -361,11 +361,20 @@ void kjit__jobs_snapshot(kjit_server *s)
     if (kjit_ctx_cache_counters(s->ctx, &cc) == KJIT_OK) {
         pthread_mutex_lock(&s->snap_mu);
         kjit_cache_counters *m = &s->snap;
+        /* A kernel the disk cache could not store is served from memory
+         * until the server stops, then lost: say so when it happens. */
+        const uint64_t new_fails = cc.store_failures > m->store_failures ? cc.store_failures - m->store_failures : 0;
 #define KJIT_MAX_INTO(f) m->f = cc.f > m->f ? cc.f : m->f
         KJIT_MAX_INTO(mem_hits); KJIT_MAX_INTO(disk_hits); KJIT_MAX_INTO(misses);
         KJIT_MAX_INTO(compiles); KJIT_MAX_INTO(bad_entries); KJIT_MAX_INTO(evictions);
+        KJIT_MAX_INTO(store_failures);
 #undef KJIT_MAX_INTO
         pthread_mutex_unlock(&s->snap_mu);
+        if (new_fails)
+            fprintf(stderr,
+                    "kjit serve: %llu compiled kernel(s) could not be written to the cache %s (full disk? "
+                    "permission? KJIT_LOG=1 says why); served from memory until the server stops\n",
+                    (unsigned long long)new_fails, kjit_ctx_cache_dir(s->ctx));
     }
 }
 
