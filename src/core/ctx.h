@@ -12,6 +12,8 @@
 #include "kjit.h"
 
 #define KJIT_ERR_HOST_WORDS 64
+/* After a failed ask, the KJIT_SERVER server is left alone this long. */
+#define KJIT_SERVER_RETRY_S 30
 
 typedef struct kjit_kernel_slot {
     char *name;     /* name expression, NULL when the slot is free */
@@ -66,6 +68,7 @@ struct kjit_ctx {
 
     char *server; /* $KJIT_SERVER at create: asked on a miss (remote.h); NULL: none */
     atomic_uint_fast64_t server_builds; /* misses the server answered */
+    atomic_int_fast64_t server_retry_us; /* kjit__now_us() before which the server is not asked */
 };
 
 /* Makes ctx's CUDA context current on this thread; *pushed says whether to

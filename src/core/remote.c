@@ -9,7 +9,6 @@
 #include "core/ctx.h"
 #include "core/error.h"
 #include "kjit_client.h"
-#include "ops/op.h"
 
 /* Finding the server is bounded tightly: with none answering, a build goes
  * on in process at once. A server that said hello is alive, and its reply
@@ -73,10 +72,6 @@ static int take(const kjit_remote_kernel *k, const kjit_client_kernel *got, char
 
 int kjit__remote_build(const kjit_remote_kernel *k, char **lowered, void **image, size_t *image_len)
 {
-    /* A kernel request names a registered op; the library's own helpers
-     * (index checks) are labelled otherwise and built here. */
-    if (!kjit__op_find(k->op))
-        return kjit__fail(KJIT_EUNSUPPORTED, "'%s' is not a registered op, which a kernel request names", k->op);
     kjit_client *c;
     int rc = kjit_client_connect(&c, k->socket, FIND_MS);
     if (rc) return rc;

@@ -11,7 +11,7 @@
 typedef struct kjit_remote_kernel {
     const char *socket;        /* $KJIT_SERVER */
     const char *cache_dir;     /* the asking context's; "" when memory-only */
-    const char *op;            /* the cache label: a registered op, or not asked */
+    const char *op;            /* the cache label: a registered op (the caller checks) */
     const char *template_file;
     const char *name_expr;
     int sm;
