@@ -551,6 +551,41 @@ static void test_disconnect(const char *sock)
     CHECK_EQ_INT(kjit_test_stat(sock, "compiles") - before, 2);
 }
 
+/* A client pipelines kernel requests for 48 uncached kernels and leaves:
+ * those not started are cancelled (all 48 were compiled for nobody, and a
+ * stop waited for them). */
+static void test_kernel_leave(const char *sock)
+{
+    kjit_kernel_spec specs[48];
+    int n = 0;
+    for (int h = 0; n < 48 && h < 16; ++h) {
+        kjit_kernel_spec more[64];
+        int m = 0;
+        CHECK_STATUS(kjit_op_kernels("norm_modulate", 1000 + 8 * h, KJIT_F32, more, 64, &m), KJIT_OK);
+        for (int k = 0; k < m && k < 64 && n < 48; ++k) specs[n++] = more[k];
+    }
+    CHECK_EQ_INT(n, 48);
+    const double before = kjit_test_stat(sock, "compiles");
+    int fd = greeted(sock);
+    for (int i = 0; i < n; ++i) {
+        char q[512];
+        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"kernel\",\"op\":\"%s\",\"template\":\"%s\",\"expr\":\"%s\"}",
+                 i + 1, specs[i].op, specs[i].template_file, specs[i].name_expr);
+        kjit_test_frame(fd, q, NULL, 0);
+    }
+    usleep(100000); /* the server has read them all */
+    close(fd);
+    double jobs = 1;
+    for (int t = 0; t < 1200 && jobs > 0; ++t) {
+        usleep(50000);
+        jobs = kjit_test_stat(sock, "jobs");
+    }
+    const double compiled = kjit_test_stat(sock, "compiles") - before;
+    CHECK(jobs == 0);
+    CHECK_LE(compiled, 12); /* the pool's 4 threads had started theirs */
+    printf("48 kernel requests, client gone: %.0f compiled\n", compiled);
+}
+
 /* ---- limits ------------------------------------------------------------- */
 
 /* Reads exactly n bytes, `chunk` at a time with a pause between reads: a
@@ -1171,6 +1206,7 @@ int main(void)
     test_concurrent(sock);
     test_single_flight(sock);
     test_disconnect(sock);
+    test_kernel_leave(sock);
     /* Every connection is gone but the stats client's own. */
     double clients = -1;
     for (int i = 0; i < 40 && clients != 1; ++i) {

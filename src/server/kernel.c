@@ -4,6 +4,8 @@
  * No memo in front, unlike compile: a library asks for a key only on a miss
  * of its own cache, so repeats are rare, and kjit_kernel_fetch answers a
  * repeat from the library cache's memory. The fetch runs on a pool thread;
+ * one not yet started is cancelled when its client leaves or the server
+ * stops (a pipelining client could queue hundreds, compiled for nobody);
  * concurrent requests for one key share one build inside the library cache
  * (and, through its lock, across processes). The reply's cubin is the
  * cache's own, valid until kjit_ctx_destroy, which comes after the loop. */
@@ -14,8 +16,9 @@
 
 #include "server/server_internal.h"
 
-typedef struct kernel_job {
+typedef struct kjit_kernel_job {
     uv_work_t work;
+    struct kjit_kernel_job *prev, *next; /* the server's queued and running kernel jobs */
     kjit_server *srv;
     kjit_conn *c; /* holds a reference */
     uint64_t id;
@@ -64,15 +67,19 @@ static char *reply_text(const kernel_job *j)
 
 static void done_cb(uv_work_t *req, int status)
 {
-    (void)status; /* never cancelled */
     kernel_job *j = req->data;
     kjit_server *s = j->srv;
     kjit_conn *c = j->c;
     s->jobs--;
+    *(j->prev ? &j->prev->next : &s->kernel_jobs) = j->next;
+    if (j->next) j->next->prev = j->prev;
     if (!c->closing) {
         kjit__conn_unpark(c, j->id);
-        char *text = j->status ? NULL : reply_text(j);
-        if (j->status) {
+        char *text = j->status || status == UV_ECANCELED ? NULL : reply_text(j);
+        if (status == UV_ECANCELED) {
+            /* Only stopping cancels the job of a connection still open. */
+            kjit__conn_error(c, 1, j->id, "shutting_down", "the server is shutting down: this compile had not started");
+        } else if (j->status) {
             kjit__conn_error(c, 1, j->id, j->status == KJIT_ECOMPILE ? "compile_failed" : "internal", "%s",
                              j->message ? j->message : kjit_status_string(j->status));
         } else if (!text) {
@@ -107,7 +114,16 @@ void kjit__kernel_request(kjit_conn *c, uint64_t id, const kjit_kernel_spec *spe
     j->spec = *spec;
     j->sm = sm;
     j->work.data = j;
+    j->next = s->kernel_jobs;
+    if (j->next) j->next->prev = j;
+    s->kernel_jobs = j;
     s->jobs++;
     /* uv_queue_work fails only on a NULL callback. */
     uv_queue_work(&s->loop, &j->work, work_cb, done_cb);
+}
+
+void kjit__kernel_cancel(kjit_server *s, const kjit_conn *c)
+{
+    for (kernel_job *j = s->kernel_jobs; j; j = j->next)
+        if (!c || j->c == c) uv_cancel((uv_req_t *)&j->work); /* UV_EBUSY once it runs */
 }

@@ -85,6 +85,7 @@ void kjit__server_stop(kjit_server *s, const char *why)
     fprintf(stderr, "kjit serve: %s: cancelling the compiles not started, finishing the %u job(s) in flight, then "
                     "exiting\n", why, s->jobs);
     kjit__jobs_cancel(s);
+    kjit__kernel_cancel(s, NULL);
     kjit__listen_close(s);
     kjit__server_drain_check(s);
 }

@@ -114,6 +114,7 @@ struct kjit_server {
     pthread_mutex_t snap_mu;
     kjit_cache_counters snap; /* the library's counters as of the last job */
     kjit_tuple_map map;
+    struct kjit_kernel_job *kernel_jobs; /* kernel requests queued or running (kernel.c) */
     kjit_gpu *gpu;         /* the GPU lane; NULL without a device */
     kjit_tune_job *tunes;  /* tunes queued or running */
 };
@@ -182,6 +183,9 @@ void kjit__jobs_free(kjit_server *s);
 
 /* kernel.c: one kernel by template-id (the `kernel` request) on a worker. */
 void kjit__kernel_request(kjit_conn *c, uint64_t id, const kjit_kernel_spec *spec, int sm);
+/* Cancels the kernel requests not yet started: c's (its client left), or
+ * every connection's (c NULL: stopping). */
+void kjit__kernel_cancel(kjit_server *s, const kjit_conn *c);
 
 /* gpu.c: the GPU lane, a thread that runs its items one at a time, in
  * order, on one stream of the context's device (the ops' own workspace
