@@ -239,6 +239,30 @@ ns=$("$KJIT" call --socket "$T/d755/ns.sock" '{"type":"stats"}' | field '["cache
 [ "$ns" -ge 1 ] 2>/dev/null || fail "stats not_stored after a failed store: $ns"
 kill -TERM $P6; wait $P6
 grep -q "could not be written to the cache $CN" "$T/s6.log" || fail "no log line for a failed store: $(cat "$T/s6.log")"
+# An open-file limit below --max-clients: the server serves what fits and
+# says so, and a client past it gets "busy" (it saw a reset connection).
+(ulimit -n 64 && exec "$KJIT" serve --socket "$T/d755/fd.sock" --max-clients 1000 --cache-dir "$T/cache") \
+  2>"$T/s7.log" & P7=$!; pids+=($P7)
+wait_sock "$T/d755/fd.sock" || fail "serve under ulimit -n 64: $(cat "$T/s7.log")"
+grep -q "open-file limit (64, ulimit -n) leaves room for 32 clients" "$T/s7.log" || fail "fd limit: $(cat "$T/s7.log")"
+python3 - "$CLIENT_PY" "$T/d755/fd.sock" <<'PY' || fail "clients past the open-file limit"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+held, busy = [], 0
+for _ in range(40):
+    try:
+        held.append(m.Client(sys.argv[2], timeout=20))
+    except m.ServerError as e:
+        assert e.code == "busy", e
+        busy += 1
+assert len(held) == 32 and busy == 8, (len(held), busy)
+assert held[0].hello["limits"]["max_clients"] == 32, held[0].hello["limits"]
+for c in held:
+    c.close()
+PY
+kill -TERM $P7; wait $P7
 mkdir -m 777 "$T/d777"; chmod 777 "$T/d777"
 out=$(timeout 20 "$KJIT" serve --socket "$T/d777/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "writable by others" || fail "serve in a world-writable directory: $rc $out"

@@ -19,6 +19,7 @@
  * also sets for SIGINT: the server runs it at start-up. */
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,6 +226,33 @@ static void run_loop(kjit_server *s)
     }
 }
 
+/* Descriptors the server holds besides its clients': the listener, the
+ * signalfd, libuv's, the cache's files and locks during compiles on the
+ * pool's threads, the GPU lane's, NVRTC's. */
+#define FD_RESERVE 32
+
+/* Every client costs a descriptor: raises the soft open-file limit to fit
+ * max_clients, and where the hard limit does not allow it, serves fewer
+ * (and says so). Past the limit an accept failed and the client saw a
+ * reset connection, with nothing logged and no "busy" reply. */
+static void fit_fd_limit(kjit_server_config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY) return;
+    const rlim_t want = (rlim_t)cfg->max_clients + FD_RESERVE;
+    if (rl.rlim_cur >= want) return;
+    struct rlimit up = rl;
+    up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+    if (rl.rlim_cur >= want) return;
+    const int fit = rl.rlim_cur > FD_RESERVE + 1 ? (int)(rl.rlim_cur - FD_RESERVE) : 1;
+    fprintf(stderr,
+            "kjit serve: the open-file limit (%llu, ulimit -n) leaves room for %d clients, not --max-clients %d: "
+            "serving %d at once (the rest are answered busy)\n",
+            (unsigned long long)rl.rlim_cur, fit, cfg->max_clients, fit);
+    cfg->max_clients = fit;
+}
+
 int kjit__server_run(const kjit_server_config *cfg)
 {
     kjit__clear_error();
@@ -233,6 +261,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     kjit_server *s = calloc(1, sizeof *s);
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
+    fit_fd_limit(&s->cfg);
     s->lock_fd = -1;
     /* Before any thread of the server exists (the context's, the pool's,
      * the lane, libnvrtc's own). */
