@@ -115,8 +115,12 @@ static void on_signal(uv_poll_t *h, int status, int events)
     (void)events;
     if (status < 0) return;
     for (int signum; (signum = signal_pending(s->sig_fd));) {
-        /* A second signal, or one after a `shutdown` request: at once. */
-        if (s->signals++ || s->draining) die_by(signum);
+        /* A second signal: at once. The first after a `shutdown` request
+         * (a service manager's stop) lets the drain go on. */
+        if (s->signals++) die_by(signum);
+        if (s->draining)
+            fprintf(stderr, "kjit serve: %s: already stopping (a shutdown request); a second signal exits at once\n",
+                    signum == SIGTERM ? "SIGTERM" : "SIGINT");
         kjit__server_stop(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
     }
 }
