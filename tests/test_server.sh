@@ -220,6 +220,12 @@ kill -INT $P3; wait $P3; rc=$?
 [ $rc = 0 ] || fail "serve after SIGINT exited $rc"
 [ ! -e "$S" ] || fail "socket left after SIGINT"
 
+# A socket directory that is a symbolic link is refused as one (the message
+# said "not a directory").
+mkdir -m 700 "$T/real"; ln -s "$T/real" "$T/link"
+out=$("$KJIT" serve --socket "$T/link/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "is a symbolic link (to $(realpath "$T/real"))" || fail "serve in a linked directory: $rc $out"
+
 # Something that is not a socket at the path is never replaced.
 mkdir -m 700 "$T/x"; touch "$T/x/kjit.sock"
 out=$("$KJIT" serve --socket "$T/x/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?

@@ -41,6 +41,15 @@ static int prepare_dir(const kjit_server *s, const char *dir)
         return kjit__fail(KJIT_EIO, "cannot create socket directory %s: %s", dir, strerror(errno));
     struct stat st;
     if (lstat(dir, &st)) return kjit__fail(KJIT_EIO, "socket directory %s: %s", dir, strerror(errno));
+    if (S_ISLNK(st.st_mode)) {
+        /* Not followed: the checks below are of the directory the socket
+         * is in, and a link could be pointed elsewhere after them. */
+        char *real = realpath(dir, NULL);
+        int rc = kjit__fail(KJIT_EPERM, "socket directory %s is a symbolic link%s%s%s: name the real directory", dir,
+                            real ? " (to " : "", real ? real : "", real ? ")" : "");
+        free(real);
+        return rc;
+    }
     if (!S_ISDIR(st.st_mode)) return kjit__fail(KJIT_EPERM, "socket directory %s is not a directory", dir);
     if (st.st_uid != geteuid())
         return kjit__fail(KJIT_EPERM, "socket directory %s belongs to uid %u, not to this user (uid %u): "
