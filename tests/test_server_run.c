@@ -317,10 +317,16 @@ static void test_client(const char *sock, int gpu)
     CHECK_STATUS(kjit_client_tune(c, "timestep_sinusoid", 256, KJIT_BF16, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "'op'") != NULL);
     CHECK_STATUS(kjit_client_tune(c, "norm_modulate", 5377, KJIT_BF16, NULL), KJIT_EUNSUPPORTED);
-    /* Texts cJSON accepts around an object (other control bytes before it,
-     * anything after it, pretty-printed): the request still goes out whole. */
-    static const char *const odd[] = {"\f{\"type\":\"ping\"}", "{\"type\":\"ping\"} trailing", "{\"type\":\"ping\"}\f",
+    /* Texts cJSON accepts around an object (other control bytes before or
+     * after it, pretty-printed): the request still goes out whole. Text
+     * after the object is refused (only the object went out). */
+    static const char *const odd[] = {"\f{\"type\":\"ping\"}", "{\"type\":\"ping\"}\x01", "{\"type\":\"ping\"}\f",
                                       "\n {\n  \"type\" : \"ping\"\n}\n", "{}", " { \t} ", "{\x01}"};
+    for (int i = 0; i < 2; ++i) {
+        kjit_client_reply rep = {0};
+        CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"} trailing", NULL, 0, NULL, NULL, &rep), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "text after its JSON object: trailing") != NULL);
+    }
     /* Each twice: the client keeps the last text it spliced and sends the
      * same one again without a parse (its reply still carries its own id). */
     for (size_t i = 0; i < 2 * sizeof odd / sizeof odd[0]; ++i) {

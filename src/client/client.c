@@ -172,10 +172,11 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         cJSON_Delete(o);
         return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
     }
-    /* cJSON stops after the object: anything but JSON whitespace after it
-     * is a second request or garbage, which the server would refuse. */
+    /* cJSON stops after the object: anything but the whitespace and control
+     * bytes it skips is a second request or garbage (the first object alone
+     * went out: '{...} {"type":"shutdown"}' sent a ping). */
     const char *tail = end;
-    while (!again && tail && json_space(*tail)) ++tail;
+    while (!again && tail && *tail && (unsigned char)*tail <= 32) ++tail;
     if (!again && tail && *tail) {
         cJSON_Delete(o);
         return kjit__fail(KJIT_EINVAL, "the request has text after its JSON object: %.40s", tail);
@@ -187,10 +188,11 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     char *text = NULL;
     /* The splice below copies the caller's bytes: only for a text that is
      * the object alone between JSON whitespace (cJSON also skips other
-     * control bytes before it). */
+     * control bytes around it: those texts are printed again). */
     const char *p = json;
     while (json_space(*p)) ++p;
-    const int plain = *p == '{';
+    int plain = *p == '{';
+    for (const char *q = end; !again && plain && q && *q; ++q) plain = json_space(*q);
     /* The id written in front of the caller's fields, the rest of the text
      * as it is: printing the tree again (cJSON formats every number twice to
      * round-trip it) took 13 us for a 900-byte run request. */
