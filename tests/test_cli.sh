@@ -192,9 +192,10 @@ done
 # kjit tune: --show works without a GPU; tuning without one says so; bad ops are refused.
 "$KJIT" tune --show --cache-dir "$T/c1" >/dev/null || fail "tune --show"
 if ! "$KJIT" info --json | grep -q '"gpus":\[{'; then
-  out=$("$KJIT" tune --ops norm_modulate --hidden 256 --cache-dir "$T/c1" 2>&1); rc=$?
+  out=$("$KJIT" tune --ops norm_modulate --hidden 256 --cache-dir "$T/c1-new" 2>&1); rc=$?
   [ $rc = 1 ] || fail "tune without a GPU exited $rc, want 1"
   echo "$out" | grep -qi "GPU" || fail "tune without a GPU: $out"
+  [ -e "$T/c1-new" ] && fail "tune without a GPU created its cache directory"
 fi
 "$KJIT" tune --ops nope --cache-dir "$T/c1" 2>/dev/null; [ $? = 2 ] || fail "tune --ops nope must exit 2"
 # Repeated ops are listed once (each 'all' added three names to a 64-slot

@@ -201,6 +201,16 @@ int kjit_cli_tune(int argc, char **argv)
 static int tune(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
                 int n_dtype, long device, const char *cache_dir, int json)
 {
+    /* The GPU first: without one nothing is created (not even the cache
+     * directory). */
+    kjit_device_info di;
+    memset(&di, 0, sizeof di);
+    const int dev_rc = kjit_device_info_get((int)device, &di);
+    if (dev_rc) {
+        const char *why = kjit_last_error();
+        fprintf(stderr, "kjit tune: needs a GPU: %s\n", why && *why ? why : kjit_status_string(dev_rc));
+        return KJIT_EXIT_FAIL;
+    }
     kjit_ctx_options o;
     kjit_ctx_options_init(&o);
     o.device = (int)device;
@@ -210,16 +220,6 @@ static int tune(const char **op_names, int n_op_names, const long *hidden, int n
         fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
         return KJIT_EXIT_FAIL;
     }
-    if (!kjit_ctx_has_device(ctx)) {
-        /* The reason is what an op call would report. */
-        int rc = kjit_tune(ctx, "norm_modulate", 5376, KJIT_BF16, NULL);
-        fprintf(stderr, "kjit tune: needs a GPU: %s\n", rc ? kjit_last_error() : "no device");
-        kjit_ctx_destroy(ctx);
-        return KJIT_EXIT_FAIL;
-    }
-    kjit_device_info di;
-    memset(&di, 0, sizeof di);
-    kjit_device_info_get((int)device, &di);
 
     const long n_jobs = (long)n_op_names * n_hidden * n_dtype;
     job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
