@@ -551,9 +551,9 @@ static void test_disconnect(const char *sock)
     CHECK_EQ_INT(kjit_test_stat(sock, "compiles") - before, 2);
 }
 
-/* A client pipelines kernel requests for 48 uncached kernels and leaves:
- * those not started are cancelled (all 48 were compiled for nobody, and a
- * stop waited for them). */
+/* A client pipelines kernel requests for 48 kernels (28 of them distinct
+ * and uncached) and leaves: those not started are cancelled (all 28 were
+ * compiled for nobody, and a stop waited for them). */
 static void test_kernel_leave(const char *sock)
 {
     kjit_kernel_spec specs[48];

@@ -258,19 +258,26 @@ static int build_cb(void *arg, char **lowered, void **image, size_t *len)
     build_arg *b = arg;
     kjit_ctx *ctx = b->ctx;
     /* A kernel request names a registered op; the library's own helpers
-     * (index checks) are built here. After a failed ask the server is left
-     * alone for KJIT_SERVER_RETRY_S: one that is gone or hung would cost
-     * each kernel its 2 s connect timeout. */
+     * (index checks) are built here. A server that is gone, hung, busy,
+     * refusing or not this library's is left alone for KJIT_SERVER_RETRY_S
+     * (else each kernel waited its 2 s connect timeout); one that refused
+     * this kernel alone (its compile failed, a template it lacks) is asked
+     * for the next. */
     if (ctx->server && kjit__op_find(b->label) && kjit__now_us() >= (double)atomic_load(&ctx->server_retry_us)) {
         kjit_remote_kernel k = {ctx->server, kjit__cache_dir(ctx->cache), b->label, b->template_file,
                                 b->name_expr, b->sm, b->key};
-        if (kjit__remote_build(&k, lowered, image, len) == KJIT_OK) {
+        const int rc = kjit__remote_build(&k, lowered, image, len);
+        if (rc == KJIT_OK) {
             atomic_fetch_add(&ctx->server_builds, 1);
             return KJIT_OK;
         }
-        atomic_store(&ctx->server_retry_us, (int_fast64_t)kjit__now_us() + (int_fast64_t)KJIT_SERVER_RETRY_S * 1000000);
-        kjit__log("%s for sm_%d: compiling here, not with the kjit server at %s (not asked again for %d s): %s",
-                  b->name_expr, b->sm, ctx->server, KJIT_SERVER_RETRY_S, kjit_last_error());
+        const int this_kernel = rc == KJIT_ECOMPILE || rc == KJIT_EINVAL;
+        if (!this_kernel)
+            atomic_store(&ctx->server_retry_us,
+                         (int_fast64_t)kjit__now_us() + (int_fast64_t)KJIT_SERVER_RETRY_S * 1000000);
+        kjit__log("%s for sm_%d: compiling here, not with the kjit server at %s%s: %s", b->name_expr, b->sm,
+                  ctx->server, this_kernel ? "" : " (not asked again for " KJIT_STR(KJIT_SERVER_RETRY_S) " s)",
+                  kjit_last_error());
         kjit__clear_error();
     }
     return kjit__jit_compile(b->template_file, b->name_expr, b->sm, lowered, image, len);

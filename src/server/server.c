@@ -18,6 +18,7 @@
  * handler is installed, but not through SIG_IGN, which that first compile
  * also sets for SIGINT: the server runs it at start-up. */
 #include <pthread.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -98,7 +99,7 @@ void kjit__server_stop(kjit_server *s, const char *why)
  * worker's pool: a hang or a crash). _exit runs no exit handlers. */
 static void die_by(int signum)
 {
-    fprintf(stderr, "kjit serve: second %s: exiting now\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    fprintf(stderr, "kjit serve: %s while stopping: exiting now\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
     _exit(128 + signum);
 }
 
@@ -230,26 +231,39 @@ static void run_loop(kjit_server *s)
     }
 }
 
-/* Descriptors the server holds besides its clients': the listener, the
- * signalfd, libuv's, the cache's files and locks during compiles on the
- * pool's threads, the GPU lane's, NVRTC's. */
-#define FD_RESERVE 32
+/* Descriptors a compile or a refused connection may open on top of those
+ * the started server holds: the cache's entry, temp and lock files on the
+ * pool's threads, a connection answered "busy" until its reply is out. */
+#define FD_SPARE 16
 
-/* Every client costs a descriptor: raises the soft open-file limit to fit
- * max_clients, and where the hard limit does not allow it, serves fewer
- * (and says so). Past the limit an accept failed and the client saw a
- * reset connection, with nothing logged and no "busy" reply. */
+/* The descriptors open now (/proc/self/fd), or 64 where it cannot be read. */
+static long fds_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return 64;
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
+/* Every client costs a descriptor: once started (listener, driver, NVRTC
+ * and libuv open), raises the soft open-file limit to fit max_clients, and
+ * where the hard limit does not allow it, serves fewer (and says so). Past
+ * the limit an accept failed and the client saw a reset connection, with
+ * nothing logged and no "busy" reply. */
 static void fit_fd_limit(kjit_server_config *cfg)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY) return;
-    const rlim_t want = (rlim_t)cfg->max_clients + FD_RESERVE;
+    const long reserve = fds_open() + FD_SPARE;
+    const rlim_t want = (rlim_t)cfg->max_clients + (rlim_t)reserve;
     if (rl.rlim_cur >= want) return;
     struct rlimit up = rl;
     up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
     if (rl.rlim_cur >= want) return;
-    const int fit = rl.rlim_cur > FD_RESERVE + 1 ? (int)(rl.rlim_cur - FD_RESERVE) : 1;
+    const int fit = (long)rl.rlim_cur > reserve + 1 ? (int)((long)rl.rlim_cur - reserve) : 1;
     fprintf(stderr,
             "kjit serve: the open-file limit (%llu, ulimit -n) leaves room for %d clients, not --max-clients %d: "
             "serving %d at once (the rest are answered busy)\n",
@@ -265,7 +279,6 @@ int kjit__server_run(const kjit_server_config *cfg)
     kjit_server *s = calloc(1, sizeof *s);
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
-    fit_fd_limit(&s->cfg);
     s->lock_fd = -1;
     /* Before any thread of the server exists (the context's, the pool's,
      * the lane, libnvrtc's own). */
@@ -306,6 +319,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     signal(SIGPIPE, SIG_IGN);
     int rc = start(s);
     if (rc == KJIT_OK) {
+        fit_fd_limit(&s->cfg); /* before the loop accepts anyone */
         fprintf(stderr, "kjit serve: listening on %s (pid %d, arch %s%s, cache %s)\n", s->socket_path, (int)getpid(),
                 kjit_ctx_arch(s->ctx), kjit_ctx_has_device(s->ctx) ? ", GPU" : ", no GPU: compile only",
                 kjit_ctx_cache_dir(s->ctx));
