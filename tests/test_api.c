@@ -282,10 +282,12 @@ static void adaln_args(kjit_ctx *ctx)
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "dtable[5]") != NULL);
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &r, mem, 8, NULL), KJIT_EINVAL);
+    bytes = 7;
     CHECK_STATUS(kjit_adaln_row_gather_workspace(10, 64, 0, 3, &bytes), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "num_tables = 0 outside 1..8") != NULL);
     CHECK_STATUS(kjit_adaln_row_gather_workspace(10, 64, 2, 0, &bytes), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "rows = 0 outside") != NULL);
+    CHECK_EQ_INT(bytes, 7);
     CHECK_STATUS(kjit_adaln_row_gather_workspace(32768, 5376, 6, 4096, &bytes), KJIT_OK);
     CHECK_LE(bytes, 32e6);
     if (!kjit_ctx_has_device(ctx)) CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &r, NULL), KJIT_ENODRIVER);

@@ -554,25 +554,30 @@ static void test_disconnect(const char *sock)
 /* A client pipelines kernel requests for 48 kernels (28 of them distinct
  * and uncached) and leaves: those not started are cancelled (all 28 were
  * compiled for nobody, and a stop waited for them). */
-static void test_kernel_leave(const char *sock)
+/* On fd, kernel requests (ids 1..48) for norm_modulate's fp32 kernels at
+ * hidden sizes from h0 on, 28 of them distinct. */
+static void pipeline_kernels(int fd, int h0)
 {
-    kjit_kernel_spec specs[48];
     int n = 0;
     for (int h = 0; n < 48 && h < 16; ++h) {
-        kjit_kernel_spec more[64];
+        kjit_kernel_spec specs[64];
         int m = 0;
-        CHECK_STATUS(kjit_op_kernels("norm_modulate", 1000 + 8 * h, KJIT_F32, more, 64, &m), KJIT_OK);
-        for (int k = 0; k < m && k < 64 && n < 48; ++k) specs[n++] = more[k];
+        CHECK_STATUS(kjit_op_kernels("norm_modulate", h0 + 8 * h, KJIT_F32, specs, 64, &m), KJIT_OK);
+        for (int k = 0; k < m && k < 64 && n < 48; ++k) {
+            char q[512];
+            snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"kernel\",\"op\":\"%s\",\"template\":\"%s\",\"expr\":\"%s\"}",
+                     ++n, specs[k].op, specs[k].template_file, specs[k].name_expr);
+            kjit_test_frame(fd, q, NULL, 0);
+        }
     }
     CHECK_EQ_INT(n, 48);
+}
+
+static void test_kernel_leave(const char *sock)
+{
     const double before = kjit_test_stat(sock, "compiles");
     int fd = greeted(sock);
-    for (int i = 0; i < n; ++i) {
-        char q[512];
-        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"kernel\",\"op\":\"%s\",\"template\":\"%s\",\"expr\":\"%s\"}",
-                 i + 1, specs[i].op, specs[i].template_file, specs[i].name_expr);
-        kjit_test_frame(fd, q, NULL, 0);
-    }
+    pipeline_kernels(fd, 1000);
     usleep(100000); /* the server has read them all */
     close(fd);
     double jobs = 1;
@@ -794,6 +799,39 @@ static void test_sigterm(const char *cache)
     waitpid(pid, &st, 0);
     CHECK_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
     CHECK(access(sock, F_OK) != 0);
+}
+
+/* SIGTERM with a connection's kernel requests queued: every one answered,
+ * those not started with "shutting_down" (they were all compiled first). */
+static void test_sigterm_kernels(const char *cache)
+{
+    char sock[4200];
+    snprintf(sock, sizeof sock, "%s/termk/kjit.sock", tmp);
+    pid_t pid = kjit_test_serve(sock, cache, NULL);
+    int fd = greeted(sock);
+    pipeline_kernels(fd, 2000);
+    cJSON *r = kjit_test_reply(fd, 60000); /* the first compile is done: the rest under way or queued */
+    int answered = r != NULL, refused = 0, other = 0;
+    cJSON_Delete(r);
+    kill(pid, SIGTERM);
+    while ((r = kjit_test_reply(fd, 60000))) {
+        answered++;
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok"))) {
+        } else if (!strcmp(kjit_test_err_code(r), "shutting_down")) {
+            refused++;
+        } else {
+            other++;
+        }
+        cJSON_Delete(r);
+    }
+    CHECK_EQ_INT(answered, 48);
+    CHECK(refused >= 1);
+    CHECK_EQ_INT(other, 0);
+    close(fd);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
+    printf("SIGTERM with 48 kernel requests queued: %d answered shutting_down\n", refused);
 }
 
 /* SIGINT's and SIGTERM's bits of the server's ignored and caught signal
@@ -1221,6 +1259,7 @@ int main(void)
     test_peer_refusal(cache);
     snprintf(cache, sizeof cache, "%s/cache-term", tmp);
     test_sigterm(cache);
+    test_sigterm_kernels(cache);
     snprintf(cache, sizeof cache, "%s/cache-memo", tmp);
     test_memo_bound(cache);
     test_prewarm_share(cache);

@@ -231,6 +231,7 @@ kill -INT $P3; wait $P3; rc=$?
 mkdir -m 700 "$T/real"; ln -s "$T/real" "$T/link"
 out=$("$KJIT" serve --socket "$T/link/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "is a symbolic link (to $(realpath "$T/real"))" || fail "serve in a linked directory: $rc $out"
+[ -z "$(ls -A "$T/real")" ] || fail "the refused server left something in the link's target: $(ls -A "$T/real")"
 
 # Something that is not a socket at the path is never replaced.
 mkdir -m 700 "$T/x"; touch "$T/x/kjit.sock"
