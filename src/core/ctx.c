@@ -276,8 +276,7 @@ static int build_cb(void *arg, char **lowered, void **image, size_t *len)
             atomic_store(&ctx->server_retry_us,
                          (int_fast64_t)kjit__now_us() + (int_fast64_t)KJIT_SERVER_RETRY_S * 1000000);
         kjit__log("%s for sm_%d: compiling here, not with the kjit server at %s%s: %s", b->name_expr, b->sm,
-                  ctx->server, this_kernel ? "" : " (not asked again for " KJIT_STR(KJIT_SERVER_RETRY_S) " s)",
-                  kjit_last_error());
+                  ctx->server, this_kernel ? "" : " (not asked again for a while)", kjit_last_error());
         kjit__clear_error();
     }
     return kjit__jit_compile(b->template_file, b->name_expr, b->sm, lowered, image, len);

@@ -14,8 +14,6 @@
 #define KJIT_ERR_HOST_WORDS 64
 /* After a failed ask, the KJIT_SERVER server is left alone this long. */
 #define KJIT_SERVER_RETRY_S 30
-#define KJIT_STR_(x) #x
-#define KJIT_STR(x) KJIT_STR_(x)
 
 typedef struct kjit_kernel_slot {
     char *name;     /* name expression, NULL when the slot is free */

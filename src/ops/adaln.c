@@ -402,13 +402,7 @@ static int sizes_plan(const char *fn, kjit_adaln_op op, int64_t n, int hidden, i
     int rc = op_ok(fn, op);
     if (rc) return rc;
     if (!bytes) return kjit__fail(KJIT_EINVAL, "%s: bytes is NULL", fn);
-    if (n < 0 || n > KJIT_MAX_ROWS)
-        return kjit__fail(KJIT_EINVAL, "%s: n = %lld outside 0..%lld", fn, (long long)n, (long long)KJIT_MAX_ROWS);
-    if (hidden < 1 || hidden > KJIT_MAX_HIDDEN)
-        return kjit__fail(KJIT_EINVAL, "%s: hidden = %d outside 1..%d", fn, hidden, KJIT_MAX_HIDDEN);
-    if (rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
-        return kjit__fail(KJIT_EINVAL, "%s: rows = %lld outside 1..%lld", fn, (long long)rows,
-                          (long long)KJIT_MAX_TABLE_ROWS);
+    if ((rc = kjit__check_sizes(fn, n, hidden, rows))) return rc;
     kjit_adaln_args a = {0};
     a.n = n, a.hidden = hidden, a.index.rows = rows;
     plan_of((int)op, &a, pl);

@@ -154,17 +154,11 @@ int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tables, int64
 {
     kjit__clear_error();
     if (!bytes) return kjit__fail(KJIT_EINVAL, "kjit_adaln_row_gather_workspace: bytes is NULL");
-#define FN "kjit_adaln_row_gather_workspace"
-    if (n < 0 || n > KJIT_MAX_ROWS)
-        return kjit__fail(KJIT_EINVAL, FN ": n = %lld outside 0..%lld", (long long)n, (long long)KJIT_MAX_ROWS);
-    if (hidden < 1 || hidden > KJIT_MAX_HIDDEN)
-        return kjit__fail(KJIT_EINVAL, FN ": hidden = %d outside 1..%d", hidden, KJIT_MAX_HIDDEN);
+    int rc = kjit__check_sizes("kjit_adaln_row_gather_workspace", n, hidden, rows);
+    if (rc) return rc;
     if (num_tables < 1 || num_tables > KJIT_MAX_TABLES)
-        return kjit__fail(KJIT_EINVAL, FN ": num_tables = %d outside 1..%d", num_tables, KJIT_MAX_TABLES);
-    if (rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
-        return kjit__fail(KJIT_EINVAL, FN ": rows = %lld outside 1..%lld", (long long)rows,
-                          (long long)KJIT_MAX_TABLE_ROWS);
-#undef FN
+        return kjit__fail(KJIT_EINVAL, "kjit_adaln_row_gather_workspace: num_tables = %d outside 1..%d", num_tables,
+                          KJIT_MAX_TABLES);
     kjit_part_plan pl;
     kjit__part_plan(&pl, n, rows, num_tables, hidden, 0, GATHER_MIN_CHUNK, KJIT_PART_MAX_CHUNKS);
     *bytes = pl.bytes;

@@ -6,6 +6,18 @@
 #include "core/error.h"
 #include "ops/op.h"
 
+int kjit__check_sizes(const char *fn, int64_t n, int h, int64_t rows)
+{
+    if (n < 0 || n > KJIT_MAX_ROWS)
+        return kjit__fail(KJIT_EINVAL, "%s: n = %lld outside 0..%lld", fn, (long long)n, (long long)KJIT_MAX_ROWS);
+    if (h < 1 || h > KJIT_MAX_HIDDEN)
+        return kjit__fail(KJIT_EINVAL, "%s: hidden = %d outside 1..%d", fn, h, KJIT_MAX_HIDDEN);
+    if (rows < 1 || rows > KJIT_MAX_TABLE_ROWS)
+        return kjit__fail(KJIT_EINVAL, "%s: rows = %lld outside 1..%lld", fn, (long long)rows,
+                          (long long)KJIT_MAX_TABLE_ROWS);
+    return KJIT_OK;
+}
+
 int kjit__check_dtype(const char *op, const char *name, kjit_dtype dt, int allow_f16)
 {
     if (dt == KJIT_F32 || dt == KJIT_BF16 || (allow_f16 && dt == KJIT_F16)) return KJIT_OK;

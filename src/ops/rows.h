@@ -21,6 +21,9 @@ int kjit__check_rows(const char *op, const char *name, const void *p, int64_t st
 int kjit__check_vector(const char *op, const char *name, const void *p, int h, kjit_dtype dt, int *vec);
 int kjit__check_index(const char *op, const kjit_index *ix, int64_t n);
 int kjit__check_dtype(const char *op, const char *name, kjit_dtype dt, int allow_f16);
+/* The sizes a workspace query takes: n rows, hidden h, a table of rows
+ * rows; each out of range is named with its range. */
+int kjit__check_sizes(const char *fn, int64_t n, int h, int64_t rows);
 
 /* The device-side index argument for the ctx's checking mode. In SYNC mode
  * this validates index[0, n) first and returns KJIT_EINDEX (naming the first
