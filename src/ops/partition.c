@@ -12,16 +12,20 @@
  * smallest tile) whose counters fit 48 KiB of shared memory. */
 #define SMALL_MAX_TILES 64
 #define SMALL_MAX_SMEM (48 * 1024)
-/* The training forward's partition block (kjit__part_inline_smem): at most
- * 3 tiles per warp of the forward's block (1 when the forward's grid is a
- * full persistent grid: there the block takes one of its slots, its rows
- * going to the others), rows of at least 4 KiB (a forward long enough to hide the
- * build), and counters that fit the forward's own dynamic shared memory or
- * 4 KiB (every row block reserves them). Measured only at H = 5376 bf16,
- * 4097 rows (1 tile per warp with norm_modulate's persistent grid, 3 with
- * the gated ops' full grids: each at least as fast as the separate build);
- * other shapes take the separate build, as the plain calls do. */
+/* The training forward's partition block (kjit__part_inline_smem): the
+ * one-CTA build's counters (48 KiB), rows of at least 4 KiB (a forward long
+ * enough to hide the build), counters that fit the forward's own dynamic
+ * shared memory or 4 KiB (every row block reserves them), and a build
+ * shorter than the rows: in a full grid at most 3 tiles per warp of the
+ * forward's block (measured at H = 5376 bf16, 4097 rows, the gated ops:
+ * each at least as fast as the separate build); in a full persistent grid,
+ * where the block takes one of the grid's slots and its rows go to the
+ * others, one tile per warp or, for long forwards, one per warp for every
+ * 32 MiB of the rows' input (H = 5376 bf16: 8192 rows and up; at 32768
+ * rows 5 tiles per warp, the build ~33 us against a 180 us forward).
+ * Other shapes take the separate build, as the plain calls do. */
 #define INLINE_MAX_ROUNDS 3
+#define INLINE_ROUND_BYTES (32LL << 20)
 #define INLINE_MIN_ROW_BYTES 4096
 #define INLINE_FREE_SMEM 4096
 /* fp32 partial sums of a backward: with the sort's scratch this keeps the
@@ -147,8 +151,13 @@ unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part,
     const long long bytes = part->tiles * part->r * 4;
     const long long warps = threads / 32, rounds = warps > 0 ? (part->tiles + warps - 1) / warps : 1 << 30;
     const size_t room = fwd_smem > INLINE_FREE_SMEM ? fwd_smem : INLINE_FREE_SMEM;
-    const int ok = ctx->part_small && part->n > 0 && part->tiles <= SMALL_MAX_TILES && bytes <= SMALL_MAX_SMEM &&
-                   rounds <= (persistent ? 1 : INLINE_MAX_ROUNDS) && row_bytes >= INLINE_MIN_ROW_BYTES &&
+    long long max_rounds = INLINE_MAX_ROUNDS;
+    if (persistent) {
+        const long long long_rounds = part->n * (long long)row_bytes / INLINE_ROUND_BYTES;
+        max_rounds = long_rounds > 1 ? long_rounds : 1;
+    }
+    const int ok = ctx->part_small && part->n > 0 && (persistent || part->tiles <= SMALL_MAX_TILES) &&
+                   bytes <= SMALL_MAX_SMEM && rounds <= max_rounds && row_bytes >= INLINE_MIN_ROW_BYTES &&
                    (size_t)bytes <= room;
     return ok ? (unsigned)bytes : 0;
 }

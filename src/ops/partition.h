@@ -42,13 +42,12 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
 /* Whether a training forward's extra block may build part (kjit_part_small's
  * build inside the forward launch of `threads` threads per block, rows of
  * row_bytes, fwd_smem bytes of its own dynamic shared memory, persistent:
- * its grid capped at the persistent size): the one-CTA build's limits (64
- * tiles, 48 KiB of counters) and the one-CTA build on, at most 3 tiles per
- * warp (1 for a persistent grid), rows of 4 KiB or more, counters within
- * the forward's shared memory or 4 KiB. Past 64 tiles the block outlasts the
- * forward's rows (H200, 2026-11-30, 32768 rows = 128 tiles: norm_modulate
- * forward + backward 510 us with it, 477 us with the three build
- * launches). Returns the dynamic shared memory it needs, or 0. */
+ * its grid capped at the persistent size): the one-CTA build on, its 48 KiB
+ * of counters, rows of 4 KiB or more, counters within the forward's shared
+ * memory or 4 KiB, and a build the rows hide: a full grid at most 64 tiles
+ * and 3 tiles per warp; a persistent grid (the block takes one of its slots)
+ * 1 tile per warp, or 1 for every 32 MiB of the rows' input (partition.c).
+ * Returns the dynamic shared memory it needs, or 0. */
 unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part, int threads, size_t row_bytes,
                                 size_t fwd_smem, int persistent);
 /* Finishes ng row-strided gradient outputs of dtype tp from the partials,
