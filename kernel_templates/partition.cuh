@@ -592,6 +592,31 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
     kjit::part_small_build<TI>(p.index, p.part, kjit_part_smem);
 }
 
+// The same build, launched right after a training forward's kernel with
+// programmatic dependent launch, to run beside it (on an SM the forward's
+// persistent grid leaves free) instead of before it:
+//   kjit_part_beside<TI>   grid 1, block and smem as kjit_part_small
+// It waits for the forward only at its end. At its start it needs nothing
+// the forward writes (it reads the index, which the forward only reads, and
+// writes the partition, which the forward does not touch), and every grid
+// before the forward has completed: the forward waits for them before it
+// lets this grid launch. The wait at the end keeps the stream's order for
+// what follows: this grid completes after the forward, so a grid that waits
+// for this one sees the forward's writes too. Launched without the
+// attribute (or before sm_90), it runs after the forward, as any launch.
+template <class TI>
+__global__ void __launch_bounds__(1024) kjit_part_beside(const __grid_constant__ kjit_part_build_params p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    extern __shared__ int kjit_part_smem[];
+    kjit::part_small_build<TI>(p.index, p.part, kjit_part_smem);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 namespace kjit {
 // Sum over m >= 0 strided fp32 partials, strictly in order, with up to U
 // loads in flight per thread. U = 32 covers a group of the column sums and,

@@ -248,6 +248,7 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
         kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &part, NULL, NULL);
         const unsigned inl = kjit__part_inline_smem(
             ctx, &part, tpr * c.rpc, (size_t)a->hidden * kjit_dtype_size(a->act_dtype), smem, persistent);
+        const unsigned beside = !inl && persistent && groups >= 2 ? kjit__part_beside_smem(ctx, &part) : 0;
         if (inl) {
             fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c, 1);
             p.part = part;
@@ -257,6 +258,18 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
              * would wait for a slot and run its rows after the build. */
             if (!persistent || groups < 2) groups += 1;
             if (inl > smem) smem = inl;
+        } else if (beside) {
+            /* The rows on one block fewer of the persistent grid; the build
+             * launched after them takes the slot left free. Both kernels
+             * are loaded before either launches. */
+            if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
+            if ((rc = kjit__part_beside_load(ctx, op, a->index.dtype))) goto out;
+            rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)(groups - 1), 1, 1, (unsigned)(tpr * c.rpc),
+                           (unsigned)smem, stream, &p);
+            if (!rc)
+                rc = kjit__part_beside(ctx, op, &part, &p.index, a->index.dtype, (unsigned)(tpr * c.rpc), beside,
+                                       stream);
+            goto out;
         } else {
             /* Load the forward before the build writes anything. */
             if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;

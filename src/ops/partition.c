@@ -12,20 +12,16 @@
  * smallest tile) whose counters fit 48 KiB of shared memory. */
 #define SMALL_MAX_TILES 64
 #define SMALL_MAX_SMEM (48 * 1024)
-/* The training forward's partition block (kjit__part_inline_smem): the
- * one-CTA build's counters (48 KiB), rows of at least 4 KiB (a forward long
- * enough to hide the build), counters that fit the forward's own dynamic
- * shared memory or 4 KiB (every row block reserves them), and a build
- * shorter than the rows: in a full grid at most 3 tiles per warp of the
- * forward's block (measured at H = 5376 bf16, 4097 rows, the gated ops:
- * each at least as fast as the separate build); in a full persistent grid,
- * where the block takes one of the grid's slots and its rows go to the
- * others, one tile per warp or, for long forwards, one per warp for every
- * 32 MiB of the rows' input (H = 5376 bf16: 8192 rows and up; at 32768
- * rows 5 tiles per warp, the build ~33 us against a 180 us forward).
- * Other shapes take the separate build, as the plain calls do. */
+/* The training forward's partition block (kjit__part_inline_smem): at most
+ * 3 tiles per warp of the forward's block (1 when the forward's grid is a
+ * full persistent grid: there the block takes one of its slots, its rows
+ * going to the others), rows of at least 4 KiB (a forward long enough to hide the
+ * build), and counters that fit the forward's own dynamic shared memory or
+ * 4 KiB (every row block reserves them). Measured only at H = 5376 bf16,
+ * 4097 rows (1 tile per warp with norm_modulate's persistent grid, 3 with
+ * the gated ops' full grids: each at least as fast as the separate build);
+ * other shapes take the separate build, as the plain calls do. */
 #define INLINE_MAX_ROUNDS 3
-#define INLINE_ROUND_BYTES (32LL << 20)
 #define INLINE_MIN_ROW_BYTES 4096
 #define INLINE_FREE_SMEM 4096
 /* fp32 partial sums of a backward: with the sort's scratch this keeps the
@@ -100,7 +96,7 @@ void kjit__part_carve(const kjit_part_plan *pl, CUdeviceptr base, kjit_partition
 
 /* The name expressions of a backward's partition kernels. */
 typedef struct part_names {
-    char count[64], scatter[64], small[64], finish[64];
+    char count[64], scatter[64], small[64], beside[64], finish[64];
 } part_names;
 
 static void names(part_names *nm, kjit_dtype index_dtype, kjit_dtype tp)
@@ -109,6 +105,7 @@ static void names(part_names *nm, kjit_dtype index_dtype, kjit_dtype tp)
     snprintf(nm->count, sizeof nm->count, "kjit_part_count<%s>", ti);
     snprintf(nm->scatter, sizeof nm->scatter, "kjit_part_scatter<%s>", ti);
     snprintf(nm->small, sizeof nm->small, "kjit_part_small<%s>", ti);
+    snprintf(nm->beside, sizeof nm->beside, "kjit_part_beside<%s>", ti);
     snprintf(nm->finish, sizeof nm->finish, "kjit_part_finish<%s>", kjit__dtype_cxx(tp));
 }
 
@@ -145,19 +142,37 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
     return rc;
 }
 
+unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part)
+{
+    const long long bytes = part->tiles * part->r * 4;
+    return ctx->pdl && ctx->part_small && part->n > 0 && bytes <= SMALL_MAX_SMEM ? (unsigned)bytes : 0;
+}
+
+int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype)
+{
+    part_names nm;
+    names(&nm, index_dtype, KJIT_F32);
+    CUfunction fn;
+    return kjit__ctx_kernel(ctx, PART_TEMPLATE, label, nm.beside, &fn);
+}
+
+int kjit__part_beside(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
+                      kjit_dtype index_dtype, unsigned threads, unsigned smem, CUstream stream)
+{
+    kjit_part_build_params p = {*ix, *part};
+    part_names nm;
+    names(&nm, index_dtype, KJIT_F32);
+    return kjit__run(ctx, PART_TEMPLATE, label, nm.beside, 1, 1, 1, threads, smem, stream, &p);
+}
+
 unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part, int threads, size_t row_bytes,
                                 size_t fwd_smem, int persistent)
 {
     const long long bytes = part->tiles * part->r * 4;
     const long long warps = threads / 32, rounds = warps > 0 ? (part->tiles + warps - 1) / warps : 1 << 30;
     const size_t room = fwd_smem > INLINE_FREE_SMEM ? fwd_smem : INLINE_FREE_SMEM;
-    long long max_rounds = INLINE_MAX_ROUNDS;
-    if (persistent) {
-        const long long long_rounds = part->n * (long long)row_bytes / INLINE_ROUND_BYTES;
-        max_rounds = long_rounds > 1 ? long_rounds : 1;
-    }
-    const int ok = ctx->part_small && part->n > 0 && (persistent || part->tiles <= SMALL_MAX_TILES) &&
-                   bytes <= SMALL_MAX_SMEM && rounds <= max_rounds && row_bytes >= INLINE_MIN_ROW_BYTES &&
+    const int ok = ctx->part_small && part->n > 0 && part->tiles <= SMALL_MAX_TILES && bytes <= SMALL_MAX_SMEM &&
+                   rounds <= (persistent ? 1 : INLINE_MAX_ROUNDS) && row_bytes >= INLINE_MIN_ROW_BYTES &&
                    (size_t)bytes <= room;
     return ok ? (unsigned)bytes : 0;
 }
@@ -190,6 +205,7 @@ int kjit__part_specs(const char *op, kjit_dtype tp, kjit_kernel_spec *out, int m
     static const char *const fixed[] = {"kjit_part_count<int>", "kjit_part_count<long long>",
                                         "kjit_part_scatter<int>", "kjit_part_scatter<long long>",
                                         "kjit_part_small<int>", "kjit_part_small<long long>",
+                                        "kjit_part_beside<int>", "kjit_part_beside<long long>",
                                         "kjit_part_scan<256>"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; ++i) {
         n = kjit__spec_add(out, max, n, d, "%s", fixed[i]);

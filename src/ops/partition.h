@@ -42,14 +42,27 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
 /* Whether a training forward's extra block may build part (kjit_part_small's
  * build inside the forward launch of `threads` threads per block, rows of
  * row_bytes, fwd_smem bytes of its own dynamic shared memory, persistent:
- * its grid capped at the persistent size): the one-CTA build on, its 48 KiB
- * of counters, rows of 4 KiB or more, counters within the forward's shared
- * memory or 4 KiB, and a build the rows hide: a full grid at most 64 tiles
- * and 3 tiles per warp; a persistent grid (the block takes one of its slots)
- * 1 tile per warp, or 1 for every 32 MiB of the rows' input (partition.c).
- * Returns the dynamic shared memory it needs, or 0. */
+ * its grid capped at the persistent size): the one-CTA build's limits (64
+ * tiles, 48 KiB of counters) and the one-CTA build on, at most 3 tiles per
+ * warp (1 for a persistent grid), rows of 4 KiB or more, counters within
+ * the forward's shared memory or 4 KiB. Past 64 tiles the block outlasts the
+ * forward's rows (H200, 2026-11-30, 32768 rows = 128 tiles: norm_modulate
+ * forward + backward 510 us with it, 477 us with the three build
+ * launches). Returns the dynamic shared memory it needs, or 0. */
 unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part, int threads, size_t row_bytes,
                                 size_t fwd_smem, int persistent);
+/* The build beside a training forward's persistent grid (kjit_part_beside,
+ * partition.cuh): launched right after the forward, it runs on the SM the
+ * forward leaves free instead of before it. Needs programmatic dependent
+ * launch (ctx->pdl), the one-CTA build on and its counters within 48 KiB:
+ * returns their bytes, or 0 where it does not apply. _load loads the kernel
+ * (before the forward launches: a failure must not leave the forward's
+ * outputs written and no partition); the launch takes the forward's block
+ * size, so that the build's block fits where a forward block would. */
+unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part);
+int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype);
+int kjit__part_beside(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
+                      kjit_dtype index_dtype, unsigned threads, unsigned smem, CUstream stream);
 /* Finishes ng row-strided gradient outputs of dtype tp from the partials,
  * and with partial_w != NULL also dw[h] = the sum of partial_w over the
  * chunks (groups of 32 chunks in chunk order, then the groups in order:
