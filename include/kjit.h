@@ -323,8 +323,11 @@ KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64
  * per (table row, tile of 256+ rows); ~4 bytes per row at small R). Where
  * it pays (measured at H = 5376; partition.c says when) one block of the
  * forward's launch (one more, or one of a full persistent grid's) builds it
- * beside the rows; otherwise the three
- * build launches run before the forward. kjit_adaln_train_bwd computes the
+ * beside the rows, or, for a persistent grid with programmatic dependent
+ * launch (sm_90+), a one-block build launched after the forward runs
+ * beside it on the SM the grid leaves free (same stream order for what
+ * follows: it completes after the forward); otherwise the three build
+ * launches run before the forward. kjit_adaln_train_bwd computes the
  * backward exactly as kjit_*_bwd from that partition, without building it
  * (workspace as there: kjit_adaln_workspace bytes, or NULL for the
  * context's; the partition buffer may be the first bytes of that same

@@ -202,9 +202,9 @@ static int train_partition(const char *op, const char *dir, const void *part, si
 }
 
 /* The forward; with a partition buffer (a training forward), the same
- * launch (or, when the partition's counters do not fit the one-CTA build,
- * the three build launches before it) also builds the backward's partition
- * into it. */
+ * launch also builds the backward's partition into it, or a one-CTA build
+ * launched after a persistent grid runs beside its rows, or (otherwise) the
+ * three build launches run before it. */
 static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int train, void *partb, size_t partb_bytes,
                      CUstream stream)
 {
@@ -246,9 +246,9 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
         kjit_partition part;
         CUfunction fn;
         kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &part, NULL, NULL);
-        const unsigned inl = kjit__part_inline_smem(
-            ctx, &part, tpr * c.rpc, (size_t)a->hidden * kjit_dtype_size(a->act_dtype), smem, persistent);
-        const unsigned beside = !inl && persistent && groups >= 2 ? kjit__part_beside_smem(ctx, &part) : 0;
+        const size_t row_bytes = (size_t)a->hidden * kjit_dtype_size(a->act_dtype);
+        const unsigned inl = kjit__part_inline_smem(ctx, &part, tpr * c.rpc, row_bytes, smem, persistent);
+        const unsigned beside = !inl && persistent && groups >= 2 ? kjit__part_beside_smem(ctx, &part, row_bytes) : 0;
         if (inl) {
             fwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c, 1);
             p.part = part;

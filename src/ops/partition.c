@@ -142,10 +142,12 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
     return rc;
 }
 
-unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part)
+unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part, size_t row_bytes)
 {
     const long long bytes = part->tiles * part->r * 4;
-    return ctx->pdl && ctx->part_small && part->n > 0 && bytes <= SMALL_MAX_SMEM ? (unsigned)bytes : 0;
+    return ctx->pdl && ctx->part_small && part->n > 0 && bytes <= SMALL_MAX_SMEM && row_bytes >= INLINE_MIN_ROW_BYTES
+               ? (unsigned)bytes
+               : 0;
 }
 
 int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype)

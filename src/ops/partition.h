@@ -54,12 +54,16 @@ unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part,
 /* The build beside a training forward's persistent grid (kjit_part_beside,
  * partition.cuh): launched right after the forward, it runs on the SM the
  * forward leaves free instead of before it. Needs programmatic dependent
- * launch (ctx->pdl), the one-CTA build on and its counters within 48 KiB:
- * returns their bytes, or 0 where it does not apply. _load loads the kernel
+ * launch (ctx->pdl), the one-CTA build on, its counters within 48 KiB and
+ * rows of row_bytes >= 4 KiB (a forward long enough to hide it; measured at
+ * H = 5376 bf16, 8192 and 32768 rows, H200, 2026-12-03: norm_modulate's
+ * training pair 144.3 -> 134.4 and 475.5 -> 468.4 us against the three
+ * launches): returns the counters' bytes, or 0 where it does not apply.
+ * _load loads the kernel
  * (before the forward launches: a failure must not leave the forward's
  * outputs written and no partition); the launch takes the forward's block
  * size, so that the build's block fits where a forward block would. */
-unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part);
+unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part, size_t row_bytes);
 int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype);
 int kjit__part_beside(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
                       kjit_dtype index_dtype, unsigned threads, unsigned smem, CUstream stream);

@@ -544,15 +544,13 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
         /* 12 tiles of 4000 counters (192000 bytes): the training forward
          * builds with three launches before its own (as past 64 tiles, with
          * rows under 4 KiB, or more than 3 tiles per warp: the cases above
-         * and, for the gated ops' full grids, the 16384-row one, which
-         * norm_modulate's persistent forward builds beside its rows); H =
-         * 5376 at 4097 rows, where every op's training forward builds beside
-         * its rows; the odd-H generic path. */
+         * and, for the gated ops' full grids, the 16384-row one); at 5376
+         * rows of 16384 and 16640 (65 tiles, past the one-CTA kernel's 64)
+         * norm_modulate's persistent forward has it built beside its rows
+         * (kjit_part_beside); H = 5376 at 4097 rows, where every op's
+         * training forward builds inside its launch; the odd-H generic path. */
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 3000, 4000, 0, 1, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 16384, 9, 0, 1, 1, 0},
-        /* 65 tiles at 5376: norm_modulate's persistent training forward
-         * builds beside its rows past the one-CTA kernel's 64 tiles (3 tiles
-         * per warp); the gated ops' full grids with three launches. */
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 16640, 9, 0, 1, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I64, 5376, 4097, 9, 0, 1, 1, 0},
         {mode, KJIT_F32, KJIT_F32, KJIT_I32, 3072, 2000, 300, 0, 1, 1, 0},

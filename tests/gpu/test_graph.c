@@ -13,6 +13,10 @@
 #include "test_util.h"
 
 #define N 4097
+/* norm_modulate once more at N2 rows: there its training forward's persistent
+ * grid has the partition built beside it (kjit_part_beside), a kernel that
+ * waits for the forward only at its end; at N it builds inside it. */
+#define N2 8192
 #define H 5376
 #define R 9
 #define K 6
@@ -35,39 +39,41 @@ static size_t ob_bytes(const outbuf *o) { return (size_t)(o->rows * o->stride) *
 typedef struct opcase {
     const char *name;
     int op; /* 0 gather, 1 norm_modulate, 2 gated_residual, 3 fused */
+    int slot; /* its arguments: adaln_args[slot] (AdaLN ops) */
     outbuf outs[MAX_OUTS];
     int nout;
 } opcase;
 
 static kjit_row_gather_args gather_args;
-static kjit_adaln_args adaln_args[4];
+static kjit_adaln_args adaln_args[5];
 static CUdeviceptr ws, part;
 static size_t wsb, partb;
 
 /* The op's forward then its backward, on `stream`; train (AdaLN ops): the
  * training pair (the forward builds the backward's partition in `part`). */
-static int call_op(kjit_ctx *ctx, int op, int train, CUstream stream)
+static int call_op(kjit_ctx *ctx, int op, int slot, int train, CUstream stream)
 {
     void *w = (void *)(uintptr_t)ws;
+    const kjit_adaln_args *a = &adaln_args[slot];
     int rc;
     if (train && op) {
         void *pp = (void *)(uintptr_t)part;
-        if ((rc = kjit_adaln_train_fwd(ctx, (kjit_adaln_op)op, &adaln_args[op], pp, partb, stream))) return rc;
-        return kjit_adaln_train_bwd(ctx, (kjit_adaln_op)op, &adaln_args[op], pp, partb, w, wsb, stream);
+        if ((rc = kjit_adaln_train_fwd(ctx, (kjit_adaln_op)op, a, pp, partb, stream))) return rc;
+        return kjit_adaln_train_bwd(ctx, (kjit_adaln_op)op, a, pp, partb, w, wsb, stream);
     }
     switch (op) {
     case 0:
         if ((rc = kjit_adaln_row_gather_fwd(ctx, &gather_args, stream))) return rc;
         return kjit_adaln_row_gather_bwd(ctx, &gather_args, w, wsb, stream);
     case 1:
-        if ((rc = kjit_norm_modulate_fwd(ctx, &adaln_args[1], stream))) return rc;
-        return kjit_norm_modulate_bwd(ctx, &adaln_args[1], w, wsb, stream);
+        if ((rc = kjit_norm_modulate_fwd(ctx, a, stream))) return rc;
+        return kjit_norm_modulate_bwd(ctx, a, w, wsb, stream);
     case 2:
-        if ((rc = kjit_gated_residual_fwd(ctx, &adaln_args[2], stream))) return rc;
-        return kjit_gated_residual_bwd(ctx, &adaln_args[2], w, wsb, stream);
+        if ((rc = kjit_gated_residual_fwd(ctx, a, stream))) return rc;
+        return kjit_gated_residual_bwd(ctx, a, w, wsb, stream);
     default:
-        if ((rc = kjit_gated_residual_norm_modulate_fwd(ctx, &adaln_args[3], stream))) return rc;
-        return kjit_gated_residual_norm_modulate_bwd(ctx, &adaln_args[3], w, wsb, stream);
+        if ((rc = kjit_gated_residual_norm_modulate_fwd(ctx, a, stream))) return rc;
+        return kjit_gated_residual_norm_modulate_bwd(ctx, a, w, wsb, stream);
     }
 }
 
@@ -128,7 +134,7 @@ static void test_op(kjit_ctx *ctx, CUstream stream, const opcase *c)
 
     /* Direct call: loads the kernels; every written element set, nothing else. */
     poison_outputs(c);
-    int rc = call_op(ctx, c->op, 0, stream);
+    int rc = call_op(ctx, c->op, c->slot, 0, stream);
     if (rc) {
         fprintf(stderr, "%s: direct call: %s (%s)\n", c->name, kjit_status_name(rc), kjit_last_error());
         kjit_test_failures++;
@@ -153,7 +159,7 @@ static void test_op(kjit_ctx *ctx, CUstream stream, const opcase *c)
         CUgraph graph = NULL;
         CUgraphExec exec = NULL;
         CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-        rc = call_op(ctx, c->op, train, stream);
+        rc = call_op(ctx, c->op, c->slot, train, stream);
         CUresult er = cu->StreamEndCapture(stream, &graph);
         if (rc || er != CUDA_SUCCESS || !graph) {
             const char *en = "?";
@@ -267,6 +273,14 @@ int main(void)
 #define TV(base, k) ((const void *)(uintptr_t)((base) + (CUdeviceptr)(k) * H * 2)) /* chunk k of a (rows, 6H) buffer */
 #define MV(base, k) ((void *)(uintptr_t)((base) + (CUdeviceptr)(k) * H * 2))
 
+    /* The N2-row norm_modulate's inputs. */
+    const CUdeviceptr x2 = alloc_random(&g, (size_t)N2 * H, 1.0f, 0.0f), dout2 = alloc_random(&g, (size_t)N2 * H, 1.0f, 0.0f);
+    int32_t *idx2 = malloc(sizeof(int32_t) * N2);
+    for (int i = 0; i < N2; ++i) idx2[i] = (int32_t)ref_rng_below(&g, R);
+    const CUdeviceptr didx2 = gpu_alloc(sizeof(int32_t) * N2);
+    gpu_upload(didx2, idx2, sizeof(int32_t) * N2);
+    free(idx2);
+
     /* Workspace: the largest backward's. */
     size_t b;
     CHECK_STATUS(kjit_adaln_row_gather_workspace(N, H, K, R, &wsb), KJIT_OK);
@@ -274,20 +288,24 @@ int main(void)
         CHECK_STATUS(kjit_adaln_workspace((kjit_adaln_op)op, N, H, R, &b), KJIT_OK);
         if (b > wsb) wsb = b;
     }
+    CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, N2, H, R, &b), KJIT_OK);
+    if (b > wsb) wsb = b;
     ws = gpu_alloc(wsb);
     for (int op = KJIT_NORM_MODULATE; op <= KJIT_GATED_RESIDUAL_NORM_MODULATE; ++op) {
         CHECK_STATUS(kjit_adaln_partition_bytes((kjit_adaln_op)op, N, H, R, &b), KJIT_OK);
         if (b > partb) partb = b;
     }
+    CHECK_STATUS(kjit_adaln_partition_bytes(KJIT_NORM_MODULATE, N2, H, R, &b), KJIT_OK);
+    if (b > partb) partb = b;
     part = gpu_alloc(partb);
 
-    opcase cases[4];
+    opcase cases[5];
     memset(cases, 0, sizeof cases);
 
     /* adaln_row_gather, K = 6 chunk views in, (N, 6H) out, (R, 6H) dtable. */
     {
         opcase *c = &cases[0];
-        c->name = "adaln_row_gather", c->op = 0;
+        c->name = "adaln_row_gather", c->op = 0, c->slot = 0;
         c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)(N * W) * 2), N, W, 0, W};
         c->outs[c->nout++] = (outbuf){"dtable", gpu_alloc((size_t)(R * W) * 2), R, W, 0, W};
         kjit_row_gather_args *a = &gather_args;
@@ -304,7 +322,7 @@ int main(void)
      * the same chunks of an (R, 6H) gradient buffer. */
     {
         opcase *c = &cases[1];
-        c->name = "norm_modulate", c->op = 1;
+        c->name = "norm_modulate", c->op = 1, c->slot = 1;
         c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
         c->outs[c->nout++] = (outbuf){"dx", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
         c->outs[c->nout++] = (outbuf){"dweight", gpu_alloc(H * 2), 1, H, 0, H};
@@ -326,7 +344,7 @@ int main(void)
     /* gated_residual: gate = chunk 2; dres written (dx given), dgate chunk 2. */
     {
         opcase *c = &cases[2];
-        c->name = "gated_residual", c->op = 2;
+        c->name = "gated_residual", c->op = 2, c->slot = 2;
         c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
         c->outs[c->nout++] = (outbuf){"dx (dres)", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
         c->outs[c->nout++] = (outbuf){"dy", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
@@ -348,7 +366,7 @@ int main(void)
      * same graph); dh given. */
     {
         opcase *c = &cases[3];
-        c->name = "gated_residual_norm_modulate", c->op = 3;
+        c->name = "gated_residual_norm_modulate", c->op = 3, c->slot = 3;
         c->outs[c->nout++] = (outbuf){"h", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
         c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
         c->outs[c->nout++] = (outbuf){"dx (dres)", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
@@ -377,11 +395,28 @@ int main(void)
         a->dgate = MV(c->outs[5].p, 5), a->dgate_stride = W;
     }
 
-    for (int i = 0; i < 4; ++i) test_op(ctx, stream, &cases[i]);
+    /* norm_modulate at N2 rows, its own (R, 6H) table gradient. */
+    {
+        opcase *c = &cases[4];
+        c->name = "norm_modulate (8192 rows)", c->op = 1, c->slot = 4;
+        c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)N2 * H * 2), N2, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dx", gpu_alloc((size_t)N2 * H * 2), N2, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dweight", gpu_alloc(H * 2), 1, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dtable (dshift, dscale)", gpu_alloc((size_t)(R * W) * 2), R, W, 0, 2 * H};
+        kjit_adaln_args *a = &adaln_args[4];
+        *a = adaln_args[1];
+        a->n = N2, a->index.ptr = (const void *)(uintptr_t)didx2;
+        a->x = (const void *)(uintptr_t)x2, a->dout = (const void *)(uintptr_t)dout2;
+        a->out = MV(c->outs[0].p, 0), a->dx = MV(c->outs[1].p, 0), a->dweight = MV(c->outs[2].p, 0);
+        a->dshift = MV(c->outs[3].p, 0), a->dscale = MV(c->outs[3].p, 1);
+    }
+
+    for (int i = 0; i < 5; ++i) test_op(ctx, stream, &cases[i]);
     async_in_graph(stream, didx, dbad);
 
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 5; ++i)
         for (int j = 0; j < cases[i].nout; ++j) gpu_free(cases[i].outs[j].p);
+    gpu_free(x2), gpu_free(dout2), gpu_free(didx2);
     gpu_free(ws), gpu_free(part), gpu_free(didx), gpu_free(dbad), gpu_free(table), gpu_free(weight);
     gpu_free(x), gpu_free(res), gpu_free(y), gpu_free(dout), gpu_free(dh), gpu_free(gdout);
     free(idx);
