@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/ctx.h"
 #include "kjit.h"
 #include "ops/partition.h"
 #include "test_util.h"
@@ -74,9 +75,52 @@ static void test_query_matches(void)
             }
 }
 
+/* Where a training forward builds the partition (src/ops/partition.c): in
+ * its own launch, beside it (kjit_part_beside), or neither (the three build
+ * launches first). H = 5376 bf16 rows (10752 bytes), norm_modulate's default
+ * forward: a persistent grid of 896-thread blocks (28 warps). */
+static void test_build_place(void)
+{
+    kjit_ctx c;
+    memset(&c, 0, sizeof c);
+    c.pdl = 1, c.part_small = 1;
+    kjit_part_plan pl;
+    kjit_partition pt;
+    const size_t row = 5376 * 2, smem = 86016;
+    /* 4097 rows: 17 tiles, one per warp: inside the forward's launch. */
+    kjit__part_plan(&pl, 4097, 9, 2, 5376, 1, 16, 256);
+    kjit__part_carve(&pl, 0, &pt, NULL, NULL);
+    CHECK_EQ_INT(pt.tiles, 17);
+    CHECK_EQ_INT(kjit__part_inline_smem(&c, &pt, 896, row, smem, 1), 17 * 9 * 4);
+    /* 8192 and 32768 rows: 32 and 128 tiles, more than one per warp of a
+     * persistent grid: not inside, beside it. */
+    const int64_t rows[2] = {8192, 32768};
+    for (int i = 0; i < 2; ++i) {
+        kjit__part_plan(&pl, rows[i], 9, 2, 5376, 1, 16, 256);
+        kjit__part_carve(&pl, 0, &pt, NULL, NULL);
+        CHECK_EQ_INT(kjit__part_inline_smem(&c, &pt, 896, row, smem, 1), 0);
+        CHECK_EQ_INT(kjit__part_beside_smem(&c, &pt, row), (long long)pt.tiles * 9 * 4);
+        /* Not without programmatic launch, the one-CTA build, or rows of 4 KiB. */
+        c.pdl = 0;
+        CHECK_EQ_INT(kjit__part_beside_smem(&c, &pt, row), 0);
+        c.pdl = 1, c.part_small = 0;
+        CHECK_EQ_INT(kjit__part_beside_smem(&c, &pt, row), 0);
+        c.part_small = 1;
+        CHECK_EQ_INT(kjit__part_beside_smem(&c, &pt, 4095), 0);
+        CHECK_EQ_INT(kjit__part_beside_smem(&c, &pt, 4096), (long long)pt.tiles * 9 * 4);
+    }
+    /* Counters past 48 KiB (R = 4000): neither. */
+    kjit__part_plan(&pl, 32768, 4000, 2, 5376, 1, 16, 256);
+    kjit__part_carve(&pl, 0, &pt, NULL, NULL);
+    CHECK(pt.tiles * 4000 * 4 > 48 * 1024);
+    CHECK_EQ_INT(kjit__part_beside_smem(&c, &pt, row), 0);
+    CHECK_EQ_INT(kjit__part_inline_smem(&c, &pt, 896, row, smem, 1), 0);
+}
+
 int main(void)
 {
     test_chunks();
     test_query_matches();
+    test_build_place();
     return kjit_test_result("test_partition_plan");
 }
