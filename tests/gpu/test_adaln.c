@@ -552,6 +552,11 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 64, 3000, 4000, 0, 1, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 16384, 9, 0, 1, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 16640, 9, 0, 1, 1, 0},
+        /* fp16 rows, fp32 tables at 8192: norm_modulate's and the fused op's
+         * forwards are persistent grids there, so the build runs beside both;
+         * the fused backward reads the h its forward wrote, so a build that
+         * completed before that forward would let it read stale rows. */
+        {mode, KJIT_F16, KJIT_F32, KJIT_I32, 5376, 8192, 9, 0, 1, 1, 0},
         {mode, KJIT_BF16, KJIT_BF16, KJIT_I64, 5376, 4097, 9, 0, 1, 1, 0},
         {mode, KJIT_F32, KJIT_F32, KJIT_I32, 3072, 2000, 300, 0, 1, 1, 0},
         {mode, KJIT_F32, KJIT_BF16, KJIT_I64, 13, 700, 5, 0, 1, 1, 0},
