@@ -263,7 +263,7 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
              * launched after them takes the slot left free. Both kernels
              * are loaded before either launches. */
             if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
-            if ((rc = kjit__part_beside_load(ctx, op, a->index.dtype))) goto out;
+            if ((rc = kjit__part_beside_load(ctx, op, a->index.dtype, beside))) goto out;
             rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)(groups - 1), 1, 1, (unsigned)(tpr * c.rpc),
                            (unsigned)smem, stream, &p);
             if (!rc)

@@ -150,12 +150,20 @@ unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part,
                : 0;
 }
 
-int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype)
+int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, unsigned smem)
 {
     part_names nm;
     names(&nm, index_dtype, KJIT_F32);
     CUfunction fn;
-    return kjit__ctx_kernel(ctx, PART_TEMPLATE, label, nm.beside, &fn);
+    int rc = kjit__ctx_kernel(ctx, PART_TEMPLATE, label, nm.beside, &fn);
+    if (rc) return rc;
+    /* The shared-memory limit too (kjit__run sets it again, as it would for
+     * any launch), so that after the forward only the launch itself is left. */
+    if (smem > 40 * 1024) {
+        const kjit_cu_api *cu = kjit__cu();
+        KJIT_CU_TRY(cu, FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), nm.beside);
+    }
+    return KJIT_OK;
 }
 
 int kjit__part_beside(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,

@@ -521,6 +521,24 @@ static void check_split(kjit_ctx *ctx, int mode)
     problem_free(&p);
 }
 
+/* Which of the first m outputs of b differ bitwise from a's (in the order
+ * dx, dy, dtable, dweight, out, h): a bit per output. */
+static int outs_differ(const outs *a, const outs *b, int m)
+{
+    const size_t bytes[6] = {a->act_bytes, a->act_bytes, a->tab_bytes, a->w_bytes, a->act_bytes, a->act_bytes};
+    const CUdeviceptr da[6] = {a->DX, a->DY, a->DT, a->DW, a->OUT, a->HOUT};
+    const CUdeviceptr db[6] = {b->DX, b->DY, b->DT, b->DW, b->OUT, b->HOUT};
+    int mask = 0;
+    for (int j = 0; j < m; ++j) {
+        unsigned char *x = malloc(bytes[j]), *y = malloc(bytes[j]);
+        gpu_download(x, da[j], bytes[j]);
+        gpu_download(y, db[j], bytes[j]);
+        if (memcmp(x, y, bytes[j])) mask |= 1 << j;
+        free(x), free(y);
+    }
+    return mask;
+}
+
 /* The one-CTA partition build (small problems) and the three-launch build
  * (big_ctx: KJIT_PART_SMALL=0) give the same bits: every gradient, row and
  * parameter; so does the training pair (kjit_adaln_train_fwd builds the
@@ -574,16 +592,10 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
         run_full(big_ctx, &p, &b);
         run_train(ctx, &p, &t[0]);
         run_train(big_ctx, &p, &t[1]);
-        const size_t bytes[6] = {a.act_bytes, a.act_bytes, a.tab_bytes, a.w_bytes, a.act_bytes, a.act_bytes};
         for (int v = 0; v < 3; ++v) {
-            const outs *o = v == 0 ? &b : &t[v - 1];
-            const CUdeviceptr da[6] = {a.DX, a.DY, a.DT, a.DW, a.OUT, a.HOUT};
-            const CUdeviceptr db[6] = {o->DX, o->DY, o->DT, o->DW, o->OUT, o->HOUT};
-            for (int j = 0; j < (v == 0 ? 4 : 6); ++j) {
-                unsigned char *x = malloc(bytes[j]), *y = malloc(bytes[j]);
-                gpu_download(x, da[j], bytes[j]);
-                gpu_download(y, db[j], bytes[j]);
-                if (memcmp(x, y, bytes[j])) {
+            const int mask = outs_differ(&a, v == 0 ? &b : &t[v - 1], v == 0 ? 4 : 6);
+            for (int j = 0; j < 6; ++j)
+                if (mask & (1 << j)) {
                     fprintf(stderr, "%s: n=%lld r=%lld h=%d: output %d differs: %s\n", mode_name[mode],
                             (long long)cases[k].n, (long long)cases[k].r, cases[k].h, j,
                             v == 0 ? "one-CTA vs three-launch build" : v == 1 ? "plain vs training pair"
@@ -591,8 +603,6 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
                     if (v == 0) differ++;
                     else tdiffer++;
                 }
-                free(x), free(y);
-            }
         }
         outs_free(&a);
         outs_free(&b);
@@ -604,6 +614,69 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
     printf("%s: one-CTA vs three-launch partition build: %d of %d gradients differ; plain vs training pair: "
            "%d of %d outputs and gradients differ\n", mode_name[mode], differ, 4 * nc, tdiffer, 12 * nc);
     if (differ || tdiffer) kjit_test_failures++;
+}
+
+/* Two training steps on one stream with no host sync between them and one
+ * partition buffer, the second on another index that an asynchronous copy on
+ * the stream writes over the first's. At 8192 rows of H = 5376 the
+ * partition of norm_modulate (bf16) and of the fused op (fp16 rows, fp32
+ * tables) is built beside their persistent forwards by a kernel that does
+ * not wait at its start (kjit_part_beside); gated_residual's full grid has
+ * the three build launches first. A build that ran ahead of the copy would
+ * sort the old index, one that ran over the first backward still reading the
+ * partition would change the first step's gradients, and one that completed
+ * before its forward would let the fused backward read h unwritten. Each
+ * step must equal the plain calls on its index, bit for bit. */
+static void check_back_to_back(kjit_ctx *ctx, int mode)
+{
+    const cfg c = {mode, mode == 3 ? KJIT_F16 : KJIT_BF16, mode == 3 ? KJIT_F32 : KJIT_BF16, KJIT_I32, 5376, 8192, 9,
+                   0, 1, 1, 0};
+    problem p;
+    problem_init(&p, &c);
+    const size_t ib = sizeof(int32_t) * (size_t)c.n;
+    int32_t *ia = malloc(ib), *inew = malloc(ib);
+    gpu_download(ia, p.IDX, ib);
+    for (int64_t i = 0; i < c.n; ++i) inew[i] = (int32_t)ref_rng_below(&rng, (uint64_t)c.r);
+    const CUdeviceptr dnew = gpu_alloc(ib);
+    gpu_upload(dnew, inew, ib);
+    outs ref[2], got[2];
+    for (int k = 0; k < 2; ++k) outs_init(&ref[k], &p), outs_init(&got[k], &p);
+    run_full(ctx, &p, &ref[0]);
+    gpu_upload(p.IDX, inew, ib);
+    run_full(ctx, &p, &ref[1]);
+    gpu_upload(p.IDX, ia, ib);
+
+    const kjit_adaln_op op = (kjit_adaln_op)mode;
+    size_t wsb = 0, pb = 0;
+    CHECK_STATUS(kjit_adaln_workspace(op, c.n, c.h, c.r, &wsb), KJIT_OK);
+    CHECK_STATUS(kjit_adaln_partition_bytes(op, c.n, c.h, c.r, &pb), KJIT_OK);
+    const CUdeviceptr ws = gpu_alloc(wsb), part = gpu_alloc(pb);
+    gpu_poison(part, pb);
+    void *pp = (void *)(uintptr_t)part, *w = (void *)(uintptr_t)ws;
+    for (int k = 0; k < 2; ++k) {
+        kjit_adaln_args a;
+        make_args(&p, &got[k], got[k].HOUT, 0, c.n, 0, &a);
+        if (k == 1) CU_CHECK(kjit__cu()->MemcpyDtoDAsync(p.IDX, dnew, ib, NULL));
+        CHECK_STATUS(kjit_adaln_train_fwd(ctx, op, &a, pp, pb, NULL), KJIT_OK);
+        CHECK_STATUS(kjit_adaln_train_bwd(ctx, op, &a, pp, pb, w, wsb, NULL), KJIT_OK);
+    }
+    gpu_sync();
+    int bad = 0;
+    for (int k = 0; k < 2; ++k) {
+        const int mask = outs_differ(&ref[k], &got[k], 6);
+        if (mask) {
+            fprintf(stderr, "%s: back-to-back training steps: step %d differs from the plain calls (outputs 0x%x)\n",
+                    mode_name[mode], k + 1, mask);
+            bad++;
+        }
+    }
+    printf("%s: two training steps back to back, one partition buffer, the index rewritten on the stream: %d of 2 "
+           "differ from the plain calls\n", mode_name[mode], bad);
+    if (bad) kjit_test_failures++;
+    for (int k = 0; k < 2; ++k) outs_free(&ref[k]), outs_free(&got[k]);
+    gpu_free(ws), gpu_free(part), gpu_free(dnew);
+    free(ia), free(inew);
+    problem_free(&p);
 }
 
 /* Bad arguments: the documented status, a message, outputs untouched. */
@@ -773,6 +846,7 @@ int main(void)
         check_invariance(ctx, mode);
         check_split(ctx, mode);
         check_build_paths(ctx, big_ctx, mode);
+        check_back_to_back(ctx, mode);
         check_bad_args(ctx, sync_ctx, async_ctx, mode);
     }
     for (int mode = 1; mode <= 3; ++mode)
