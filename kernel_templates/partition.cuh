@@ -607,9 +607,10 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
 // Its index loads are plain loads made without a wait: they rely on the
 // index's last writer having completed before this grid launched, which
 // the CUDA documents order but do not state makes the writes visible to a
-// grid that has not waited (griddepcontrol.wait is what they document). Not
-// seen to matter (test_adaln: two steps on one stream, the index rewritten
-// between them); reading it through the L2 (ld.global.cg) would not rely on it.
+// grid that has not waited (griddepcontrol.wait is what they document).
+// test_adaln's two training steps on one stream, the index rewritten between
+// them, would show a stale read; loads through the L2 (ld.global.cg) would
+// not rely on it.
 template <class TI>
 __global__ void __launch_bounds__(1024) kjit_part_beside(const __grid_constant__ kjit_part_build_params p)
 {
