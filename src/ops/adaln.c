@@ -261,14 +261,13 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
         } else if (beside) {
             /* The rows on one block fewer of the persistent grid; the build
              * launched after them takes the slot left free. Both kernels
-             * are loaded before either launches. */
-            if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
-            if ((rc = kjit__part_beside_load(ctx, op, a->index.dtype, beside))) goto out;
-            rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)(groups - 1), 1, 1, (unsigned)(tpr * c.rpc),
-                           (unsigned)smem, stream, &p);
-            if (!rc)
-                rc = kjit__part_beside(ctx, op, &part, &p.index, a->index.dtype, (unsigned)(tpr * c.rpc), beside,
-                                       stream);
+             * are readied before either launches. */
+            CUfunction build;
+            if ((rc = kjit__kernel_ready(ctx, ADALN_TEMPLATE, op, e, (unsigned)smem, &fn))) goto out;
+            if ((rc = kjit__part_beside_load(ctx, op, a->index.dtype, beside, &build))) goto out;
+            rc = kjit__launch(ctx, fn, (unsigned)(groups - 1), 1, 1, (unsigned)(tpr * c.rpc), (unsigned)smem, stream,
+                              &p, e);
+            if (!rc) rc = kjit__part_beside(ctx, build, &part, &p.index, (unsigned)(tpr * c.rpc), beside, stream);
             goto out;
         } else {
             /* Load the forward before the build writes anything. */

@@ -142,49 +142,46 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
     return rc;
 }
 
-unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part, size_t row_bytes)
+/* What both places of a training forward's one-CTA build need (inside its
+ * launch or beside it): the build on, rows to sort, its counters within
+ * 48 KiB, and rows of 4 KiB or more (a forward long enough to hide it).
+ * Returns the counters' bytes, or 0. */
+static unsigned small_build_bytes(const kjit_ctx *ctx, const kjit_partition *part, size_t row_bytes)
 {
     const long long bytes = part->tiles * part->r * 4;
-    return ctx->pdl && ctx->part_small && part->n > 0 && bytes <= SMALL_MAX_SMEM && row_bytes >= INLINE_MIN_ROW_BYTES
+    return ctx->part_small && part->n > 0 && bytes <= SMALL_MAX_SMEM && row_bytes >= INLINE_MIN_ROW_BYTES
                ? (unsigned)bytes
                : 0;
 }
 
-int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, unsigned smem)
+unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part, size_t row_bytes)
 {
-    part_names nm;
-    names(&nm, index_dtype, KJIT_F32);
-    CUfunction fn;
-    int rc = kjit__ctx_kernel(ctx, PART_TEMPLATE, label, nm.beside, &fn);
-    if (rc) return rc;
-    /* The shared-memory limit too (kjit__run sets it again, as it would for
-     * any launch), so that after the forward only the launch itself is left. */
-    if (smem > 40 * 1024) {
-        const kjit_cu_api *cu = kjit__cu();
-        KJIT_CU_TRY(cu, FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), nm.beside);
-    }
-    return KJIT_OK;
+    return ctx->pdl ? small_build_bytes(ctx, part, row_bytes) : 0;
 }
 
-int kjit__part_beside(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
-                      kjit_dtype index_dtype, unsigned threads, unsigned smem, CUstream stream)
+int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, unsigned smem, CUfunction *fn)
 {
-    kjit_part_build_params p = {*ix, *part};
     part_names nm;
     names(&nm, index_dtype, KJIT_F32);
-    return kjit__run(ctx, PART_TEMPLATE, label, nm.beside, 1, 1, 1, threads, smem, stream, &p);
+    return kjit__kernel_ready(ctx, PART_TEMPLATE, label, nm.beside, smem, fn);
+}
+
+int kjit__part_beside(const kjit_ctx *ctx, CUfunction fn, const kjit_partition *part, const kjit_index_arg *ix,
+                      unsigned threads, unsigned smem, CUstream stream)
+{
+    kjit_part_build_params p = {*ix, *part};
+    return kjit__launch(ctx, fn, 1, 1, 1, threads, smem, stream, &p, "kjit_part_beside");
 }
 
 unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part, int threads, size_t row_bytes,
                                 size_t fwd_smem, int persistent)
 {
-    const long long bytes = part->tiles * part->r * 4;
+    const unsigned bytes = small_build_bytes(ctx, part, row_bytes);
     const long long warps = threads / 32, rounds = warps > 0 ? (part->tiles + warps - 1) / warps : 1 << 30;
     const size_t room = fwd_smem > INLINE_FREE_SMEM ? fwd_smem : INLINE_FREE_SMEM;
-    const int ok = ctx->part_small && part->n > 0 && part->tiles <= SMALL_MAX_TILES && bytes <= SMALL_MAX_SMEM &&
-                   rounds <= (persistent ? 1 : INLINE_MAX_ROUNDS) && row_bytes >= INLINE_MIN_ROW_BYTES &&
+    const int ok = bytes && part->tiles <= SMALL_MAX_TILES && rounds <= (persistent ? 1 : INLINE_MAX_ROUNDS) &&
                    (size_t)bytes <= room;
-    return ok ? (unsigned)bytes : 0;
+    return ok ? bytes : 0;
 }
 
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,

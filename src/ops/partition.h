@@ -59,15 +59,14 @@ unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part,
  * H = 5376 bf16, 8192 and 32768 rows, H200, 2026-12-03: norm_modulate's
  * training pair 144.3 -> 134.4 and 475.5 -> 468.4 us against the three
  * launches): returns the counters' bytes, or 0 where it does not apply.
- * _load loads the kernel and sets its shared-memory limit for smem bytes
- * (before the forward launches: a failure must not leave the forward's
- * outputs written and no partition); the launch takes
- * the forward's block size, so that the build's block fits where a forward
- * block would. */
+ * _load readies the kernel for smem bytes (kjit__kernel_ready; before the
+ * forward launches: a failure must not leave the forward's outputs written
+ * and no partition); _beside launches that kernel with the forward's block
+ * size, so that the build's block fits where a forward block would. */
 unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part, size_t row_bytes);
-int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, unsigned smem);
-int kjit__part_beside(kjit_ctx *ctx, const char *label, const kjit_partition *part, const kjit_index_arg *ix,
-                      kjit_dtype index_dtype, unsigned threads, unsigned smem, CUstream stream);
+int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, unsigned smem, CUfunction *fn);
+int kjit__part_beside(const kjit_ctx *ctx, CUfunction fn, const kjit_partition *part, const kjit_index_arg *ix,
+                      unsigned threads, unsigned smem, CUstream stream);
 /* Finishes ng row-strided gradient outputs of dtype tp from the partials,
  * and with partial_w != NULL also dw[h] = the sum of partial_w over the
  * chunks (groups of 32 chunks in chunk order, then the groups in order:
