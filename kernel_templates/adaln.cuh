@@ -107,15 +107,11 @@
 //   [start[r], start[r+1])) that lies inside the chunk is rounded to TP and
 //   written to dtable row r; otherwise its part is written in fp32 to
 //   partial[((c*2 + slot)*NG + g)*h + col], slot 1 when the segment starts in
-//   this chunk ("tail"), slot 0 when it started earlier ("head"); dscale's
-//   part is sum dout*xhat, before the factor w (the finisher multiplies each
-//   part by w, the product the kernel would have stored). dw (MODE 1, 3,
-//   when p.partial_w != NULL): partial_w[c*h + col] = sum over the chunk's
-//   segment parts, in order, of (1 + scale[r]) * sum dout*xhat, written by
-//   every chunk that holds rows except one whose only segment is a head or a
-//   tail: that term is its dscale slot times (1 + scale[r]), which the
-//   finisher computes (kjit::part_w_term; 1/3 fewer partial bytes at R = 9).
-//   kjit_part_finish adds the partials in a fixed order (partition.cuh). Rows with an out-of-range index are not in
+//   this chunk ("tail"), slot 0 when it started earlier ("head"). dw (MODE 1,
+//   3, when p.partial_w != NULL): partial_w[c*h + col] = sum over the chunk's
+//   segment parts, in order, of (1 + scale[r]) * sum dout*xhat (written by
+//   every chunk that holds rows). kjit_part_finish adds the partials in a fixed
+//   order (partition.cuh). Rows with an out-of-range index are not in
 //   perm (kjit_part_count leaves them out and raises *err), so the backward
 //   neither reads through nor writes for them.
 //   rstd is recomputed exactly as the forward computes it; p.rstd is not read.
@@ -830,27 +826,23 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
             }
     };
 
-    // last: the chunk's last segment. A chunk whose one segment is not
-    // FINAL leaves its dw part out of partial_w: the finisher derives it from
-    // the slot (kjit::part_w_term).
-    auto flush = [&](bool last) {
+    auto flush = [&]() {
         const long long r = sg.r;
-        const bool wslot = wfirst && last && !(sg.first && sg.last);
         const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
         const int slot = sg.first ? KJIT_SEG_TAIL : KJIT_SEG_HEAD;
 #pragma unroll
         for (int k = 0; k < IT; ++k)
             if (FULL || k * TPR + t < G) {
                 const int col = (k * TPR + t) * V;
-                float out[NG][V], wf[V];
+                float out[NG][V];
 #pragma unroll
                 for (int a = 0; a < NACC; ++a) acc.get(a, k, out[a]);
                 if constexpr (MODE != 2) {
                     // out[1] holds sum dout*xhat: dw part first, then dscale.
-                    float s1[V];
+                    float s1[V], wf[V];
                     ld_nc_f32<TP, V>(sc + col, s1);
                     ld_nc_f32<TP, V>(wp + col, wf);
-                    if (p.partial_w != 0 && !wslot) {
+                    if (p.partial_w != 0) {
                         float dw[V];
                         float *pw = p.partial_w + c * H + col;
 #pragma unroll
@@ -870,14 +862,12 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                         }
                         st_f32v<float, V>(pw, dw);
                     }
-                }
-                if (sg.first && sg.last) {
-                    // dscale = w * sum dout*xhat; a slot keeps the sum (the
-                    // finisher multiplies each part by w).
-                    if (MODE != 2 && hw) {
+                    if (hw) {
 #pragma unroll
                         for (int i = 0; i < V; ++i) out[1][i] = __fmul_rn(out[1][i], wf[i]);
                     }
+                }
+                if (sg.first && sg.last) {
 #pragma unroll
                     for (int g = 0; g < NG; ++g)
                         st_f32v<TP, V>((TP *)p.dtable.ptr[S::tab(g)] + r * p.dtable.stride[S::tab(g)] + col,
@@ -901,7 +891,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     if (j != 2 || MODE != 3 || hdh) ld_smem(buf[j][k], stage(s, j, k));
         const long long r = rix[s];
         if (r != sg.r) {
-            if (sg.r >= 0) flush(false);
+            if (sg.r >= 0) flush();
             begin(r);
         }
         const long long row = rid[s];
@@ -1006,7 +996,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
             }
         }
     }
-    flush(true);
+    flush();
 }
 
 // Same arithmetic as bwd_fast, one element at a time, runtime h. The
@@ -1057,13 +1047,13 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
                 for (int g = 0; g < NG; ++g) v[g] = accp[(long long)g * h + col];
                 if constexpr (MODE != 2) {
                     const float s1 = ld_f32(sc + col);
-                    if (p.partial_w != 0 && !(wfirst && pos == e && !(first && last))) {
+                    if (p.partial_w != 0) {
                         float dw = __fmul_rn(v[1], __fadd_rn(1.0f, s1));
                         float *pw = p.partial_w + c * h + col;
                         if (!wfirst) dw = __fadd_rn(*pw, dw);
                         *pw = dw;
                     }
-                    if (hw && first && last) v[1] = __fmul_rn(v[1], ld_f32(wp + col));
+                    if (hw) v[1] = __fmul_rn(v[1], ld_f32(wp + col));
                 }
                 for (int g = 0; g < NG; ++g) {
                     if (first && last)

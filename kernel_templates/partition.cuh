@@ -80,8 +80,7 @@
 // Launch such a kernel over c in [0, part.chunks); chunks past start[R] get
 // seg_first() == false. A per-row quantity (dx) is computed for each q as the
 // walk reaches it; a dw-style column sum writes partial_w[c][col] for every
-// chunk with rows (fp32, sum over the chunk's rows in q order), except,
-// with a finish that has the norm part, the chunks kjit::part_w_term names.
+// chunk with rows (fp32, sum over the chunk's rows in q order).
 //
 // Finishers (launch right after the backward kernel, same stream; the
 // partition must be complete before that kernel's dependency wait returns,
@@ -96,16 +95,11 @@
 //       z < ng: for each row whose segment crosses chunks (c0 = start[r] /
 //       chunk != c1 = (start[r+1] - 1) / chunk): tail(c0) + head(c0+1) + ...
 //       + head(c1), rounded once; for each empty row: 0; other rows untouched.
-//       For g == p.wg with p.w (the norm ops' dscale) each part is
-//       multiplied by w[col] before it is added.
-//       z == ng (column sums, e.g. dw): dw[col] = the sum of the chunks'
-//       terms over the chunks that hold rows (c < ceil(start[R] / chunk)), 0
-//       if none, in a fixed order: groups of 32 consecutive chunks, each
-//       summed in chunk order, then the group sums in group order. A term is
-//       partial_w[c][col], or where kjit::part_w_term names a slot (the
-//       chunk's one segment, a head or a tail, table row r) slot[wg][col] *
-//       (1 + scale[r][col]). The X * Y blocks of that plane take 32 columns
-//       each, their warps the groups.
+//       z == ng (column sums, e.g. dw): dw[col] = the sum of partial_w[c][col]
+//       over the chunks that hold rows (c < ceil(start[R] / chunk)), 0 if
+//       none, in a fixed order: groups of 32 consecutive chunks, each summed
+//       in chunk order, then the group sums in group order. The X * Y blocks
+//       of that plane take 32 columns each, their warps the groups.
 #pragma once
 
 #include "common/kjit_types.cuh"
@@ -247,18 +241,6 @@ __device__ __forceinline__ bool seg_next(const kjit_partition &pt, seg &s)
         r = seg_search(pt.start, r, (int)pt.r, x);
     seg_set(pt, s, r, x);
     return true;
-}
-
-// Where chunk c's column-sum term is: -1 in partial_w[c] (the chunk holds
-// more than one segment, or a FINAL one), -2 nowhere (no rows), else
-// (r << 1) | slot: the chunk's one segment, table row r, whose slot holds
-// the sum the term is derived from (a backward leaves partial_w[c] out).
-__device__ __forceinline__ int part_w_term(const kjit_partition &pt, long long c)
-{
-    seg s;
-    if (!seg_first(pt, c, s)) return -2;
-    if (s.slot == KJIT_SEG_FINAL || s.hi < s.chunk_hi) return -1;
-    return (s.r << 1) | s.slot;
 }
 
 } // namespace kjit
@@ -648,10 +630,7 @@ namespace kjit {
 // at R = 9, a table row's heads (27 at 4097 rows, 28 at 32768) in one round,
 // at half the registers of 64 (more finisher blocks resident at once). U
 // changes only how many loads are in flight, never the order of the adds.
-// Each part is multiplied by ws first (w for the slots of sum dout*xhat,
-// else 1: exact, the same bits as the part itself; one code path keeps the
-// finisher's registers at 64).
-__device__ __forceinline__ float sum_strided(const float *q, long long m, long long stride, float acc, float ws)
+__device__ __forceinline__ float sum_strided(const float *q, long long m, long long stride, float acc)
 {
     const int U = 32;
     for (; m >= U; m -= U, q += U * stride) {
@@ -659,7 +638,7 @@ __device__ __forceinline__ float sum_strided(const float *q, long long m, long l
 #pragma unroll
         for (int u = 0; u < U; ++u) v[u] = ldg_f32(q + u * stride);
 #pragma unroll
-        for (int u = 0; u < U; ++u) acc += __fmul_rn(v[u], ws);
+        for (int u = 0; u < U; ++u) acc += v[u];
     }
     if (m > 0) {
         float v[U];
@@ -667,7 +646,7 @@ __device__ __forceinline__ float sum_strided(const float *q, long long m, long l
         for (int u = 0; u < U; ++u) v[u] = u < m ? ldg_f32(q + u * stride) : 0.f;
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            if (u < m) acc += __fmul_rn(v[u], ws);
+            if (u < m) acc += v[u];
     }
     return acc;
 }
@@ -679,7 +658,7 @@ __device__ __forceinline__ float sum_strided(const float *q, long long m, long l
 // the backward kernel (programmatic dependent launch), and only the
 // partials after.
 template <class TP>
-__global__ void __launch_bounds__(256, 3) kjit_part_finish(const __grid_constant__ kjit_finish_params p)
+__global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
 {
     __shared__ int list_r[1024], list_c0[1024], list_m[1024];
     __shared__ int n_list;
@@ -692,57 +671,22 @@ __global__ void __launch_bounds__(256, 3) kjit_part_finish(const __grid_constant
         // summed in chunk order, then the group sums in group order: a fixed
         // order (independent of the launch) with one round of loads in
         // flight. A block takes 32 columns; its warps take the groups.
-        // A chunk's term is partial_w[c][col] or, where the backward left it
-        // out (kjit::part_w_term), slot * (1 + scale[r][col]): the value the
-        // backward would have stored.
-        // Per chunk: the offset of its term's row from p.partial (floats),
-        // and of its scale row (elements; -1: the term is partial_w's).
         __shared__ float grp[8][32];
-        __shared__ long long toff[KJIT_COLSUM_GROUP * 8], soff[KJIT_COLSUM_GROUP * 8];
         if (p.partial_w == 0) return;
         const long long total = kjit::ldcg_i32(pt.start + pt.r);
         const long long m = (total + chunk - 1) / chunk; // chunks holding rows
         const int ngrp = (int)((m + KJIT_COLSUM_GROUP - 1) / KJIT_COLSUM_GROUP);
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
         const int blk = blockIdx.y * gridDim.x + blockIdx.x, nblk = gridDim.x * gridDim.y;
-        const long long cs = 2ll * p.ng * p.h;
-        const long long wbase = (long long)((const char *)p.partial_w - (const char *)p.partial) / 4;
-        for (long long c = threadIdx.x; c < m; c += blockDim.x) {
-            const int tm = kjit::part_w_term(pt, c);
-            toff[c] = tm < 0 ? wbase + c * p.h : c * cs + ((tm & 1) * p.ng + p.wg) * (long long)p.h;
-            soff[c] = tm < 0 ? -1 : (long long)(tm >> 1) * p.scale_stride;
-        }
-        __syncthreads();
         kjit::grid_dep_sync();
-        const TP *sct = (const TP *)p.scale;
         for (long long c0 = (long long)blk * 32; c0 < p.h; c0 += (long long)nblk * 32) {
             const long long col = c0 + lane;
             if (col < p.h)
                 for (int j = warp; j < ngrp; j += warps) {
                     const long long a = (long long)j * KJIT_COLSUM_GROUP;
-                    const int k = (int)(m - a < KJIT_COLSUM_GROUP ? m - a : KJIT_COLSUM_GROUP);
-                    // Two rounds of 16 loads (and 16 scales) in flight: the
-                    // registers of one round of 32 without the scales.
-                    float acc = 0.f;
-                    for (int h0 = 0; h0 < k; h0 += 16) {
-                        float v[16], sc[16];
-                        unsigned wterm = 0; // bit u: the term is partial_w's
-#pragma unroll
-                        for (int u = 0; u < 16; ++u) {
-                            const bool in = h0 + u < k;
-                            const long long so = in ? soff[a + h0 + u] : -1;
-                            if (so < 0) wterm |= 1u << u;
-                            v[u] = in ? kjit::ldg_f32(p.partial + toff[a + h0 + u] + col) : 0.f;
-                            sc[u] = so >= 0 ? kjit::ld_f32(sct + so + col) : 0.f;
-                        }
-#pragma unroll
-                        for (int u = 0; u < 16; ++u) {
-                            const float t = (wterm >> u & 1) ? v[u] : __fmul_rn(v[u], __fadd_rn(1.0f, sc[u]));
-                            if (h0 + u == 0) acc = t;
-                            else if (h0 + u < k) acc += t;
-                        }
-                    }
-                    grp[j][lane] = acc;
+                    const long long k = m - a < KJIT_COLSUM_GROUP ? m - a : KJIT_COLSUM_GROUP;
+                    const float *q = p.partial_w + a * p.h + col;
+                    grp[j][lane] = kjit::sum_strided(q + p.h, k - 1, p.h, kjit::ldg_f32(q));
                 }
             __syncthreads();
             if (warp == 0 && col < p.h) {
@@ -762,8 +706,6 @@ __global__ void __launch_bounds__(256, 3) kjit_part_finish(const __grid_constant
     const long long cstride = 2ll * p.ng * p.h; // one chunk's partials
     TP *out = (TP *)p.out[g];
     const long long os = p.out_stride[g];
-    const TP *wp = (const TP *)p.w;
-    const bool mul = g == p.wg && wp != 0;
     const int col0 = blockIdx.x * blockDim.x + threadIdx.x, cstep = gridDim.x * blockDim.x;
     // This block owns rows r = blockIdx.y + i * gridDim.y. Its threads find
     // in parallel the rows needing work (crossing or empty); the list order
@@ -793,8 +735,7 @@ __global__ void __launch_bounds__(256, 3) kjit_part_finish(const __grid_constant
                 if (heads >= 0) {
                     acc = kjit::ldg_f32(p.partial + ((c0 * 2 + KJIT_SEG_TAIL) * p.ng + g) * (long long)p.h + col);
                     const float *q = p.partial + (((c0 + 1) * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h + col;
-                    const float ws = mul ? kjit::ld_f32(wp + col) : 1.0f;
-                    acc = kjit::sum_strided(q, heads, cstride, __fmul_rn(acc, ws), ws);
+                    acc = kjit::sum_strided(q, heads, cstride, acc);
                 }
                 kjit::st_f32(out + rr * os + col, acc);
             }

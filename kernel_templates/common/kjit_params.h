@@ -74,22 +74,14 @@ typedef struct kjit_part_build_params {
 
 /* kjit_part_finish: completes the rows whose segment crosses chunks (and
  * zeroes empty rows) of NG = ng gradient outputs out[g] (r, h) row-strided;
- * with partial_w, also dw[col] = sum over used chunks c of their terms
- * (partial_w[c][col] or derived from a slot; grid z = ng + 1). */
+ * with partial_w, also dw[col] = sum over used chunks c of partial_w[c][col]
+ * (grid z = ng + 1). */
 typedef struct kjit_finish_params {
     void *out[KJIT_MAX_TABLES];
     long long out_stride[KJIT_MAX_TABLES];
     const float *partial;   /* [chunks][2][ng][h] fp32 */
     const float *partial_w; /* [chunks][h] fp32, or NULL */
     void *dw;               /* [h], written when partial_w != NULL */
-    /* Norm ops (else NULL): slot gradient wg holds sum dout*xhat, each part
-     * multiplied by w[col] before it is added (w NULL: by 1); a chunk whose
-     * one segment is not FINAL leaves its partial_w row out, and its term
-     * is slot[wg] * (1 + scale[r][col]). */
-    const void *w;          /* [h] TP, or NULL */
-    const void *scale;      /* the scale table, [r] rows of scale_stride TP */
-    long long scale_stride;
-    int wg;
     kjit_partition part;
     int h;
     int ng;

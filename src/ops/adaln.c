@@ -351,10 +351,8 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
         outs[k] = a->dscale, strides[k++] = a->dscale_stride;
     }
     if (mode != 1) outs[k] = a->dgate, strides[k++] = a->dgate_stride;
-    /* dscale's slots hold sum dout*xhat (table chunk 1 = gradient 1). */
-    const kjit_part_norm norm = {p.w, a->scale, a->scale_stride, 1};
     rc = kjit__part_finish(ctx, op, &p.part, p.partial, ng, a->hidden, outs, strides, p.partial_w,
-                           with_w ? a->dweight : NULL, mode != 2 ? &norm : NULL, a->param_dtype, stream);
+                           with_w ? a->dweight : NULL, a->param_dtype, stream);
 out:
     kjit__ctx_leave(ctx, pushed);
     return rc;

@@ -143,7 +143,7 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
         long long strides[KJIT_MAX_TABLES];
         for (int k = 0; k < a->num_tables; ++k) outs[k] = a->dtable[k], strides[k] = a->dtable_stride[k];
         rc = kjit__part_finish(ctx, OP, &p.part, p.partial, a->num_tables, a->hidden, outs, strides, NULL, NULL,
-                               NULL, a->dtype, stream);
+                               a->dtype, stream);
     }
 out:
     kjit__ctx_leave(ctx, pushed);

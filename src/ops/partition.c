@@ -186,16 +186,9 @@ unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part,
 
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
                       int h, void *const out[], const long long out_stride[], const float *partial_w, void *dw,
-                      const kjit_part_norm *norm, kjit_dtype tp, CUstream stream)
+                      kjit_dtype tp, CUstream stream)
 {
     kjit_finish_params p = {0};
-    p.wg = -1;
-    if (norm) {
-        p.w = norm->w;
-        p.scale = norm->scale;
-        p.scale_stride = norm->scale_stride;
-        p.wg = norm->wg;
-    }
     for (int g = 0; g < ng; ++g) {
         p.out[g] = out[g];
         p.out_stride[g] = out_stride[g];

@@ -67,24 +67,13 @@ unsigned kjit__part_beside_smem(const kjit_ctx *ctx, const kjit_partition *part,
 int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dtype, unsigned smem, CUfunction *fn);
 int kjit__part_beside(const kjit_ctx *ctx, CUfunction fn, const kjit_partition *part, const kjit_index_arg *ix,
                       unsigned threads, unsigned smem, CUstream stream);
-/* The norm ops' part of a finish (kjit_finish_params): slot gradient wg
- * holds sum dout*xhat, multiplied by w (NULL: none) part by part; the
- * column sums derive a chunk's term from that slot and the scale table
- * where the backward left partial_w out. */
-typedef struct kjit_part_norm {
-    const void *w, *scale;
-    long long scale_stride;
-    int wg;
-} kjit_part_norm;
-
 /* Finishes ng row-strided gradient outputs of dtype tp from the partials,
- * and with partial_w != NULL also dw[h] = the sum over the chunks of their
- * terms (groups of 32 chunks in chunk order, then the groups in order:
- * kernel_templates/partition.cuh): one launch. norm: NULL except for the
- * norm ops. */
+ * and with partial_w != NULL also dw[h] = the sum of partial_w over the
+ * chunks (groups of 32 chunks in chunk order, then the groups in order:
+ * kernel_templates/partition.cuh): one launch. */
 int kjit__part_finish(kjit_ctx *ctx, const char *label, const kjit_partition *part, const float *partial, int ng,
                       int h, void *const out[], const long long out_stride[], const float *partial_w, void *dw,
-                      const kjit_part_norm *norm, kjit_dtype tp, CUstream stream);
+                      kjit_dtype tp, CUstream stream);
 
 /* The partition kernels' name expressions (for prewarm). */
 int kjit__part_specs(const char *op, kjit_dtype tp, kjit_kernel_spec *out, int max, int n);

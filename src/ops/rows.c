@@ -68,7 +68,7 @@ int kjit__kernel_ready(kjit_ctx *ctx, const char *template_file, const char *lab
     if (rc) return rc;
     /* 48 KiB of static + dynamic shared memory without the attribute; the
      * kernels' static part is under 8 KiB where they take dynamic shared
-     * memory (the finisher's 17 KiB is all static). */
+     * memory (the finisher's 14 KiB is all static). */
     if (smem > 40 * 1024) {
         const kjit_cu_api *cu = kjit__cu();
         KJIT_CU_TRY(cu, FuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), name_expr);
