@@ -5,7 +5,9 @@
 # with headers) and reports.tar (the conformance JSON); a summary is printed last.
 # Usage (from the project root):
 #   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
-# Stages (default: tests bench): tests, bench, python, fuzz (random shapes
+# Stages (default: tests bench): tests, bench, python, bits (the norm ops'
+# outputs and gradients hashed; KJIT_BITS_REF=DIR compares another tree's
+# build bit for bit), fuzz (random shapes
 # through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), conformance, tune
 # (KJIT_TUNE_HIDDEN, KJIT_TUNE_DTYPE; KJIT_TUNE_ONLY=1 skips the tuned bench_ops;
 # KJIT_TUNE_PREWARM=1 compiles the tuning space first),
@@ -66,6 +68,29 @@ for s in $stages; do
     section h3_block; python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 15
     summary+=("h3_block rc=${PIPESTATUS[0]}")
     section profile_binding; python3 bench/profile_binding.py 2>&1 | tee -a "$LOG" | tail -n 30 ;;
+  bits)
+    # Every output and gradient of the norm ops on seeded inputs, hashed
+    # (bench/bits_hash.py); with KJIT_BITS_REF=DIR (another kjit tree inside
+    # the working tree, e.g. `git archive REV | tar -x -C DIR`), that tree's
+    # library is built and hashed too, through this tree's binding, and the
+    # two compared bit for bit.
+    python_env
+    section bits; python3 bench/bits_hash.py --out "$OUT/bits.txt" >>"$LOG" 2>&1
+    summary+=("bits rc=$?")
+    if [ -n "${KJIT_BITS_REF:-}" ]; then
+      ref=$(cd "$KJIT_BITS_REF" && pwd)
+      section "bits, $ref"
+      cmake -S "$ref" -B "$ref/build-ref" -DCMAKE_BUILD_TYPE=Release >>"$LOG" 2>&1 &&
+        cmake --build "$ref/build-ref" -j"$(nproc)" --target kjit >>"$LOG" 2>&1 &&
+        KJIT_LIBRARY=$ref/build-ref/libkjit.so python3 bench/bits_hash.py --out "$OUT/bits_ref.txt" >>"$LOG" 2>&1
+      summary+=("bits of $KJIT_BITS_REF rc=$?")
+      if cmp -s "$OUT/bits.txt" "$OUT/bits_ref.txt"; then
+        summary+=("bits: equal to $KJIT_BITS_REF's ($(wc -l <"$OUT/bits.txt") cases)")
+      else
+        summary+=("bits: DIFFER from $KJIT_BITS_REF's")
+        diff "$OUT/bits_ref.txt" "$OUT/bits.txt" | head -20
+      fi
+    fi ;;
   fuzz)
     # Random shapes, dtypes, strides, index patterns and table layouts through
     # the public Python API: accuracy, batch invariance, repeatability.
