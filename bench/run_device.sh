@@ -15,7 +15,8 @@
 # under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
 # profile (ncu: each backward kernel's time and DRAM bytes), ncudetail (ncu
 # sections of the forward and main backward kernel: KJIT_NCU_KERNELS,
-# KJIT_NCU_OP, KJIT_NCU_ROWS), ipc (test_server_ipc's run round trip:
+# KJIT_NCU_OP, KJIT_NCU_ROWS), ncusource (ncu's warp-stall samples per SASS
+# instruction of those kernels, same variables; bench/ncu_top.py), ipc (test_server_ipc's run round trip:
 # polling, KJIT_SPIN_US=0, and under MPS where available), sol (bench/sol_probe:
 # the fastest plain kernels for the ops' bytes; KJIT_SOL_ROWS), normp
 # (bench/norm_probe: plain norm_modulate forwards beside kjit's).
@@ -192,6 +193,23 @@ for s in $stages; do
         --section LaunchStats --section MemoryWorkloadAnalysis -k regex:"$k" --launch-skip 30 --launch-count 1 \
         $B/bench/bench_ops --ops ${KJIT_NCU_OP:-norm_modulate} --rows ${KJIT_NCU_ROWS:-4097} 2>&1 \
         | grep -vE "^#|^kjit_|^copy|^fused|^op " | tee -a "$LOG" | grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Occupancy|Registers|Block Size|Grid Size" | head -40
+    done ;;
+  ncusource)
+    # Where one kernel's warps wait, instruction by instruction: ncu's
+    # warp-stall sampling (SourceCounters) on the SASS, the kernels built with
+    # line info. The report (.ncu-rep) and the source page (CSV) go to $OUT;
+    # bench/ncu_top.py prints the instructions holding most samples.
+    for k in ${KJIT_NCU_KERNELS:-kjit_adaln_bwd}; do
+      for n in ${KJIT_NCU_ROWS:-4097}; do
+        rep="$OUT/ncusrc_${k}_${KJIT_NCU_OP:-norm_modulate}_$n"
+        section "ncu source $k ${KJIT_NCU_OP:-norm_modulate} $n"
+        KJIT_LINEINFO=1 timeout 240 ncu --clock-control none --section SourceCounters --section WarpStateStats \
+          -k regex:"$k" --launch-skip 30 --launch-count 1 -f -o "$rep" \
+          $B/bench/bench_ops --ops ${KJIT_NCU_OP:-norm_modulate} --rows "$n" >>"$LOG" 2>&1
+        ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.csv" 2>>"$LOG" ||
+          ncu -i "$rep.ncu-rep" --page source --csv >"$rep.csv" 2>>"$LOG"
+        python3 bench/ncu_top.py "$rep.csv" ${KJIT_NCU_TOP:-45} 2>&1 | tee -a "$LOG"
+      done
     done ;;
   sanitize)
     # The ragged fast path (hidden 1000 bf16, 2000 fp32) under compute-sanitizer's memcheck.
