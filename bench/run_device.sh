@@ -197,7 +197,8 @@ for s in $stages; do
   ncusource)
     # Where one kernel's warps wait, instruction by instruction: ncu's
     # warp-stall sampling (SourceCounters) on the SASS, the kernels built with
-    # line info. The report (.ncu-rep) and the source page (CSV) go to $OUT;
+    # line info. The reports (.ncu-rep) and source pages (CSV) go to
+    # $OUT/ncusource.tar;
     # bench/ncu_top.py prints the instructions holding most samples.
     for k in ${KJIT_NCU_KERNELS:-kjit_adaln_bwd}; do
       for n in ${KJIT_NCU_ROWS:-4097}; do
@@ -210,7 +211,10 @@ for s in $stages; do
           ncu -i "$rep.ncu-rep" --page source --csv >"$rep.csv" 2>>"$LOG"
         python3 bench/ncu_top.py "$rep.csv" ${KJIT_NCU_TOP:-45} 2>&1 | tee -a "$LOG"
       done
-    done ;;
+    done
+    # One file back instead of two per kernel and row count (a device
+    # machine may return only a handful).
+    (cd "$OUT" && tar -cf ncusource.tar ncusrc_* && rm -f ncusrc_*) ;;
   sanitize)
     # The ragged fast path (hidden 1000 bf16, 2000 fp32) under compute-sanitizer's memcheck.
     section "compute-sanitizer test_adaln (KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000})"
