@@ -393,6 +393,34 @@ int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label
     return KJIT_OK;
 }
 
+int kjit__ctx_kernel_smem(kjit_ctx *ctx, const char *template_file, const char *label,
+                          const char *name_expr, unsigned smem, CUfunction *fn)
+{
+    int rc = kjit__ctx_kernel(ctx, template_file, label, name_expr, fn);
+    /* 48 KiB of static + dynamic shared memory need no attribute; the
+     * kernels' static part is under 8 KiB where they take dynamic shared
+     * memory (the finisher's 14 KiB is all static). */
+    if (rc || smem <= 40 * 1024) return rc;
+    const uint64_t h = XXH3_64bits(name_expr, strlen(name_expr));
+    pthread_rwlock_rdlock(&ctx->lock);
+    int done = find_slot(ctx->slots, ctx->n_slots, name_expr, h)->smem_max >= smem;
+    pthread_rwlock_unlock(&ctx->lock);
+    if (done) return KJIT_OK;
+    pthread_rwlock_wrlock(&ctx->lock);
+    kjit_kernel_slot *s = find_slot(ctx->slots, ctx->n_slots, name_expr, h);
+    if (s->smem_max < smem) {
+        const CUresult r =
+            kjit__cu()->FuncSetAttribute(s->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+        if (r != CUDA_SUCCESS) {
+            pthread_rwlock_unlock(&ctx->lock);
+            return kjit__cu_fail(r, name_expr);
+        }
+        s->smem_max = smem;
+    }
+    pthread_rwlock_unlock(&ctx->lock);
+    return KJIT_OK;
+}
+
 int kjit__launch(const kjit_ctx *ctx, CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                  unsigned smem, CUstream stream, void *params, const char *what)
 {

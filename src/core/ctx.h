@@ -20,6 +20,7 @@ typedef struct kjit_kernel_slot {
     uint64_t hash;
     CUmodule module;
     CUfunction fn;
+    unsigned smem_max; /* dynamic shared memory the function is allowed (0: the default 48 KiB) */
 } kjit_kernel_slot;
 
 struct kjit_ctx {
@@ -80,6 +81,12 @@ void kjit__ctx_leave(kjit_ctx *ctx, int pushed);
  * or taken from the cache on first use. Call inside enter/leave. */
 int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label,
                      const char *name_expr, CUfunction *fn);
+
+/* kjit__ctx_kernel, and the function allowed smem bytes of dynamic shared
+ * memory (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, set once per
+ * larger size, not per launch). */
+int kjit__ctx_kernel_smem(kjit_ctx *ctx, const char *template_file, const char *label,
+                          const char *name_expr, unsigned smem, CUfunction *fn);
 
 /* Builds (or finds) a kernel's cubin for sm without loading it. */
 int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,

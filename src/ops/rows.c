@@ -64,16 +64,7 @@ int kjit__check_index(const char *op, const kjit_index *ix, int64_t n)
 int kjit__kernel_ready(kjit_ctx *ctx, const char *template_file, const char *label, const char *name_expr,
                        unsigned smem, CUfunction *fn)
 {
-    int rc = kjit__ctx_kernel(ctx, template_file, label, name_expr, fn);
-    if (rc) return rc;
-    /* 48 KiB of static + dynamic shared memory without the attribute; the
-     * kernels' static part is under 8 KiB where they take dynamic shared
-     * memory (the finisher's 14 KiB is all static). */
-    if (smem > 40 * 1024) {
-        const kjit_cu_api *cu = kjit__cu();
-        KJIT_CU_TRY(cu, FuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), name_expr);
-    }
-    return KJIT_OK;
+    return kjit__ctx_kernel_smem(ctx, template_file, label, name_expr, smem, fn);
 }
 
 int kjit__run(kjit_ctx *ctx, const char *template_file, const char *label, const char *name_expr,
