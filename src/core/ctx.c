@@ -328,17 +328,47 @@ int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
     return rc;
 }
 
+/* Lets the loaded function take smem bytes of dynamic shared memory, once
+ * per larger size (the write lock orders concurrent callers). */
+static int allow_smem(kjit_ctx *ctx, const char *name_expr, uint64_t h, unsigned smem)
+{
+    pthread_rwlock_wrlock(&ctx->lock);
+    kjit_kernel_slot *s = find_slot(ctx->slots, ctx->n_slots, name_expr, h);
+    if (s->smem_max < smem) {
+        const CUresult r =
+            kjit__cu()->FuncSetAttribute(s->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+        if (r != CUDA_SUCCESS) {
+            pthread_rwlock_unlock(&ctx->lock);
+            return kjit__cu_fail(r, name_expr);
+        }
+        s->smem_max = smem;
+    }
+    pthread_rwlock_unlock(&ctx->lock);
+    return KJIT_OK;
+}
+
 int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label,
                      const char *name_expr, CUfunction *fn)
 {
+    return kjit__ctx_kernel_smem(ctx, template_file, label, name_expr, 0, fn);
+}
+
+int kjit__ctx_kernel_smem(kjit_ctx *ctx, const char *template_file, const char *label,
+                          const char *name_expr, unsigned smem, CUfunction *fn)
+{
+    /* 48 KiB of static + dynamic shared memory need no attribute; the
+     * kernels' static part is under 8 KiB where they take dynamic shared
+     * memory (the finisher's 14 KiB is all static). */
+    const unsigned need = smem > 40 * 1024 ? smem : 0;
     const uint64_t h = XXH3_64bits(name_expr, strlen(name_expr));
     pthread_rwlock_rdlock(&ctx->lock);
     if (ctx->n_slots) {
         kjit_kernel_slot *s = find_slot(ctx->slots, ctx->n_slots, name_expr, h);
         if (s->name) {
             *fn = s->fn;
+            const int ready = s->smem_max >= need;
             pthread_rwlock_unlock(&ctx->lock);
-            return KJIT_OK;
+            return ready ? KJIT_OK : allow_smem(ctx, name_expr, h, need);
         }
     }
     pthread_rwlock_unlock(&ctx->lock);
@@ -389,36 +419,9 @@ int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label
         ctx->used++;
     }
     *fn = s->fn;
+    const int ready = s->smem_max >= need;
     pthread_rwlock_unlock(&ctx->lock);
-    return KJIT_OK;
-}
-
-int kjit__ctx_kernel_smem(kjit_ctx *ctx, const char *template_file, const char *label,
-                          const char *name_expr, unsigned smem, CUfunction *fn)
-{
-    int rc = kjit__ctx_kernel(ctx, template_file, label, name_expr, fn);
-    /* 48 KiB of static + dynamic shared memory need no attribute; the
-     * kernels' static part is under 8 KiB where they take dynamic shared
-     * memory (the finisher's 14 KiB is all static). */
-    if (rc || smem <= 40 * 1024) return rc;
-    const uint64_t h = XXH3_64bits(name_expr, strlen(name_expr));
-    pthread_rwlock_rdlock(&ctx->lock);
-    int done = find_slot(ctx->slots, ctx->n_slots, name_expr, h)->smem_max >= smem;
-    pthread_rwlock_unlock(&ctx->lock);
-    if (done) return KJIT_OK;
-    pthread_rwlock_wrlock(&ctx->lock);
-    kjit_kernel_slot *s = find_slot(ctx->slots, ctx->n_slots, name_expr, h);
-    if (s->smem_max < smem) {
-        const CUresult r =
-            kjit__cu()->FuncSetAttribute(s->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
-        if (r != CUDA_SUCCESS) {
-            pthread_rwlock_unlock(&ctx->lock);
-            return kjit__cu_fail(r, name_expr);
-        }
-        s->smem_max = smem;
-    }
-    pthread_rwlock_unlock(&ctx->lock);
-    return KJIT_OK;
+    return ready ? KJIT_OK : allow_smem(ctx, name_expr, h, need);
 }
 
 int kjit__launch(const kjit_ctx *ctx, CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

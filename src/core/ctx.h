@@ -83,8 +83,10 @@ int kjit__ctx_kernel(kjit_ctx *ctx, const char *template_file, const char *label
                      const char *name_expr, CUfunction *fn);
 
 /* kjit__ctx_kernel, and the function allowed smem bytes of dynamic shared
- * memory (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, set once per
- * larger size, not per launch). */
+ * memory: all a launch of it needs but the launch
+ * (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, set once per larger
+ * size in the same map lookup, not per launch). kjit__ctx_kernel is this
+ * with smem 0. */
 int kjit__ctx_kernel_smem(kjit_ctx *ctx, const char *template_file, const char *label,
                           const char *name_expr, unsigned smem, CUfunction *fn);
 

@@ -263,7 +263,7 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
              * launched after them takes the slot left free. Both kernels
              * are readied before either launches. */
             CUfunction build;
-            if ((rc = kjit__kernel_ready(ctx, ADALN_TEMPLATE, op, e, (unsigned)smem, &fn))) goto out;
+            if ((rc = kjit__ctx_kernel_smem(ctx, ADALN_TEMPLATE, op, e, (unsigned)smem, &fn))) goto out;
             if ((rc = kjit__part_beside_load(ctx, op, a->index.dtype, beside, &build))) goto out;
             rc = kjit__launch(ctx, fn, (unsigned)(groups - 1), 1, 1, (unsigned)(tpr * c.rpc), (unsigned)smem, stream,
                               &p, e);

@@ -163,7 +163,7 @@ int kjit__part_beside_load(kjit_ctx *ctx, const char *label, kjit_dtype index_dt
 {
     part_names nm;
     names(&nm, index_dtype, KJIT_F32);
-    return kjit__kernel_ready(ctx, PART_TEMPLATE, label, nm.beside, smem, fn);
+    return kjit__ctx_kernel_smem(ctx, PART_TEMPLATE, label, nm.beside, smem, fn);
 }
 
 int kjit__part_beside(const kjit_ctx *ctx, CUfunction fn, const kjit_partition *part, const kjit_index_arg *ix,

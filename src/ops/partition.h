@@ -59,7 +59,7 @@ unsigned kjit__part_inline_smem(const kjit_ctx *ctx, const kjit_partition *part,
  * H = 5376 bf16, 8192 and 32768 rows, H200, 2026-12-03: norm_modulate's
  * training pair 144.3 -> 134.4 and 475.5 -> 468.4 us against the three
  * launches): returns the counters' bytes, or 0 where it does not apply.
- * _load readies the kernel for smem bytes (kjit__kernel_ready; before the
+ * _load readies the kernel for smem bytes (kjit__ctx_kernel_smem; before the
  * forward launches: a failure must not leave the forward's outputs written
  * and no partition); _beside launches that kernel with the forward's block
  * size, so that the build's block fits where a forward block would. */

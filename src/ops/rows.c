@@ -61,17 +61,11 @@ int kjit__check_index(const char *op, const kjit_index *ix, int64_t n)
     return KJIT_OK;
 }
 
-int kjit__kernel_ready(kjit_ctx *ctx, const char *template_file, const char *label, const char *name_expr,
-                       unsigned smem, CUfunction *fn)
-{
-    return kjit__ctx_kernel_smem(ctx, template_file, label, name_expr, smem, fn);
-}
-
 int kjit__run(kjit_ctx *ctx, const char *template_file, const char *label, const char *name_expr,
               unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem, CUstream stream, void *params)
 {
     CUfunction fn;
-    int rc = kjit__kernel_ready(ctx, template_file, label, name_expr, smem, &fn);
+    int rc = kjit__ctx_kernel_smem(ctx, template_file, label, name_expr, smem, &fn);
     return rc ? rc : kjit__launch(ctx, fn, gx, gy, gz, bx, smem, stream, params, name_expr);
 }
 

@@ -35,11 +35,8 @@ int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int
  * else the context's own. */
 int kjit__workspace(kjit_ctx *ctx, const char *op, void *ws, size_t ws_bytes, size_t need, CUdeviceptr *out);
 
-/* Loads name_expr from template_file (first use) and lets it take smem
- * bytes of dynamic shared memory: all a launch of it needs but the launch. */
-int kjit__kernel_ready(kjit_ctx *ctx, const char *template_file, const char *label, const char *name_expr,
-                       unsigned smem, CUfunction *fn);
-/* kjit__kernel_ready, then the launch. */
+/* kjit__ctx_kernel_smem (the kernel loaded and allowed smem bytes of
+ * dynamic shared memory), then the launch. */
 int kjit__run(kjit_ctx *ctx, const char *template_file, const char *label, const char *name_expr,
               unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem, CUstream stream, void *params);
 
