@@ -4,8 +4,10 @@ after an L2 flush with the host queued ahead), on torch's default stream and
 on a stream of its own, at 4097 and 32768 rows. Programmatic dependent launch
 is a launch attribute that the legacy default stream may not honour; the two
 columns show what that costs a caller on each. Run once per KJIT_PART_SMALL
-setting (the partition build beside the forward, or three launches):
-    KJIT_PART_SMALL=0 python3 bench/stream_probe.py
+setting (the partition build beside the forward, or three launches), or per
+KJIT_VIEW_BASE setting (the chunk views' gradients written into the table's,
+or left to autograd's view backward); other ops than norm_modulate by name:
+    KJIT_PART_SMALL=0 python3 bench/stream_probe.py [OP ...]
 """
 import os
 import sys
@@ -17,11 +19,17 @@ import torch  # noqa: E402
 
 
 def main():
-    spec = cf._op_specs()["norm_modulate"]
+    for op in sys.argv[1:] or ["norm_modulate"]:
+        probe(op)
+
+
+def probe(op):
+    spec = cf._op_specs()[op]
     fn = spec["ops"](cf.kjit)
     grads = spec["grads"]
     side = torch.cuda.Stream()
-    print(f"# KJIT_PART_SMALL={os.environ.get('KJIT_PART_SMALL', '1')}; us of device time, median of 100")
+    print(f"# {op}: KJIT_PART_SMALL={os.environ.get('KJIT_PART_SMALL', '1')} "
+          f"KJIT_VIEW_BASE={os.environ.get('KJIT_VIEW_BASE', '1')}; us of device time, median of 100")
     print(f"{'rows':>6} {'stream':>8} {'fwd':>8} {'fwd+bwd':>8}")
     for n in (4097, 32768):
         sets = [spec["make"](12 + k, n) for k in range(3 if n > 8192 else 8)]

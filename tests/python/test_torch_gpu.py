@@ -258,6 +258,123 @@ class EagerPaths(unittest.TestCase):
         self.assert_same(o2 + g2, want + want_g, "function on a side stream")
 
 
+def bits(t):
+    """A tensor's bits, so that -0.0 and 0.0 (torch.equal's equal) differ."""
+    return t.detach().contiguous().view(torch.uint8)
+
+
+@unittest.skipUnless(CUDA, "no CUDA device")
+class ViewBase(unittest.TestCase):
+    """Tables passed as column blocks of one tensor (chunk(6) views): the
+    Function path takes the tensor itself and writes the blocks' gradients
+    into its gradient. Outputs and every gradient must be bitwise those of
+    the views through autograd (KJIT_VIEW_BASE=0), and anything the base
+    cannot stand for (a hook or a retained gradient on a view, overlapping
+    blocks, views of two tensors) must leave the views to autograd."""
+
+    def setUp(self):
+        from kjit import ops
+        self.ops = ops
+        self.addCleanup(setattr, ops, "_VIEW_BASE", ops._VIEW_BASE)
+        self.addCleanup(setattr, ops, "_EAGER", ops._EAGER)
+        ops._EAGER = "function"
+
+    def both(self, fn):
+        got = []
+        for on in (False, True):
+            self.ops._VIEW_BASE = on
+            got.append(fn())
+        return got
+
+    def assert_bits(self, a, b, label):
+        self.assertEqual(len(a), len(b), label)
+        for k, (u, v) in enumerate(zip(a, b)):
+            self.assertEqual(u is None, v is None, f"{label} [{k}]")
+            if u is not None:
+                self.assertTrue(torch.equal(bits(u), bits(v)), f"{label} [{k}]")
+
+    @staticmethod
+    def node(out):
+        out = out[-1] if isinstance(out, list) else out
+        return type(out.grad_fn).__name__
+
+    def test_same_bits_and_base_taken(self):
+        for name in ("norm_modulate", "gated_residual", "gated_residual_norm_modulate"):
+            for n, h, r, param in ((1027, 5376, 9, torch.bfloat16), (300, 136, 1, torch.float32),
+                                   (77, 13, 5, torch.bfloat16)):
+                m = make(n, h, r=r, param=param, seed=n)
+                label = f"{name} n={n} h={h} r={r}"
+                (o1, g1), (o2, g2) = self.both(lambda: run(CASES[name], m))
+                self.assert_bits(o1 + g1, o2 + g2, label)
+                self.ops._VIEW_BASE = True
+                self.assertIn("BaseFn", self.node(CASES[name](m, m["table"].chunk(6, 1), kjit)), label)
+                self.ops._VIEW_BASE = False
+                self.assertNotIn("BaseFn", self.node(CASES[name](m, m["table"].chunk(6, 1), kjit)),
+                                 label)
+
+    def test_blocks_shared_by_several_ops(self):
+        # An H3 block: every chunk of one table used once, by three ops, so
+        # the table's gradient is the sum of three base gradients.
+        m = make(1000, 1024, seed=3)
+
+        def block():
+            sh1, sc1, g1, sh2, sc2, g2 = m["table"].chunk(6, 1)
+            a = kjit.norm_modulate(m["x"], m["weight"], sh1, sc1, m["index"])
+            h, b = kjit.gated_residual_norm_modulate(m["x"], a * m["y"], g1, m["weight"], sh2, sc2,
+                                                     m["index"])
+            out = kjit.gated_residual(h, b, g2, m["index"])
+            leaves = [m["x"], m["y"], m["table"], m["weight"]]
+            up = randn(9, *out.shape)
+            return [out.detach(), *torch.autograd.grad(out, leaves, up)]
+
+        self.assert_bits(*self.both(block), "block")
+
+    def test_fallbacks(self):
+        m = make(257, 512, seed=5)
+        x, w, idx, table = m["x"], m["weight"], m["index"], m["table"]
+        other = randn(6, 9, 6 * 512, scale=0.1).requires_grad_()
+        self.ops._VIEW_BASE = True
+        sh, sc = table.chunk(6, 1)[:2]
+        cases = {
+            "overlapping blocks": (sh, sh),
+            "two tables": (sh, other.chunk(6, 1)[1]),
+            "a frozen table": tuple(table.detach().chunk(6, 1)[:2]),
+            "blocks overlapping by 511 columns": (table[:, :512], table.narrow(1, 1, 512)),
+        }
+        for label, (a, b) in cases.items():
+            out = kjit.norm_modulate(x, w, a, b, idx)
+            self.assertNotIn("BaseFn", self.node(out), label)
+        # A retained gradient or a hook on a view must see the view's gradient.
+        for how in ("retain_grad", "hook"):
+            sh, sc = table.chunk(6, 1)[:2]
+            seen = []
+            if how == "retain_grad":
+                sh.retain_grad()
+            else:
+                sc.register_hook(lambda g: seen.append(g.clone()))
+            out = kjit.norm_modulate(x, w, sh, sc, idx)
+            self.assertNotIn("BaseFn", self.node(out), how)
+            table.grad = None
+            out.backward(torch.ones_like(out))
+            want = table.grad[:, :512] if how == "retain_grad" else table.grad[:, 512:1024]
+            got = sh.grad if how == "retain_grad" else seen[0]
+            self.assertTrue(torch.equal(bits(got), bits(want.contiguous())), how)
+
+    def test_zero_rows_and_double_backward(self):
+        m = make(0, 256)
+        out = kjit.norm_modulate(m["x"], m["weight"], *m["table"].chunk(6, 1)[:2], m["index"])
+        self.assertIn("BaseFn", self.node(out))
+        gt, = torch.autograd.grad(out, [m["table"]], torch.ones_like(out))
+        self.assertTrue(torch.equal(gt, torch.zeros_like(gt)))
+        m = make(40, 256)
+        sh, sc, g = m["table"].chunk(6, 1)[:3]
+        h, out = kjit.gated_residual_norm_modulate(m["x"], m["y"], g, m["weight"], sh, sc, m["index"])
+        self.assertIn("BaseFn", self.node(out))
+        gx, = torch.autograd.grad((out.float() * m["x"].float()).sum(), [m["x"]], create_graph=True)
+        with self.assertRaises(RuntimeError):
+            (gx.float() ** 2).sum().backward()
+
+
 @unittest.skipUnless(CUDA, "no CUDA device")
 class TorchIntegration(unittest.TestCase):
     def test_opcheck(self):
