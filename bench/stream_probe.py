@@ -4,9 +4,8 @@ after an L2 flush with the host queued ahead), on torch's default stream and
 on a stream of its own, at 4097 and 32768 rows. Programmatic dependent launch
 is a launch attribute that the legacy default stream may not honour; the two
 columns show what that costs a caller on each. Run once per KJIT_PART_SMALL
-setting (the partition build beside the forward, or three launches), or per
-KJIT_VIEW_BASE setting (the chunk views' gradients written into the table's,
-or left to autograd's view backward); other ops than norm_modulate by name:
+setting (the partition build beside the forward, or three launches); other
+ops than norm_modulate by name:
     KJIT_PART_SMALL=0 python3 bench/stream_probe.py [OP ...]
 """
 import os
@@ -28,16 +27,18 @@ def probe(op):
     fn = spec["ops"](cf.kjit)
     grads = spec["grads"]
     side = torch.cuda.Stream()
-    print(f"# {op}: KJIT_PART_SMALL={os.environ.get('KJIT_PART_SMALL', '1')} "
-          f"KJIT_VIEW_BASE={os.environ.get('KJIT_VIEW_BASE', '1')}; us of device time, median of 100")
+    print(f"# {op}: KJIT_PART_SMALL={os.environ.get('KJIT_PART_SMALL', '1')}; "
+          "us of device time, median of 100")
     print(f"{'rows':>6} {'stream':>8} {'fwd':>8} {'fwd+bwd':>8}")
     for n in (4097, 32768):
         sets = [spec["make"](12 + k, n) for k in range(3 if n > 8192 else 8)]
-        ones = torch.ones_like(fn(**sets[0]))
+        outs = fn(**sets[0])  # the fused op returns (h, out): both get an upstream gradient
+        ones = [torch.ones_like(o) for o in (outs if isinstance(outs, tuple) else (outs,))]
 
         def step(a):
             lv = {k: a[k].detach().requires_grad_() if k in grads else a[k] for k in a}
-            torch.autograd.backward([fn(**lv)], [ones])
+            outs = fn(**lv)
+            torch.autograd.backward(list(outs) if isinstance(outs, tuple) else [outs], ones)
 
         for name, s in (("default", torch.cuda.default_stream()), ("own", side)):
             torch.cuda.synchronize()

@@ -7,11 +7,7 @@ allocates its outputs and workspace from torch's caching allocator and
 launches on torch's current stream; nothing synchronizes). Gradients of the
 modulation tables come back in the table's dtype as fresh contiguous (R, H)
 tensors, so the chunk(6) views of one (R, 6H) projection get their gradients
-through torch's view machinery, with no copy in the forward. In eager calls
-(the Function path) an op whose tables are all column blocks of one tensor
-that needs a gradient takes that tensor instead, and its backward writes the
-blocks' gradients straight into the tensor's (zeroed) gradient: the same
-values, without the view machinery's zero fill per unused block and cat.
+through torch's view machinery, with no copy in the forward.
 """
 
 import ctypes
@@ -373,90 +369,6 @@ def _eager_function(name, forward, setup, backward, bwd):
                  "backward": staticmethod(bwd_)})
 
 
-# Tables that are column blocks of one tensor (the chunk(6) views of an
-# (R, 6H) projection): without this, autograd's backward of the views fills a
-# zero tensor for every block the op does not use and cats the blocks, five
-# launches after a norm_modulate. KJIT_VIEW_BASE=0 leaves the views to autograd.
-_VIEW_BASE = os.environ.get("KJIT_VIEW_BASE", "1") != "0"
-
-
-def _view_base(hidden, *tables):
-    """(base, column offsets) when every table is base[:, o:o + hidden] of
-    one row-major 2-D base that needs a gradient, the blocks disjoint and
-    each view differentiable with no hook and no retained gradient; else None."""
-    b = tables[0]._base
-    if b is None or not _VIEW_BASE or not b.requires_grad or b.dim() != 2 or not b.is_contiguous():
-        return None
-    rows, width = b.shape
-    offs = []
-    for t in tables:
-        if (t._base is not b or not t.requires_grad or t.retains_grad or t._backward_hooks
-                or t.shape[0] != rows or (hidden > 1 and t.stride(1) != 1)
-                or (rows > 1 and t.stride(0) != width)):
-            return None
-        o = t.storage_offset() - b.storage_offset()
-        if not 0 <= o <= width - hidden:
-            return None
-        offs.append(o)
-    ordered = sorted(offs)
-    if any(b2 - a2 < hidden for a2, b2 in zip(ordered, ordered[1:])):
-        return None
-    return b, tuple(offs)
-
-
-def _eager_base_function(name, tables, forward, setup, backward, bwd):
-    """_eager_function for tables that are column blocks of one base tensor
-    (_view_base): the Function takes the base at the first table's position,
-    None at the others' and the blocks' offsets last, so the gradient goes to
-    the base itself. Its backward allocates that gradient zeroed (one fill)
-    and the kernels write each table's gradient into its block (the same
-    kernels, the same values as through the views)."""
-
-    def fwd(ctx, *inputs):
-        *inputs, offs = inputs
-        base = inputs[tables[0]]
-        hidden = inputs[0].shape[1]
-        for p, o in zip(tables, offs):
-            inputs[p] = base.narrow(1, o, hidden)
-        ctx.kjit_base = (offs, hidden, base.shape, base.dtype, base.device)
-        out, ctx.kjit_part = forward(*inputs, True)
-        setup(ctx, inputs, out)
-        return out
-
-    def bwd_(ctx, *grads):
-        offs, hidden, shape, dtype, device = ctx.kjit_base
-        g = torch.zeros(shape, dtype=dtype, device=device)
-        blocks = tuple(g.narrow(1, o, hidden) for o in offs)
-        if torch.is_grad_enabled():  # through the torch.library op, as _eager_function does
-            res = list(backward(ctx, *grads, None))
-            for p, blk in zip(tables, blocks):
-                blk.copy_(res[p])
-        else:
-            part = ctx.kjit_part
-            res = list(backward(ctx, *grads, lambda *args: bwd(*args, part, blocks)))
-        for p in tables:
-            res[p] = None
-        res[tables[0]] = g
-        return (*res, None)
-
-    return type(name, (torch.autograd.Function,),
-                {"__doc__": f"The eager path of {name} on column blocks of one table.",
-                 "forward": staticmethod(fwd), "backward": staticmethod(bwd_)})
-
-
-def _apply(fn, base_fn, tables, inputs):
-    """fn.apply(*inputs), or base_fn's when the tables at positions `tables`
-    are column blocks of one tensor."""
-    hit = _view_base(inputs[0].shape[1], *(inputs[p] for p in tables))
-    if hit is None:
-        return fn.apply(*inputs)
-    inputs = list(inputs)
-    for p in tables:
-        inputs[p] = None
-    inputs[tables[0]] = hit[0]
-    return base_fn.apply(*inputs, hit[1])
-
-
 # ---- timestep_sinusoid --------------------------------------------------------------
 
 
@@ -678,12 +590,12 @@ def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], s
     return _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, None)
 
 
-def _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, part, tgrads=None):
+def _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, part):
     n, h = x.shape
     rows = scale.shape[0]
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     dweight = _param_grad(weight, n, h) if need_dweight else _placeholder(scale)
-    dshift, dscale = tgrads or (_param_grad(scale, n, rows, h), _param_grad(scale, n, rows, h))
+    dshift, dscale = _param_grad(scale, n, rows, h), _param_grad(scale, n, rows, h)
     if n:
         a = _adaln_args(x, index, scale, eps)
         a.x, a.x_stride = _rows(x)
@@ -726,9 +638,6 @@ _norm_modulate.register_autograd(_norm_modulate_backward, setup_context=_norm_mo
 _NormModulateFn = _eager_function(
     "_NormModulateFn", lambda *a: _norm_modulate_fwd(*a), _norm_modulate_setup,
     _norm_modulate_backward, lambda *a: _norm_modulate_bwd_run(*a))
-_NormModulateBaseFn = _eager_base_function(
-    "_NormModulateBaseFn", (2, 3), lambda *a: _norm_modulate_fwd(*a), _norm_modulate_setup,
-    _norm_modulate_backward, lambda *a: _norm_modulate_bwd_run(*a))
 
 
 def _check_norm_args(fn, x_named, weight, shift, scale, gate, index):
@@ -750,8 +659,7 @@ def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
     if not _function_path(x, weight, shift, scale, index):
         return _norm_modulate(x, weight, shift, scale, index, eps)
     if _needs_graph(x, weight, shift, scale):
-        return _apply(_NormModulateFn, _NormModulateBaseFn, (2, 3),
-                      (x, weight, shift, scale, index, eps))
+        return _NormModulateFn.apply(x, weight, shift, scale, index, eps)
     return _norm_modulate_impl(x, weight, shift, scale, index, eps)
 
 
@@ -788,10 +696,10 @@ def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tenso
     return _gated_residual_bwd_run(dout, y, gate, index, None)
 
 
-def _gated_residual_bwd_run(dout, y, gate, index, part, tgrads=None):
+def _gated_residual_bwd_run(dout, y, gate, index, part):
     n, h = y.shape
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dgate, = tgrads or (_param_grad(gate, n, gate.shape[0], h),)
+    dgate = _param_grad(gate, n, gate.shape[0], h)
     if n:
         # dres is dout itself: dx stays NULL and no copy is made.
         a = _adaln_args(y, index, gate)
@@ -833,9 +741,6 @@ _gated_residual.register_autograd(_gated_residual_backward, setup_context=_gated
 _GatedResidualFn = _eager_function(
     "_GatedResidualFn", lambda *a: _gated_residual_fwd(*a), _gated_residual_setup,
     _gated_residual_backward, lambda *a: _gated_residual_bwd_run(*a))
-_GatedResidualBaseFn = _eager_base_function(
-    "_GatedResidualBaseFn", (2,), lambda *a: _gated_residual_fwd(*a), _gated_residual_setup,
-    _gated_residual_backward, lambda *a: _gated_residual_bwd_run(*a))
 
 
 def gated_residual(res, y, gate, index):
@@ -847,7 +752,7 @@ def gated_residual(res, y, gate, index):
     if not _function_path(res, y, gate, index):
         return _gated_residual(res, y, gate, index)
     if _needs_graph(res, y, gate):
-        return _apply(_GatedResidualFn, _GatedResidualBaseFn, (2,), (res, y, gate, index))
+        return _GatedResidualFn.apply(res, y, gate, index)
     return _gated_residual_impl(res, y, gate, index)
 
 
@@ -891,13 +796,12 @@ def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, ga
     return _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, None)
 
 
-def _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, part,
-                   tgrads=None):
+def _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, part):
     n, hidden = h.shape
     rows = scale.shape[0]
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dgate, dshift, dscale = tgrads or tuple(_param_grad(scale, n, rows, hidden) for _ in range(3))
+    dgate, dshift, dscale = (_param_grad(scale, n, rows, hidden) for _ in range(3))
     dweight = _param_grad(weight, n, hidden) if need_dweight else _placeholder(scale)
     if n:
         a = _adaln_args(h, index, scale, eps)
@@ -949,8 +853,6 @@ _fused.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 _FusedFn = _eager_function("_FusedFn", lambda *a: _fused_fwd(*a), _fused_setup,
                            _fused_backward, lambda *a: _fused_bwd_run(*a))
-_FusedBaseFn = _eager_base_function("_FusedBaseFn", (2, 4, 5), lambda *a: _fused_fwd(*a),
-                                   _fused_setup, _fused_backward, lambda *a: _fused_bwd_run(*a))
 
 
 def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=1e-5):
@@ -962,6 +864,5 @@ def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=
     if not _function_path(res, y, gate, weight, shift, scale, index):
         return _fused(res, y, gate, weight, shift, scale, index, eps)
     if _needs_graph(res, y, gate, weight, shift, scale):
-        return _apply(_FusedFn, _FusedBaseFn, (2, 4, 5),
-                      (res, y, gate, weight, shift, scale, index, eps))
+        return _FusedFn.apply(res, y, gate, weight, shift, scale, index, eps)
     return _fused_impl(res, y, gate, weight, shift, scale, index, eps)
