@@ -343,6 +343,20 @@ static int test_dir_resolution(const char *dir)
     ASSERT_EQ_U64(st.max_bytes, 7ull << 20);
     kjit__cache_close(c);
     unsetenv("KJIT_CACHE_MAX_MB");
+    /* The wait for another process's build. */
+    const char *bad_wait[] = {"abc", "-1", " 5", "1.5", "86401", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_wait / sizeof bad_wait[0]; i++) {
+        setenv("KJIT_CACHE_LOCK_WAIT_S", bad_wait[i], 1);
+        c = NULL;
+        ASSERT_STATUS(kjit__cache_open(&c, dir, 0), KJIT_EINVAL);
+        ASSERT_CONTAINS(kjit_last_error(), "KJIT_CACHE_LOCK_WAIT_S");
+        ASSERT_CONTAINS(kjit_last_error(), bad_wait[i]);
+        ASSERT_TRUE(c == NULL);
+    }
+    setenv("KJIT_CACHE_LOCK_WAIT_S", "0", 1);
+    ASSERT_OK(kjit__cache_open(&c, dir, 0));
+    kjit__cache_close(c);
+    unsetenv("KJIT_CACHE_LOCK_WAIT_S");
     return 0;
 }
 
@@ -705,6 +719,26 @@ static int test_temp_leftover(const char *dir)
     return 0;
 }
 
+/* A warm cache publishes nothing, so its open removes what a killed writer
+ * left (and keeps a temp file young enough to be a write in progress). */
+static int test_temp_leftover_warm(const char *dir)
+{
+    kjit_cache *c;
+    char fresh[512], old[512];
+    ASSERT_OK(kjit__cache_open(&c, dir, 0));
+    CHECK(get_expect(c, tkey(1), "op", KJIT_FROM_COMPILE));
+    kjit__cache_close(c);
+    CHECK(make_temp_file(dir, ".tmp.op.Young1", 0, fresh, sizeof fresh));
+    CHECK(make_temp_file(dir, ".tmp.op.Old111", time(NULL) - 11 * 60, old, sizeof old));
+    ASSERT_OK(kjit__cache_open(&c, dir, 0));
+    ASSERT_TRUE(path_exists(fresh));
+    ASSERT_TRUE(!path_exists(old));
+    CHECK(get_expect(c, tkey(1), "op", KJIT_FROM_DISK));
+    kjit__cache_close(c);
+    ASSERT_EQ_INT(unlink(fresh), 0);
+    return verify_clean(dir, 1);
+}
+
 static int test_list_verify_clear(const char *dir)
 {
     kjit_cache *c;
@@ -795,6 +829,29 @@ static int test_list_verify_clear(const char *dir)
     ASSERT_OK(kjit__cache_clear(dir, &removed));
     ASSERT_EQ_U64(removed, 0);
     ASSERT_TRUE(!path_exists(held));
+    CHECK(verify_clean(dir, 0));
+
+    /* A directory named like an entry is not kjit's: listed as no regular
+     * file, judged bad by verify, left alone by clear, which still clears
+     * the rest and says so. */
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/dir.cubin", dir);
+    ASSERT_EQ_INT(mkdir(sub, 0700), 0);
+    ASSERT_OK(kjit__cache_open(&c, dir, 0));
+    CHECK(get_expect(c, tkey(1), "op", KJIT_FROM_COMPILE));
+    kjit__cache_close(c);
+    memset(&s, 0, sizeof s);
+    ASSERT_OK(kjit__cache_list(dir, 1, seen_visit, &s, &n_bad));
+    ASSERT_EQ_INT(s.n, 2);
+    ASSERT_EQ_INT(n_bad, 1);
+    ASSERT_STR_EQ(s.files[0], "dir.cubin");
+    ASSERT_EQ_INT(s.regular[0], 0);
+    ASSERT_EQ_INT(s.regular[1], 1);
+    removed = 99;
+    ASSERT_OK(kjit__cache_clear(dir, &removed));
+    ASSERT_EQ_U64(removed, 1);
+    ASSERT_TRUE(path_exists(sub));
+    ASSERT_EQ_INT(rmdir(sub), 0);
     return verify_clean(dir, 0);
 }
 
@@ -836,6 +893,67 @@ static int test_evict_lru(const char *dir)
     kjit__cache_close(c);
     ASSERT_TRUE(!path_exists(p[3]));
     return verify_clean(dir, 3);
+}
+
+/* One entry larger than the whole cap: stored and kept (it would otherwise be
+ * written and evicted at once, every process compiling it again); the next
+ * publish evicts it as the oldest. */
+static int test_evict_larger_than_cap(const char *dir)
+{
+    kjit_cache *c;
+    kjit_cache_stats st;
+    char p1[512], p2[512];
+    ASSERT_OK(kjit__cache_open(&c, dir, 500));
+    CHECK(get_expect(c, tkey(1), "op", KJIT_FROM_COMPILE));
+    entry_path(p1, sizeof p1, dir, "op", tkey(1));
+    ASSERT_TRUE(path_exists(p1));
+    ASSERT_OK(kjit__cache_stats(c, &st));
+    ASSERT_EQ_U64(st.evictions, 0);
+    ASSERT_EQ_U64(st.store_failures, 0);
+    ASSERT_EQ_U64(st.entries, 1);
+    ASSERT_EQ_INT(set_mtime(p1, 1000000000), 0);
+    CHECK(get_expect(c, tkey(2), "op", KJIT_FROM_COMPILE));
+    entry_path(p2, sizeof p2, dir, "op", tkey(2));
+    ASSERT_TRUE(!path_exists(p1));
+    ASSERT_TRUE(path_exists(p2));
+    ASSERT_OK(kjit__cache_stats(c, &st));
+    ASSERT_EQ_U64(st.evictions, 1);
+    kjit__cache_close(c);
+    return verify_clean(dir, 1);
+}
+
+/* Another process's build that never ends (stopped, hung) holds the key's
+ * lock: a get waits KJIT_CACHE_LOCK_WAIT_S, then builds and stores it. */
+static int test_lock_wait_bounded(const char *dir)
+{
+    kjit_cache *c;
+    char hex[33], lock[512];
+    kjit__cache_key_hex(tkey(1), hex);
+    setenv("KJIT_CACHE_LOCK_WAIT_S", "1", 1);
+    int rc = kjit__cache_open(&c, dir, 0);
+    unsetenv("KJIT_CACHE_LOCK_WAIT_S");
+    ASSERT_OK(rc);
+    snprintf(lock, sizeof lock, "%s/locks/%s.lock", dir, hex);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_TRUE(fd >= 0);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    ASSERT_EQ_INT(fcntl(fd, F_OFD_SETLK, &fl), 0);
+    const double t0 = now_s();
+    CHECK(get_expect(c, tkey(1), "op", KJIT_FROM_COMPILE));
+    const double waited = now_s() - t0;
+    if (waited < 0.9 || waited > 10) {
+        FAIL_AT();
+        printf("waited %.2f s for a held lock, want about 1\n", waited);
+        return 1;
+    }
+    close(fd);
+    /* A free lock is taken at once. */
+    const double t1 = now_s();
+    CHECK(get_expect(c, tkey(2), "op", KJIT_FROM_COMPILE));
+    ASSERT_TRUE(now_s() - t1 < 0.5);
+    kjit__cache_close(c);
+    unlink(lock);
+    return verify_clean(dir, 2);
 }
 
 /* Not writable at publish time: the get still succeeds, nothing is stored. */
@@ -1059,8 +1177,11 @@ int main(int argc, char **argv)
         {"bad_symlink", test_bad_symlink},
         {"bad_fifo", test_bad_fifo},
         {"temp_leftover", test_temp_leftover},
+        {"temp_leftover_warm", test_temp_leftover_warm},
         {"list_verify_clear", test_list_verify_clear},
         {"evict_lru", test_evict_lru},
+        {"evict_larger_than_cap", test_evict_larger_than_cap},
+        {"lock_wait_bounded", test_lock_wait_bounded},
         {"unwritable", test_unwritable},
         {"threads_one_build", test_threads_one_build},
         {"threads_two_caches", test_threads_two_caches},

@@ -313,6 +313,7 @@ typedef struct seen {
     char problems[64][256];
     int ok[64];
     int temp[64];
+    int regular[64];
 } seen;
 
 static inline void seen_visit(void *arg, const kjit_cache_entry_info *e)
@@ -323,6 +324,7 @@ static inline void seen_visit(void *arg, const kjit_cache_entry_info *e)
         snprintf(s->problems[s->n], sizeof s->problems[0], "%s", e->problem ? e->problem : "");
         s->ok[s->n] = e->ok;
         s->temp[s->n] = e->temp;
+        s->regular[s->n] = e->regular;
     }
     s->n++;
     s->n_temp += e->temp;

@@ -73,6 +73,13 @@ k1=$(echo "$js1" | field kernels); k2=$(echo "$js2" | field kernels)
 [ "$(echo "$js2" | field cached)" = "$k1" ] || fail "--space recompiled the op's own kernels: $js2"
 [ "$(echo "$js3" | field compiled)" = 0 ] && [ "$(echo "$js3" | field cached)" = "$k2" ] \
   || fail "--space the second time: $js3"
+# Ops share the partition's kernels but look them up under their own names:
+# after a prewarm of two ops, the second alone finds every kernel.
+js5=$("$KJIT" prewarm --ops norm_modulate,gated_residual --hidden 1024 --dtype bf16 --arch sm_90 --cache-dir "$CS" \
+  --json) || fail "prewarm of two ops: $js5"
+js6=$("$KJIT" prewarm --ops gated_residual --hidden 1024 --dtype bf16 --arch sm_90 --cache-dir "$CS" --json) \
+  || fail "prewarm gated_residual: $js6"
+[ "$(echo "$js6" | field compiled)" = 0 ] || fail "a kernel shared with norm_modulate was compiled again: $js6"
 js4=$("$KJIT" prewarm $OPS --cache-dir "$CS" --space --json) || fail "prewarm --space of timestep_sinusoid: $js4"
 [ "$(echo "$js4" | field kernels)" = 6 ] || fail "--space added kernels to timestep_sinusoid: $js4"
 
@@ -175,8 +182,32 @@ KJIT_CACHE_MAX_MB=abc "$KJIT" cache stats --cache-dir "$T/c1" >/dev/null || fail
 "$KJIT" cache clear --cache-dir "$T/never/cache" >/dev/null || fail "cache clear of a missing dir"
 [ -e "$T/never" ] && fail "cache clear created $T/never"
 
+# Temp files and non-files are not entries: stats counts them apart, ls
+# marks them; an mtime localtime cannot convert prints as seconds.
+n0=$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)
+head -c 5000 /dev/zero >"$T/c1/.tmp.op.Ab12Cd"
+mkdir "$T/c1/dir.cubin"
+j=$("$KJIT" cache stats --cache-dir "$T/c1" --json)
+[ "$(echo "$j" | field entries)" = "$n0" ] && [ "$(echo "$j" | field other_files)" = 2 ] \
+  || fail "stats counted a temp file or a directory as an entry: $j"
+"$KJIT" cache stats --cache-dir "$T/c1" | grep -q "and 2 temp or other files, not counted" \
+  || fail "stats text: $("$KJIT" cache stats --cache-dir "$T/c1")"
+out=$("$KJIT" cache ls --cache-dir "$T/c1")
+echo "$out" | grep -q "\.tmp\.op\.Ab12Cd  # temp file" || fail "ls does not mark the temp file: $out"
+echo "$out" | grep -q "dir\.cubin  # not a regular file" || fail "ls does not mark the directory: $out"
+victim=$(ls "$T/c1"/*.cubin | grep -v dir.cubin | head -1)
+# (A file system may clamp the time: then ls prints a date, and must not crash either way.)
+if touch -d @9223372036854775807 "$victim" 2>/dev/null; then
+  out=$("$KJIT" cache ls --cache-dir "$T/c1" 2>&1) || fail "ls with an mtime localtime cannot convert: $out"
+  echo "$out" | grep -q "  $(basename "$victim")\$" || fail "ls of a far mtime: $out"
+  [ "$(stat -c %Y "$victim")" = 9223372036854775807 ] && ! echo "$out" | grep -q "@9223372036854775807" \
+    && fail "ls did not print the unconvertible mtime as seconds: $out"
+fi
+# clear leaves a directory named like an entry alone and removes the rest.
 "$KJIT" cache clear --cache-dir "$T/c1" >/dev/null || fail "clear"
 [ "$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)" = 0 ] || fail "entries after clear"
+[ -d "$T/c1/dir.cubin" ] && [ ! -e "$T/c1/.tmp.op.Ab12Cd" ] || fail "clear removed the directory or kept the temp file"
+rmdir "$T/c1/dir.cubin"
 
 # kjit serve's usage errors name the argument (exit 2, nothing started).
 for args in "--bogus|unknown option '--bogus'" "--socket|--socket needs a value" \

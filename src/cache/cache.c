@@ -41,6 +41,7 @@ struct kjit_cache {
     int dfd;        /* the checked directory; -1 when memory-only */
     int lockdfd;    /* <dir>/locks; -1 when memory-only or unavailable */
     uint64_t max_bytes;
+    double lock_wait_s; /* the longest wait for another process's build of a key */
     kjit_cache_stats st;
 };
 
@@ -65,6 +66,29 @@ static int max_bytes_from_env(uint64_t *out)
     return KJIT_OK;
 }
 
+#define DEFAULT_LOCK_WAIT_S 60u
+
+/* KJIT_CACHE_LOCK_WAIT_S: how long a process waits for another's build of
+ * the same kernel before building it too (a compile takes well under a
+ * second; the wait only runs out when the builder is stopped or hung). */
+static int lock_wait_from_env(double *out)
+{
+    const char *e = getenv("KJIT_CACHE_LOCK_WAIT_S");
+    if (!e || !*e) {
+        *out = DEFAULT_LOCK_WAIT_S;
+        return KJIT_OK;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long s = strtoull(e, &end, 10);
+    if (*e < '0' || *e > '9' || errno || *end || s > 86400)
+        return kjit__fail(KJIT_EINVAL, "KJIT_CACHE_LOCK_WAIT_S='%s' is not a whole number of seconds "
+                                       "from 0 to 86400 (unset it for the default, %u)",
+                          e, DEFAULT_LOCK_WAIT_S);
+    *out = (double)s;
+    return KJIT_OK;
+}
+
 int kjit__cache_open(kjit_cache **out, const char *dir, uint64_t max_bytes)
 {
     kjit__clear_error();
@@ -73,12 +97,16 @@ int kjit__cache_open(kjit_cache **out, const char *dir, uint64_t max_bytes)
     int rc;
     if (!max_bytes && (rc = max_bytes_from_env(&max_bytes)) != KJIT_OK)
         return rc;
+    double lock_wait_s = DEFAULT_LOCK_WAIT_S;
+    if ((rc = lock_wait_from_env(&lock_wait_s)) != KJIT_OK)
+        return rc;
     kjit_cache *c = calloc(1, sizeof *c);
     if (!c)
         return kjit__fail(KJIT_ENOMEM, "no memory for the cache");
     pthread_mutex_init(&c->mu, NULL);
     c->dfd = c->lockdfd = -1;
     c->max_bytes = c->st.max_bytes = max_bytes;
+    c->lock_wait_s = lock_wait_s;
     c->n_slots = 64;
     c->slots = calloc(c->n_slots, sizeof *c->slots);
     if (!c->slots) {
@@ -96,6 +124,10 @@ int kjit__cache_open(kjit_cache **out, const char *dir, uint64_t max_bytes)
         return rc;
     } else {
         c->lockdfd = kjit__cache_locks_open(c->dfd, c->dir);
+        /* Temp files a killed writer left: removed here too, not only after
+         * a publish, which a warm cache may never do. Nothing is evicted. */
+        kjit__scan s;
+        kjit__cache_scan(c->dfd, c->dir, 1, UINT64_MAX, NULL, &s);
     }
     *out = c;
     return KJIT_OK;
@@ -256,7 +288,7 @@ static int fetch(kjit_cache *c, kjit_cache_key key, const char *label, const cha
         return KJIT_OK;
     }
     d->misses++;
-    int lk = c->lockdfd >= 0 ? kjit__cache_lock(c->lockdfd, c->dir, hex) : -1;
+    int lk = c->lockdfd >= 0 ? kjit__cache_lock(c->lockdfd, c->dir, hex, c->lock_wait_s) : -1;
     /* Another process may have published while we waited for the lock. */
     if (lk >= 0 && disk_load(c, name, key, img, d)) {
         kjit__cache_unlock(c->lockdfd, hex, lk);
@@ -276,7 +308,7 @@ static int fetch(kjit_cache *c, kjit_cache_key key, const char *label, const cha
      * leaves the directory under the cap. A scan is a readdir and an lstat
      * per entry, small next to the compile that came before it. */
     kjit__scan s;
-    if (published && kjit__cache_scan(c->dfd, c->dir, 1, c->max_bytes, &s) == 0)
+    if (published && kjit__cache_scan(c->dfd, c->dir, 1, c->max_bytes, name, &s) == 0)
         d->evictions += s.evicted;
     return rc;
 }
@@ -381,7 +413,7 @@ int kjit__cache_stats(kjit_cache *c, kjit_cache_stats *out)
         return kjit__fail(KJIT_EINVAL, "kjit__cache_stats: %s is NULL", c ? "out" : "cache");
     kjit__scan s = {0, 0, 0};
     int rc = KJIT_OK;
-    if (c->dfd >= 0 && kjit__cache_scan(c->dfd, c->dir, 0, 0, &s) < 0)
+    if (c->dfd >= 0 && kjit__cache_scan(c->dfd, c->dir, 0, 0, NULL, &s) < 0)
         rc = kjit__fail(KJIT_EIO, "cannot scan cache directory %s (KJIT_LOG=1 says why)", c->dir);
     pthread_mutex_lock(&c->mu);
     if (rc == KJIT_OK) {

@@ -8,7 +8,10 @@
  * kernel name and the cubin. Files are published by temp file in the cache
  * directory + fsync + rename; readers take no lock. A compile miss takes an
  * fcntl OFD lock on <dir>/locks/<key>.lock and re-checks, so N processes
- * asking for one key compile it once; a killed holder releases its lock.
+ * asking for one key compile it once; a killed holder releases its lock,
+ * and a stopped or hung one is waited for at most KJIT_CACHE_LOCK_WAIT_S
+ * (default 60 s) before the waiter builds too. The library names entries
+ * after their template (src/core/ctx.c), so a key has one file.
  * A bad entry (short, wrong magic/version/key, checksum mismatch, not a
  * regular file, symlink) is reported, unlinked and rebuilt, never loaded.
  *
@@ -137,6 +140,8 @@ typedef struct kjit_cache_entry_info {
     int temp;           /* 1: a .tmp.* file (a write in progress, or the
                            leftover of a killed writer), not an entry; verify
                            counts it bad only once older than 10 minutes */
+    int regular;        /* 0: not a regular file (a directory or link named
+                           like an entry), which no lookup takes */
 } kjit_cache_entry_info;
 /* Visits entries (*.cubin) and temp files in name order; the info is valid
  * during the call only. verify reads and checks each entry fully, including
@@ -145,7 +150,9 @@ typedef struct kjit_cache_entry_info {
 typedef void (*kjit_cache_visit_fn)(void *arg, const kjit_cache_entry_info *e);
 int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *arg, int *n_bad);
 /* Removes entries, temp files and the lock files of builds not in progress;
- * *removed counts the entries and temp files. */
+ * *removed counts the entries and temp files removed, also when one could
+ * not be (the call then fails naming it). A directory named like an entry
+ * is not kjit's and is left alone. */
 int kjit__cache_clear(const char *dir, uint64_t *removed);
 
 #endif

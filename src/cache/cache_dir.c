@@ -3,7 +3,7 @@
  * Everything after the check works relative to the checked directory's fd,
  * so a path swapped afterwards cannot redirect it. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* F_OFD_SETLKW, and the POSIX 2008 *at() calls under -std=c11 */
+#define _GNU_SOURCE /* F_OFD_SETLK, and the POSIX 2008 *at() calls under -std=c11 */
 #endif
 #include "cache/cache_internal.h"
 #include "core/error.h"
@@ -150,8 +150,38 @@ int kjit__cache_locks_open(int dfd, const char *path)
     return fd;
 }
 
-int kjit__cache_lock(int lockdfd, const char *dir, const char *hex)
+/* Seconds on CLOCK_MONOTONIC. */
+static double mono_s(void)
 {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Takes fd's write lock, polling until deadline (CLOCK_MONOTONIC seconds):
+ * 0, or an errno value (EAGAIN once the deadline has passed). F_OFD_SETLKW
+ * would wait without a bound. The poll starts at 0.5 ms and doubles to 20
+ * ms: a waiter sees the holder's entry at most that late. */
+static int lock_until(int fd, double deadline)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    long pause_ns = 500000;
+    for (;;) {
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+            return 0;
+        if (errno != EAGAIN && errno != EACCES && errno != EINTR)
+            return errno;
+        if (mono_s() >= deadline)
+            return EAGAIN;
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+        pause_ns = pause_ns < 10000000 ? 2 * pause_ns : 20000000;
+    }
+}
+
+int kjit__cache_lock(int lockdfd, const char *dir, const char *hex, double wait_s)
+{
+    const double deadline = mono_s() + wait_s;
     char name[48];
     snprintf(name, sizeof name, "%s.lock", hex);
     /* Each pass that fails the inode check saw a holder remove the file; the
@@ -166,13 +196,15 @@ int kjit__cache_lock(int lockdfd, const char *dir, const char *hex)
         /* OFD locks belong to this open file, not to the process: two threads
          * (or two caches) of one process exclude each other too, and the
          * kernel drops the lock when a killed holder's files are closed. */
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-        int r;
-        while ((r = fcntl(fd, F_OFD_SETLKW, &fl)) < 0 && errno == EINTR)
-            ;
-        if (r < 0) {
-            kjit__log("cache: cannot lock %s/locks/%s: %s; building unlocked", dir, name,
-                      strerror(errno));
+        int r = lock_until(fd, deadline);
+        if (r == EAGAIN) {
+            kjit__log("cache: %s/locks/%s still held after %.0f s (a build stopped or hung in another "
+                      "process?); building unlocked", dir, name, wait_s);
+            close(fd);
+            return -1;
+        }
+        if (r) {
+            kjit__log("cache: cannot lock %s/locks/%s: %s; building unlocked", dir, name, strerror(r));
             close(fd);
             return -1;
         }
@@ -301,7 +333,7 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const item *)a)->name, ((const item *)b)->name);
 }
 
-int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, kjit__scan *out)
+int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, const char *keep, kjit__scan *out)
 {
     item *v;
     size_t n;
@@ -331,6 +363,8 @@ int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, kji
         /* Least recently used first: a disk hit refreshes the mtime. */
         qsort(v, m, sizeof *v, by_mtime);
         for (size_t i = 0; i < m && s.bytes > max_bytes; i++) {
+            if (keep && strcmp(v[i].name, keep) == 0)
+                continue;
             int r = unlinkat(dfd, v[i].name, 0);
             /* ENOENT: another process evicted it first; it is gone either way. */
             if (r == 0 || errno == ENOENT) {
@@ -390,7 +424,7 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         kjit_cache_entry_info e = {v[i].name, (uint64_t)v[i].st.st_size, (int64_t)v[i].st.st_mtime,
-                                   1, NULL, v[i].temp};
+                                   1, NULL, v[i].temp, S_ISREG(v[i].st.st_mode)};
         char why[256];
         kjit_cache_key key;
         if (verify && v[i].temp) {
@@ -470,6 +504,9 @@ int kjit__cache_clear(const char *dir, uint64_t *removed)
         return rc;
     uint64_t count = 0;
     for (size_t i = 0; i < n; i++) {
+        /* A directory named like an entry is not kjit's: left alone. */
+        if (S_ISDIR(v[i].st.st_mode))
+            continue;
         if (unlinkat(dfd, v[i].name, 0) == 0)
             count++;
         else if (errno != ENOENT && rc == KJIT_OK)
@@ -479,7 +516,6 @@ int kjit__cache_clear(const char *dir, uint64_t *removed)
     free_items(v, n);
     close(dfd);
     free(path);
-    if (rc == KJIT_OK)
-        *removed = count;
+    *removed = count; /* what was removed, also when something could not be */
     return rc;
 }

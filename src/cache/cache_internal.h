@@ -62,9 +62,11 @@ int kjit__cache_dir_open(const char *path, int create, int *dfd);
 /* Opens (creating, 0700) <dir>/locks; -1 after logging if that fails, in
  * which case builds run without the cross-process lock. */
 int kjit__cache_locks_open(int dfd, const char *path);
-/* Takes the cross-process lock of key; returns its fd, or -1 after logging
- * (the caller then builds unlocked: the rename keeps entries whole). */
-int kjit__cache_lock(int lockdfd, const char *dir, const char *hex);
+/* Takes the cross-process lock of key, waiting at most wait_s seconds for
+ * another process's build of it; returns its fd, or -1 after logging (the
+ * caller then builds unlocked: the rename keeps entries whole). The bound
+ * keeps a stopped or hung holder from stopping every other process. */
+int kjit__cache_lock(int lockdfd, const char *dir, const char *hex, double wait_s);
 void kjit__cache_unlock(int lockdfd, const char *hex, int fd);
 
 typedef struct kjit__scan {
@@ -72,7 +74,9 @@ typedef struct kjit__scan {
 } kjit__scan;
 /* Sums the regular *.cubin files. With tidy it also removes temp files older
  * than KJIT__TMP_STALE_S and, while the sum exceeds max_bytes, the entries of
- * oldest mtime. Returns 0, or -1 after logging. */
-int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, kjit__scan *out);
+ * oldest mtime but keep (the entry just published, when not NULL: one entry
+ * larger than the cap stays, rather than being written and lost at once).
+ * Returns 0, or -1 after logging. */
+int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, const char *keep, kjit__scan *out);
 
 #endif

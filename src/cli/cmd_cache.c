@@ -15,7 +15,7 @@ static const char help[] =
     "usage: kjit cache stats|ls|verify|clear [--cache-dir DIR] [--json]\n"
     "\n"
     "  stats    number of entries and bytes on disk\n"
-    "  ls       every entry: file, bytes, last use\n"
+    "  ls       every entry: file, bytes, last use (temp files and non-files marked)\n"
     "  verify   check every entry's header and checksum; exit 1 naming each bad one\n"
     "  clear    remove every entry, temp file and lock\n"
     "\n"
@@ -25,19 +25,27 @@ static const char help[] =
 typedef struct visit {
     cJSON *list;
     int json, verify, print_each;
-    uint64_t entries, bytes;
+    uint64_t entries, bytes, others; /* others: temp files and non-files */
 } visit;
 
 static void on_entry(void *arg, const kjit_cache_entry_info *e)
 {
     visit *v = arg;
-    v->entries++;
-    v->bytes += e->bytes;
+    /* Entries are what lookups can take and what the size cap counts. */
+    const int entry = !e->temp && e->regular;
+    if (entry) {
+        v->entries++;
+        v->bytes += e->bytes;
+    } else {
+        v->others++;
+    }
+    const char *kind = e->temp ? "temp file" : e->regular ? NULL : "not a regular file";
     if (v->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "file", e->file);
         cJSON_AddNumberToObject(o, "bytes", (double)e->bytes);
         cJSON_AddNumberToObject(o, "mtime", (double)e->mtime);
+        if (kind) cJSON_AddStringToObject(o, "kind", kind);
         if (v->verify) {
             cJSON_AddBoolToObject(o, "ok", e->ok);
             if (!e->ok) cJSON_AddStringToObject(o, "problem", e->problem ? e->problem : "");
@@ -49,8 +57,12 @@ static void on_entry(void *arg, const kjit_cache_entry_info *e)
         char when[32];
         time_t t = (time_t)e->mtime;
         struct tm tm;
-        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
-        printf("%10llu  %s  %s\n", (unsigned long long)e->bytes, when, e->file);
+        /* An mtime localtime cannot convert (a year past its range) prints
+         * as seconds. */
+        if (!localtime_r(&t, &tm) || !strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm))
+            snprintf(when, sizeof when, "@%lld", (long long)e->mtime);
+        printf("%10llu  %s  %s%s%s\n", (unsigned long long)e->bytes, when, e->file, kind ? "  # " : "",
+               kind ? kind : "");
     }
 }
 
@@ -98,7 +110,8 @@ int kjit_cli_cache(int argc, char **argv)
         /* Idempotent: a cache that was never created has nothing to clear. */
         const int absent = lstat(path, &st) != 0 && errno == ENOENT;
         if (!absent && kjit__cache_clear(path, &removed)) {
-            fprintf(stderr, "kjit cache clear: %s\n", kjit_last_error());
+            fprintf(stderr, "kjit cache clear: %s (removed %llu other files)\n", kjit_last_error(),
+                    (unsigned long long)removed);
             return KJIT_EXIT_FAIL;
         }
         if (json) {
@@ -128,6 +141,7 @@ int kjit_cli_cache(int argc, char **argv)
         cJSON_AddStringToObject(o, "cache_dir", path);
         cJSON_AddNumberToObject(o, "entries", (double)v.entries);
         cJSON_AddNumberToObject(o, "bytes", (double)v.bytes);
+        cJSON_AddNumberToObject(o, "other_files", (double)v.others);
         if (is_verify) cJSON_AddNumberToObject(o, "bad", n_bad);
         if (is_stats) cJSON_Delete(v.list);
         else cJSON_AddItemToObject(o, "entries_list", v.list);
@@ -138,8 +152,10 @@ int kjit_cli_cache(int argc, char **argv)
     } else if (is_verify) {
         printf("verify: %llu entries, %d bad (%s)\n", (unsigned long long)v.entries, n_bad, path);
     } else if (is_stats) {
-        printf("cache %s: %llu entries, %.1f MiB\n", path, (unsigned long long)v.entries,
+        printf("cache %s: %llu entries, %.1f MiB", path, (unsigned long long)v.entries,
                (double)v.bytes / (1 << 20));
+        if (v.others) printf(" (and %llu temp or other files, not counted)", (unsigned long long)v.others);
+        putchar('\n');
     }
     return is_verify && n_bad ? KJIT_EXIT_FAIL : 0;
 }

@@ -282,6 +282,15 @@ static int build_cb(void *arg, char **lowered, void **image, size_t *len)
     return kjit__jit_compile(b->template_file, b->name_expr, b->sm, lowered, image, len);
 }
 
+/* "adaln" for "adaln.cuh" or "dir/adaln.cuh". */
+static void template_stem(const char *template_file, char *out, size_t n)
+{
+    const char *base = strrchr(template_file, '/');
+    base = base ? base + 1 : template_file;
+    size_t len = strcspn(base, ".");
+    snprintf(out, n, "%.*s", (int)(len ? len : strlen(base)), base);
+}
+
 static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *label,
                        const char *name_expr, int sm, kjit_cache_blob *blob, kjit_cache_origin *origin,
                        kjit_cache_key *key_out)
@@ -308,7 +317,13 @@ static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *lab
     kjit_cache_key key = kjit__cache_key(&f);
     kjit__cache_key_hex(key, b.key);
     if (key_out) *key_out = key;
-    return kjit__cache_get(ctx->cache, key, label, arch, build_cb, &b, blob, origin);
+    /* The entry's file is named after its template ("adaln", "partition"),
+     * not the op asking: ops share kernels (the partition's), so a key has
+     * one file, which every op's lookup and a prewarm of any of them find.
+     * The op (label) still picks the server a miss is sent to. */
+    char file_label[64];
+    template_stem(template_file, file_label, sizeof file_label);
+    return kjit__cache_get(ctx->cache, key, file_label, arch, build_cb, &b, blob, origin);
 }
 
 int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
