@@ -335,7 +335,19 @@ static void test_bad_input(const char *sock)
         {"{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"template\":\"timestep_sinusoid.cuh\","
          "\"expr\":\"kjit_sinusoid<float>\",\"hidden\":256}", "bad_request", "hidden"},
         {"{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"template\":\"timestep_sinusoid.cuh\","
-         "\"expr\":[\"kjit_sinusoid<float>\"]}", "bad_request", "'expr'"},
+         "\"expr\":[\"kjit_sinusoid<float>\"]}", "bad_request", "field 'expr': expected a string"},
+        /* A field of another type is not "missing". */
+        {"{\"id\":1,\"type\":5}", "bad_request", "field 'type': expected a string"},
+        {"{\"id\":1,\"type\":\"compile\",\"op\":5,\"hidden\":256,\"dtype\":\"bf16\"}", "bad_request",
+         "field 'op': expected a string"},
+        {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":[\"bf16\"]}",
+         "bad_request", "field 'dtype': expected a string"},
+        {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256}", "bad_request",
+         "field 'dtype' (fp32, bf16 or fp16) is missing"},
+        {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"fp8\"}",
+         "bad_request", "field 'dtype': dtype 'fp8'"},
+        {"{\"id\":1,\"type\":\"kernel\",\"op\":\"timestep_sinusoid\",\"template\":7,"
+         "\"expr\":\"kjit_sinusoid<float>\"}", "bad_request", "field 'template': expected a string"},
 #undef KERNEL_Q
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)

@@ -85,7 +85,7 @@ static const run_case bad_runs[] = {
     {NM_RUN(",'params':{}"), 320, "bad_request", "'params'"},
     {NM_RUN(",'eps':'small'"), 320, "bad_request", "'eps'"},
     {NM_RUN(",'index_dtype':'fp32'"), 320, "bad_request", "'index_dtype'"},
-    {NM_RUN(",'param_dtype':'int8'"), 320, "bad_request", "int8"},
+    {NM_RUN(",'param_dtype':'int8'"), 320, "bad_request", "field 'param_dtype': dtype 'int8'"},
     {NM_RUN(",'flip_sin_to_cos':true"), 320, "bad_request", "'flip_sin_to_cos'"},
     {RUN(NM, NM_BUFS "," IDX, ",'event':5"), 320, "bad_request", "'event'"},
     {RUN(NM, NM_BUFS "," IDX, ",'event':2"), 320, "bad_request", "'event'"},

@@ -132,10 +132,10 @@ static int lookup_op(const char *name, const char **out, kjit_req_error *err)
     return fail(err, "unknown_op", "op '%s' is not registered (known: %s)", name, known);
 }
 
-static int parse_dtype(const char *name, kjit_dtype *out, kjit_req_error *err)
+static int parse_dtype(const char *field, const char *name, kjit_dtype *out, kjit_req_error *err)
 {
     if (kjit_dtype_parse(name, out) || *out == KJIT_I32 || *out == KJIT_I64)
-        return fail(err, "bad_request", "dtype '%s': expected fp32, bf16 or fp16", name);
+        return fail(err, "bad_request", "field '%s': dtype '%s': expected fp32, bf16 or fp16", field, name);
     return 0;
 }
 
@@ -162,17 +162,28 @@ static const char *get_str(const cJSON *o, const char *name)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* o's required string member `name` (what: its description for the
+ * message): one that is absent and one of another type are told apart. */
+static int need_str(const cJSON *o, const char *name, const char *what, const char **out, kjit_req_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v) return fail(err, "bad_request", "field '%s' (%s) is missing", name, what);
+    if (!cJSON_IsString(v)) return fail(err, "bad_request", "field '%s': expected a string (%s)", name, what);
+    *out = v->valuestring;
+    return 0;
+}
+
 /* op, hidden, dtype and (compile only) arch of compile, tune and run. */
 static int parse_tuple(const cJSON *o, int default_sm, int with_arch, kjit_req_tuple *t, kjit_req_error *err)
 {
-    const char *op = get_str(o, "op"), *dtype = get_str(o, "dtype");
-    if (!op) return fail(err, "bad_request", "field 'op' (a string) is missing");
+    const char *op, *dtype;
+    if (need_str(o, "op", "an op name", &op, err)) return -1;
     if (lookup_op(op, &t->op, err)) return -1;
     double h = 0;
     if (get_int(o, "hidden", 1, KJIT_REQ_MAX_HIDDEN, 1, &h, err)) return -1;
     t->hidden = (int)h;
-    if (!dtype) return fail(err, "bad_request", "field 'dtype' (a string) is missing");
-    if (parse_dtype(dtype, &t->dtype, err)) return -1;
+    if (need_str(o, "dtype", "fp32, bf16 or fp16", &dtype, err)) return -1;
+    if (parse_dtype("dtype", dtype, &t->dtype, err)) return -1;
     t->sm = default_sm;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arch");
     if (a && !with_arch) return fail(err, "bad_request", "field 'arch': tune and run use the server's device");
@@ -186,10 +197,10 @@ static int parse_tuple(const cJSON *o, int default_sm, int with_arch, kjit_req_t
  * only template-id text is taken (what kjit_kernel_fetch also insists on). */
 static int parse_kernel(const cJSON *o, int default_sm, kjit_req *r, kjit_req_error *err)
 {
-    const char *op = get_str(o, "op"), *tmpl = get_str(o, "template"), *expr = get_str(o, "expr");
-    if (!op) return fail(err, "bad_request", "field 'op' (a string) is missing");
+    const char *op, *tmpl, *expr;
+    if (need_str(o, "op", "an op name", &op, err)) return -1;
     if (lookup_op(op, &r->spec.op, err)) return -1;
-    if (!tmpl) return fail(err, "bad_request", "field 'template' (a template file name) is missing");
+    if (need_str(o, "template", "a template file name", &tmpl, err)) return -1;
     const kjit_template_file *tf;
     if (kjit__template_find(tmpl, &tf)) {
         const kjit_template_file *all = NULL;
@@ -203,7 +214,7 @@ static int parse_kernel(const cJSON *o, int default_sm, kjit_req *r, kjit_req_er
         return fail(err, "bad_request", "field 'template': '%s' is not a kernel template (known: %s)", tmpl, known);
     }
     r->spec.template_file = tf->name;
-    if (!expr) return fail(err, "bad_request", "field 'expr' (a template-id such as \"kjit_sinusoid<kjit::bf16>\") is missing");
+    if (need_str(o, "expr", "a template-id such as \"kjit_sinusoid<kjit::bf16>\"", &expr, err)) return -1;
     size_t bad = strspn(expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:<>, -");
     if (expr[bad] && (unsigned char)expr[bad] < 0x80)
         return fail(err, "bad_request", "field 'expr': character '%c' at byte %zu: a template-id takes only "
@@ -293,7 +304,7 @@ static int parse_prewarm(const cJSON *o, int default_sm, kjit_req *r, kjit_req_e
     if (!n) return fail(err, "bad_request", "field 'dtype' (a dtype or a list) is missing");
     for (; it; it = NEXT(v, it)) {
         kjit_dtype dt;
-        if (parse_dtype(it->valuestring, &dt, err)) return -1;
+        if (parse_dtype("dtype", it->valuestring, &dt, err)) return -1;
         if (!listed(r->dtypes, r->n_dtypes, sizeof dt, &dt)) r->dtypes[r->n_dtypes++] = dt;
     }
     v = cJSON_GetObjectItemCaseSensitive(o, "arch");
@@ -426,7 +437,7 @@ static int parse_run(const cJSON *o, int default_sm, uint32_t payload_len, kjit_
     const char *pd = get_str(o, "param_dtype"), *id = get_str(o, "index_dtype");
     if (cJSON_GetObjectItemCaseSensitive(o, "param_dtype") && !pd)
         return fail(err, "bad_request", "field 'param_dtype': expected a string such as \"bf16\"");
-    if (pd && parse_dtype(pd, &q->param_dtype, err)) return -1;
+    if (pd && parse_dtype("param_dtype", pd, &q->param_dtype, err)) return -1;
     q->index_dtype = KJIT_I32;
     if (cJSON_GetObjectItemCaseSensitive(o, "index_dtype") &&
         (!id || kjit_dtype_parse(id, &q->index_dtype) || (q->index_dtype != KJIT_I32 && q->index_dtype != KJIT_I64)))
@@ -531,8 +542,8 @@ static int parse_tree(const cJSON *o, uint32_t payload_len, int default_sm, kjit
     err->has_id = 1;
     err->id = r->id;
     if (check_strings(o->child, "", 1, err)) return -1;
-    const char *type = get_str(o, "type");
-    if (!type) return fail(err, "bad_request", "field 'type' (a string) is missing");
+    const char *type;
+    if (need_str(o, "type", "the request type", &type, err)) return -1;
     int t = 0;
     while (t < N_TYPES && strcmp(type, type_names[t])) ++t;
     if (t == N_TYPES)
