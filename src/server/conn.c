@@ -53,7 +53,6 @@ void kjit__conn_close(kjit_conn *c)
     kjit__ipc_release(s, c->ipc);
     c->ipc = NULL;
     kjit__kernel_cancel(s, c); /* its kernel requests not started: compiled for nobody */
-    kjit__jobs_abandon(s);     /* and its compiles and prewarms no one else waits on */
     *(c->prev ? &c->prev->next : &s->conns) = c->next;
     if (c->next) c->next->prev = c->prev;
     uv_close((uv_handle_t *)&c->pipe, on_close);
