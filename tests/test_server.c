@@ -603,6 +603,77 @@ static void test_kernel_leave(const char *sock)
     printf("48 kernel requests, client gone: %.0f compiled\n", compiled);
 }
 
+/* The same with compile requests, which are shared jobs: a client
+ * pipelines compiles of 12 new tuples (norm_modulate fp32 at 12 hidden
+ * sizes: ~10 kernels of their own each) and leaves; the jobs no one else
+ * waits on are cancelled, not compiled for nobody; and the last tuple asked
+ * for again afterwards compiles (a new job, not the cancelled one). */
+static void test_compile_leave(const char *sock)
+{
+    const double before = kjit_test_stat(sock, "compiles");
+    int fd = greeted(sock);
+    for (int k = 1; k <= 12; ++k) {
+        char q[256];
+        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,"
+                              "\"dtype\":\"fp32\",\"arch\":\"sm_80\"}", k, 2000 + 8 * k);
+        kjit_test_frame(fd, q, NULL, 0);
+    }
+    usleep(100000); /* the server has read them all */
+    close(fd);
+    kjit_client *c;
+    CHECK_STATUS(kjit_client_connect(&c, sock, 60000), KJIT_OK);
+    cJSON *r = call(c, "{\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":2096,\"dtype\":\"fp32\","
+                       "\"arch\":\"sm_80\"}", NULL);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
+    cJSON_Delete(r);
+    kjit_client_close(c);
+    double jobs = 1;
+    for (int t = 0; t < 1200 && jobs > 0; ++t) {
+        usleep(50000);
+        jobs = kjit_test_stat(sock, "jobs");
+    }
+    const double compiled = kjit_test_stat(sock, "compiles") - before;
+    CHECK(jobs == 0);
+    CHECK_LE(compiled, 40); /* those the pool's threads had started, and the tuple asked again */
+    printf("12 compile requests, client gone: %.0f compiled\n", compiled);
+}
+
+/* A client fills its max_pending (64) with compiles that wait behind
+ * another client's long queue, so the server stops reading it, and leaves:
+ * the sweep sees it gone within its period, not once a reply lets reading
+ * resume after the other client's queue (seconds here, hours behind a
+ * large one). The other client's compiles are untouched. */
+static void test_closed_while_paused(const char *sock)
+{
+    int b = greeted(sock);
+    for (int k = 1; k <= 24; ++k) {
+        char q[256];
+        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,"
+                              "\"dtype\":\"fp32\",\"arch\":\"sm_80\"}", k, 3000 + 8 * k);
+        kjit_test_frame(b, q, NULL, 0);
+    }
+    usleep(100000);
+    const double clients = kjit_test_stat(sock, "clients");
+    int a = greeted(sock);
+    for (int k = 1; k <= 64; ++k) { /* waiters on the last four of b's jobs */
+        char q[256];
+        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,"
+                              "\"dtype\":\"fp32\",\"arch\":\"sm_80\"}", k, 3000 + 8 * (21 + k % 4));
+        kjit_test_frame(a, q, NULL, 0);
+    }
+    usleep(100000);
+    CHECK_EQ_INT((int)kjit_test_stat(sock, "clients"), (int)clients + 1);
+    close(a);
+    usleep(450000); /* under two sweep periods */
+    CHECK_EQ_INT((int)kjit_test_stat(sock, "clients"), (int)clients);
+    for (int k = 1; k <= 24; ++k) {
+        cJSON *r = kjit_test_reply(b, 120000);
+        CHECK(r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
+        cJSON_Delete(r);
+    }
+    close(b);
+}
+
 /* ---- limits ------------------------------------------------------------- */
 
 /* Reads exactly n bytes, `chunk` at a time with a pause between reads: a
@@ -1257,6 +1328,8 @@ int main(void)
     test_single_flight(sock);
     test_disconnect(sock);
     test_kernel_leave(sock);
+    test_compile_leave(sock);
+    test_closed_while_paused(sock);
     /* Every connection is gone but the stats client's own. */
     double clients = -1;
     for (int i = 0; i < 40 && clients != 1; ++i) {

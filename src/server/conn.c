@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -53,6 +54,7 @@ void kjit__conn_close(kjit_conn *c)
     kjit__ipc_release(s, c->ipc);
     c->ipc = NULL;
     kjit__kernel_cancel(s, c); /* its kernel requests not started: compiled for nobody */
+    kjit__jobs_abandon(s);     /* and its compiles and prewarms no one else waits on */
     *(c->prev ? &c->prev->next : &s->conns) = c->next;
     if (c->next) c->next->prev = c->prev;
     uv_close((uv_handle_t *)&c->pipe, on_close);
@@ -366,6 +368,18 @@ static size_t unsent_bytes(kjit_conn *c)
     return n;
 }
 
+/* A client whose requests filled max_pending is not read from, so its
+ * leaving would be seen only once a reply lets reading resume, which can
+ * be long behind other clients' compiles: ask the socket instead, so that
+ * its slot is given back and its abandoned jobs cancelled at once. */
+static int peer_gone(kjit_conn *c)
+{
+    uv_os_fd_t fd;
+    if (c->reading || c->close_after_write || uv_fileno((uv_handle_t *)&c->pipe, &fd)) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 void kjit__conn_sweep(kjit_server *s)
 {
     uint64_t now = uv_now(&s->loop);
@@ -380,6 +394,10 @@ void kjit__conn_sweep(kjit_server *s)
         const size_t wq = unsent_bytes(c);
         if (wq != c->last_wq) c->last_activity = now;
         c->last_wq = wq;
+        if (peer_gone(c)) {
+            kjit__conn_close(c);
+            continue;
+        }
         uint64_t quiet = now - c->last_activity;
         if (c->close_after_write) {
             if (quiet > CLOSE_WAIT_MS) kjit__conn_close(c);

@@ -79,6 +79,8 @@ typedef struct job {
     const char *message;
     waiter *w;
     int n_w, cap_w;
+    int orphan;     /* every waiter left and its queued parts were cancelled:
+                       the entry is out of the map, owned by the job */
 } job;
 
 struct kjit_tuple_entry {
@@ -180,13 +182,19 @@ static void lru_touch(kjit_tuple_map *m, kjit_tuple_entry *e)
     lru_push(m, e);
 }
 
-static void map_remove(kjit_server *s, kjit_tuple_entry *e)
+/* Takes e out of the map's slots (it stays allocated). */
+static void map_detach(kjit_server *s, kjit_tuple_entry *e)
 {
-    lru_unlink(&s->map, e);
     kjit_tuple_entry **p = &s->map.slots[e->hash & (s->map.n_slots - 1)];
     while (*p != e) p = &(*p)->next;
     *p = e->next;
     s->map.n_entries--;
+}
+
+static void map_remove(kjit_server *s, kjit_tuple_entry *e)
+{
+    lru_unlink(&s->map, e);
+    map_detach(s, e);
     entry_free(e);
 }
 
@@ -426,8 +434,10 @@ static void done_cb(uv_work_t *req, int status)
     const char *why = cancelled ? "the server is shutting down: this compile had not started"
                       : j->message ? j->message : kjit_status_string(j->status);
     /* The entry's fate first: a prewarm below may ask for this tuple again
-     * (a failed one then starts anew; a done one is a memo hit). */
-    if (j->status) map_remove(s, e);
+     * (a failed one then starts anew; a done one is a memo hit). An orphan's
+     * entry is already out of the map (a new request started a new job). */
+    if (j->orphan) entry_free(e);
+    else if (j->status) map_remove(s, e);
     else lru_push(&s->map, e);
     for (int i = 0; i < j->n_w; ++i) {
         waiter *w = &j->w[i];
@@ -463,6 +473,32 @@ void kjit__jobs_cancel(kjit_server *s)
         for (kjit_tuple_entry *e = s->map.slots[i]; e; e = e->next)
             for (int k = 0; e->job && k < e->job->n; ++k)
                 uv_cancel((uv_req_t *)&e->job->parts[k].work); /* UV_EBUSY once it runs */
+}
+
+/* The client of waiter w has left (or is leaving). */
+static int waiter_gone(const waiter *w) { return (w->pw ? w->pw->c : w->c)->closing; }
+
+void kjit__jobs_abandon(kjit_server *s)
+{
+    for (size_t i = 0; i < s->map.n_slots; ++i)
+        for (kjit_tuple_entry *e = s->map.slots[i], *next; e; e = next) {
+            next = e->next;
+            job *j = e->job;
+            if (!j || j->orphan || !j->n_w) continue;
+            int gone = 1;
+            for (int k = 0; k < j->n_w && gone; ++k) gone = waiter_gone(&j->w[k]);
+            if (!gone) continue;
+            int cancelled = 0;
+            for (int k = 0; k < j->n; ++k)
+                cancelled += uv_cancel((uv_req_t *)&j->parts[k].work) == 0; /* UV_EBUSY once it runs */
+            /* With a part cancelled the job fails: out of the map now, so
+             * that a request for the tuple before its parts are back
+             * starts a new job instead of waiting on this one. */
+            if (cancelled) {
+                map_detach(s, e);
+                j->orphan = 1;
+            }
+        }
 }
 
 /* The entry for t, starting its job when it has none. NULL: out of memory. */

@@ -176,6 +176,9 @@ size_t kjit__jobs_memo_count(const kjit_server *s);
 uint64_t kjit__jobs_memo_evictions(const kjit_server *s);
 /* Stopping: cancels every compile part not yet started. */
 void kjit__jobs_cancel(kjit_server *s);
+/* Cancels the queued parts of every compile job whose waiters have all
+ * left (compiled for nobody otherwise): called when a client leaves. */
+void kjit__jobs_abandon(kjit_server *s);
 /* On a worker or the lane after a fetch, run or tune: folds the library's
  * counters into s->snap. */
 void kjit__jobs_snapshot(kjit_server *s);
