@@ -149,31 +149,52 @@ static int signals_block(sigset_t *old)
     return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
-/* A signal during the teardown: as a second one (die_by), with only
- * async-signal-safe calls. */
+/* Whether a signal in the teardown is the first after a `shutdown`
+ * request (the stop goes on, as in the loop) or a second one (exit now). */
+static volatile sig_atomic_t late_grace;
+
+/* A signal during the teardown, with only async-signal-safe calls: as in
+ * the loop, the first after a `shutdown` request lets the stop go on, a
+ * second ends the process at once (die_by). */
 static void on_late_signal(int signum)
 {
     static const char term[] = "kjit serve: SIGTERM during the teardown: exiting now\n";
     static const char intr[] = "kjit serve: SIGINT during the teardown: exiting now\n";
+    static const char term1[] = "kjit serve: SIGTERM: already stopping (a shutdown request); a second signal exits "
+                                "at once\n";
+    static const char intr1[] = "kjit serve: SIGINT: already stopping (a shutdown request); a second signal exits "
+                                "at once\n";
+    if (late_grace) {
+        late_grace = 0;
+        if (signum == SIGTERM) (void)!write(2, term1, sizeof term1 - 1);
+        else (void)!write(2, intr1, sizeof intr1 - 1);
+        return;
+    }
     if (signum == SIGTERM) (void)!write(2, term, sizeof term - 1);
     else (void)!write(2, intr, sizeof intr - 1);
     _exit(128 + signum);
 }
 
-/* The loop has ended: a signal that came since ends the process at once;
- * else the fd closes and the caller's mask comes back, before the teardown
- * (joining the lane, the context), so a hung teardown can still be
- * stopped: by our handler, exit status 128 + the signal's number as for a
- * second signal, not by the handler libnvrtc may have left (it calls
- * exit(), which runs the exit handlers from inside the signal). A signal
- * the process ignored at start stays ignored. */
-static void signals_restore(int fd, const sigset_t *old)
+/* The loop has ended: the signals that came since count as in the loop
+ * (grace: the stop came from a `shutdown` request and no signal has come
+ * yet, so the first is let go); else the fd closes and the caller's mask
+ * comes back, before the teardown (joining the lane, the context), so a
+ * hung teardown can still be stopped: by our handler, exit status 128 +
+ * the signal's number as for a second signal, not by the handler libnvrtc
+ * may have left (it calls exit(), which runs the exit handlers from inside
+ * the signal). A signal the process ignored at start stays ignored. */
+static void signals_restore(int fd, const sigset_t *old, int grace)
 {
     if (fd >= 0) {
-        const int signum = signal_pending(fd);
-        if (signum) die_by(signum);
+        for (int signum; (signum = signal_pending(fd));) {
+            if (!grace) die_by(signum);
+            grace = 0;
+            fprintf(stderr, "kjit serve: %s: already stopping (a shutdown request); a second signal exits at once\n",
+                    signum == SIGTERM ? "SIGTERM" : "SIGINT");
+        }
         close(fd);
     }
+    late_grace = grace;
     for (int i = 0; i < 2; ++i) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -297,7 +318,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     kjit__clear_error();
     if (early) {
         fprintf(stderr, "kjit serve: %s during start-up: exiting\n", early == SIGTERM ? "SIGTERM" : "SIGINT");
-        signals_restore(s->sig_fd, &old_mask);
+        signals_restore(s->sig_fd, &old_mask, 0);
         free(s);
         return KJIT_OK;
     }
@@ -309,7 +330,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     s->map.max_done = memo_max >= 1 && memo_max <= (1L << 30) ? (size_t)memo_max : MEMO_MAX_DEFAULT;
     int r = uv_loop_init(&s->loop);
     if (r) {
-        signals_restore(s->sig_fd, &old_mask);
+        signals_restore(s->sig_fd, &old_mask, 0);
         free(s);
         return kjit__fail(KJIT_EIO, "uv_loop_init: %s", uv_strerror(r));
     }
@@ -335,7 +356,7 @@ int kjit__server_run(const kjit_server_config *cfg)
         uv_run(&s->loop, UV_RUN_DEFAULT);
         kjit__fail(rc, "%s", msg);
     }
-    signals_restore(s->sig_fd, &old_mask);
+    signals_restore(s->sig_fd, &old_mask, rc == KJIT_OK && s->draining && !s->signals);
     /* Before the context goes: the lane closes the IPC handles still open. */
     kjit__gpu_stop(s);
     kjit__listen_release(s);
