@@ -943,6 +943,13 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                 if (FULL || k * TPR + t < G) {
                     const int col = (k * TPR + t) * V;
                     float xf[V], df[V], m[V], a[NACC][V];
+                    // The row again from its stage (not refilled before
+                    // the row is done), instead of held in registers across
+                    // the reduction: the same bits, and no candidate of the
+                    // tuning space spills (docs/PERF_NOTES.md).
+#pragma unroll
+                    for (int j = 0; j < NT; ++j)
+                        if (j != 2 || MODE != 3 || hdh) ld_smem(buf[j][k], stage(s, j, k));
                     unpack(buf[0][k], xf);
                     unpack(buf[1][k], df);
                     tab.get(0, k, m);
