@@ -638,6 +638,39 @@ static void test_compile_leave(const char *sock)
     printf("12 compile requests, client gone: %.0f compiled\n", compiled);
 }
 
+/* Fairness: a client pipelines compiles of 12 new tuples (~10 kernels of
+ * their own each, ~120 kernels for the pool's 4 threads), then another
+ * client asks for one new tuple. Its kernels take turns with the first
+ * client's (pool.c), so it comes back while most of the first client's
+ * are still to do; first in, first out it came back after all of them. */
+static void test_compile_fair(const char *sock)
+{
+    int a = greeted(sock);
+    for (int k = 1; k <= 12; ++k) {
+        char q[256];
+        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,"
+                              "\"dtype\":\"fp32\",\"arch\":\"sm_80\"}", k, 5000 + 8 * k);
+        kjit_test_frame(a, q, NULL, 0);
+    }
+    usleep(100000); /* the server has read them all */
+    kjit_client *c;
+    CHECK_STATUS(kjit_client_connect(&c, sock, 60000), KJIT_OK);
+    cJSON *r = call(c, "{\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":5400,\"dtype\":\"fp32\","
+                       "\"arch\":\"sm_80\"}", NULL);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
+    cJSON_Delete(r);
+    kjit_client_close(c);
+    const double left = kjit_test_stat(sock, "jobs");
+    printf("a compile behind another client's 12 pipelined ones: back with %.0f of those 12 still to do\n", left);
+    CHECK(left >= 6);
+    for (int k = 1; k <= 12; ++k) {
+        cJSON *x = kjit_test_reply(a, 120000);
+        CHECK(x && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "ok")));
+        cJSON_Delete(x);
+    }
+    close(a);
+}
+
 /* A client fills its max_pending (64) with compiles that wait behind
  * another client's long queue, so the server stops reading it, and leaves:
  * the sweep sees it gone within its period, not once a reply lets reading
@@ -1329,6 +1362,7 @@ int main(void)
     test_disconnect(sock);
     test_kernel_leave(sock);
     test_compile_leave(sock);
+    test_compile_fair(sock);
     test_closed_while_paused(sock);
     /* Every connection is gone but the stats client's own. */
     double clients = -1;

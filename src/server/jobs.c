@@ -59,7 +59,7 @@ typedef struct waiter {
 /* One kernel of a job, fetched on its own pool thread so the kernels of a
  * tuple compile in parallel. */
 typedef struct part {
-    uv_work_t work;
+    kjit_pool_item item; /* item.work.data: the part */
     struct job *job;
     int i;
     int status;
@@ -472,7 +472,7 @@ void kjit__jobs_cancel(kjit_server *s)
     for (size_t i = 0; i < s->map.n_slots; ++i)
         for (kjit_tuple_entry *e = s->map.slots[i]; e; e = e->next)
             for (int k = 0; e->job && k < e->job->n; ++k)
-                uv_cancel((uv_req_t *)&e->job->parts[k].work); /* UV_EBUSY once it runs */
+                kjit__pool_cancel(&e->job->parts[k].item); /* UV_EBUSY once it runs */
 }
 
 /* The client of waiter w has left (or is leaving). */
@@ -490,7 +490,7 @@ void kjit__jobs_abandon(kjit_server *s)
             if (!gone) continue;
             int cancelled = 0;
             for (int k = 0; k < j->n; ++k)
-                cancelled += uv_cancel((uv_req_t *)&j->parts[k].work) == 0; /* UV_EBUSY once it runs */
+                cancelled += kjit__pool_cancel(&j->parts[k].item) == 0; /* UV_EBUSY once it runs */
             /* With a part cancelled the job fails: out of the map now, so
              * that a request for the tuple before its parts are back
              * starts a new job instead of waiting on this one. */
@@ -501,8 +501,9 @@ void kjit__jobs_abandon(kjit_server *s)
         }
 }
 
-/* The entry for t, starting its job when it has none. NULL: out of memory. */
-static kjit_tuple_entry *entry_for(kjit_server *s, const kjit_req_tuple *t)
+/* The entry for t, starting its job (owner's pool work) when it has none.
+ * NULL: out of memory. */
+static kjit_tuple_entry *entry_for(kjit_server *s, const kjit_req_tuple *t, kjit_conn *owner)
 {
     uint64_t h = tuple_hash(t);
     kjit_tuple_entry *e = map_find(s, t, h);
@@ -530,12 +531,11 @@ static kjit_tuple_entry *entry_for(kjit_server *s, const kjit_req_tuple *t)
         return NULL;
     }
     s->jobs++;
-    /* uv_queue_work fails only on a NULL callback: every part is queued. */
     for (int i = 0; i < n; ++i) {
         j->parts[i] = (part){.job = j, .i = i};
-        j->parts[i].work.data = &j->parts[i];
-        uv_queue_work(&s->loop, &j->parts[i].work, work_cb, done_cb);
+        j->parts[i].item.work.data = &j->parts[i];
         j->left++;
+        kjit__pool_submit(owner, &j->parts[i].item, work_cb, done_cb);
     }
     return e;
 }
@@ -565,7 +565,7 @@ void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
         return;
     }
     kjit__conn_park(c, id);
-    if (!(e = entry_for(s, t)) || add_waiter(e->job, (waiter){c, id, NULL})) {
+    if (!(e = entry_for(s, t, c)) || add_waiter(e->job, (waiter){c, id, NULL})) {
         kjit__conn_unpark(c, id);
         kjit__conn_error(c, 1, id, "internal", "out of memory for a compile job");
         return;
@@ -592,7 +592,7 @@ static void prewarm_pump(prewarm *pw)
             prewarm_step(pw, t, 0, NULL, JOB_CANCELLED, "the server is shutting down");
             continue;
         }
-        kjit_tuple_entry *e = entry_for(s, t);
+        kjit_tuple_entry *e = entry_for(s, t, pw->c);
         if (e && !e->job) {
             lru_touch(&s->map, e);
             prewarm_step(pw, t, e->n, NULL, 0, NULL);

@@ -17,7 +17,7 @@
 #include "server/server_internal.h"
 
 typedef struct kjit_kernel_job {
-    uv_work_t work;
+    kjit_pool_item item; /* item.work.data: the job */
     struct kjit_kernel_job *prev, *next; /* the server's queued and running kernel jobs */
     kjit_server *srv;
     kjit_conn *c; /* holds a reference */
@@ -113,17 +113,16 @@ void kjit__kernel_request(kjit_conn *c, uint64_t id, const kjit_kernel_spec *spe
     j->id = id;
     j->spec = *spec;
     j->sm = sm;
-    j->work.data = j;
+    j->item.work.data = j;
     j->next = s->kernel_jobs;
     if (j->next) j->next->prev = j;
     s->kernel_jobs = j;
     s->jobs++;
-    /* uv_queue_work fails only on a NULL callback. */
-    uv_queue_work(&s->loop, &j->work, work_cb, done_cb);
+    kjit__pool_submit(c, &j->item, work_cb, done_cb);
 }
 
 void kjit__kernel_cancel(kjit_server *s, const kjit_conn *c)
 {
     for (kernel_job *j = s->kernel_jobs; j; j = j->next)
-        if (!c || j->c == c) uv_cancel((uv_req_t *)&j->work); /* UV_EBUSY once it runs */
+        if (!c || j->c == c) kjit__pool_cancel(&j->item); /* UV_EBUSY once it runs */
 }

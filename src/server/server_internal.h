@@ -8,7 +8,8 @@
  * Lifetimes: a connection is freed when its handle has closed and no job
  * waiter or prewarm still refers to it (refs), so a worker finishing after
  * its client left finds the connection marked closing, skips the reply and
- * drops its reference; the compile itself is never cancelled. */
+ * drops its reference (a compile not yet started that no other client
+ * waits on is cancelled: jobs.c, kernel.c). */
 #ifndef KJIT_SERVER_INTERNAL_H
 #define KJIT_SERVER_INTERNAL_H
 
@@ -56,6 +57,8 @@ typedef struct kjit_conn {
     uint64_t last_activity; /* uv_now of the last byte moved (or reply queued) */
     size_t last_wq;         /* write queue bytes at the last sweep: progress of a long write */
     uint64_t partial_since; /* uv_now when an incomplete frame began; 0: none */
+    struct kjit_pool_item *pool_head, *pool_tail; /* its pool work not yet in libuv's queue (pool.c) */
+    int pool_sent;          /* its pool work in libuv's queue or running */
     kjit_ipc_cache *ipc;    /* the handles its runs opened (created by its first run) */
     struct kjit_run_memo *run_memo; /* its last run request, parsed (run_memo.c) */
     char *rbuf;
@@ -118,6 +121,23 @@ struct kjit_server {
     kjit_gpu *gpu;         /* the GPU lane; NULL without a device */
     kjit_tune_job *tunes;  /* tunes queued or running */
 };
+
+/* pool.c: work for libuv's thread pool, at most a window of it (the
+ * pool's size) per owner in libuv's queue at once, the rest in the owner's
+ * FIFO. _submit takes a reference on owner until after_cb has run; set
+ * work.data before. _cancel: 0 when the item will not run (after_cb then
+ * gets UV_ECANCELED, later on the loop), else UV_EBUSY (running or back). */
+typedef struct kjit_pool_item {
+    uv_work_t work;
+    struct kjit_pool_item *next;
+    struct kjit_conn *owner;
+    uv_work_cb work_cb;
+    uv_after_work_cb after_cb;
+    int state;
+} kjit_pool_item;
+int kjit__pool_window(void);
+void kjit__pool_submit(struct kjit_conn *owner, kjit_pool_item *it, uv_work_cb work_cb, uv_after_work_cb after_cb);
+int kjit__pool_cancel(kjit_pool_item *it);
 
 /* listen.c: the socket file, its directory, the lock, peer credentials. */
 int kjit__listen_open(kjit_server *s);
