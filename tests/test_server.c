@@ -671,6 +671,31 @@ static void test_compile_fair(const char *sock)
     close(a);
 }
 
+/* A client that sends its requests and shuts its writing side (as `nc -N`
+ * or a script piping requests does) still gets every reply owed, the slow
+ * ones too, and then the server closes the connection. */
+static void test_half_close(const char *sock)
+{
+    int fd = greeted(sock);
+    kjit_test_frame(fd, "{\"id\":1,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":6008,\"dtype\":\"fp32\","
+                        "\"arch\":\"sm_80\"}", NULL, 0);
+    kjit_test_frame(fd, "{\"id\":2,\"type\":\"ping\"}", NULL, 0);
+    kjit_test_frame(fd, "{\"id\":3,\"type\":\"compile\",\"op\":\"gated_residual\",\"hidden\":6008,\"dtype\":\"fp32\","
+                        "\"arch\":\"sm_80\"}", NULL, 0);
+    CHECK(shutdown(fd, SHUT_WR) == 0);
+    int got = 0;
+    for (int k = 0; k < 3; ++k) {
+        cJSON *r = kjit_test_reply(fd, 120000);
+        got += r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok"));
+        cJSON_Delete(r);
+    }
+    printf("half-closed client: %d of 3 replies\n", got);
+    CHECK_EQ_INT(got, 3);
+    char b;
+    CHECK(recv(fd, &b, 1, 0) == 0); /* then the server closes */
+    close(fd);
+}
+
 /* A client fills its max_pending (64) with compiles that wait behind
  * another client's long queue, so the server stops reading it, and leaves:
  * the sweep sees it gone within its period, not once a reply lets reading
@@ -1363,6 +1388,7 @@ int main(void)
     test_kernel_leave(sock);
     test_compile_leave(sock);
     test_compile_fair(sock);
+    test_half_close(sock);
     test_closed_while_paused(sock);
     /* Every connection is gone but the stats client's own. */
     double clients = -1;

@@ -81,10 +81,22 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->rbuf ? c->rbuf + c->rlen : NULL, (unsigned)(c->rcap - c->rlen));
 }
 
+/* A client that shut its writing side is closed once every reply owed to
+ * it is written. */
+static void eof_check(kjit_conn *c)
+{
+    if (c->eof && !c->closing && !c->pending && !c->writes) kjit__conn_close(c);
+}
+
 static void resume(kjit_conn *c)
 {
-    if (c->closing || c->close_after_write || c->reading || c->pending >= (uint32_t)c->srv->cfg.max_pending)
+    if (c->closing || c->close_after_write) return;
+    if (c->eof) { /* the frames it sent before, as the cap lets them in */
+        process(c);
+        eof_check(c);
         return;
+    }
+    if (c->reading || c->pending >= (uint32_t)c->srv->cfg.max_pending) return;
     if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read)) {
         kjit__conn_close(c);
         return;
@@ -284,8 +296,16 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     (void)buf;
     kjit_conn *c = of((uv_handle_t *)st);
+    if (nread == UV_EOF) {
+        /* The client shut its writing side: it may still read. Its
+         * requests already sent are answered, then the connection closes. */
+        pause_reading(c);
+        c->eof = 1;
+        resume(c);
+        return;
+    }
     if (nread < 0) {
-        /* EOF or error: the client is gone. Its jobs keep running for others. */
+        /* An error: the client is gone. Its jobs keep running for others. */
         kjit__conn_close(c);
         return;
     }
@@ -377,7 +397,9 @@ static int peer_gone(kjit_conn *c)
     uv_os_fd_t fd;
     if (c->reading || c->close_after_write || uv_fileno((uv_handle_t *)&c->pipe, &fd)) return 0;
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    /* POLLHUP: both sides shut (the client closed). POLLRDHUP alone is a
+     * client that shut only its writing side and still reads its replies. */
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
 }
 
 void kjit__conn_sweep(kjit_server *s)

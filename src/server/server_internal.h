@@ -49,6 +49,7 @@ typedef struct kjit_conn {
     int closing;            /* uv_close called: no more frames in or out */
     int close_after_write;  /* a fatal error was sent: close once written */
     int reading;
+    int eof;                /* the client shut its writing side: answer what it sent, then close */
     int helloed;
     int counted;            /* counts against max_clients */
     uint32_t pending;       /* accepted requests whose final reply is not written */
