@@ -194,8 +194,8 @@ kill -TERM $PF; wait $PF
 # as a "second SIGTERM"; later, one that reached the teardown did.) An
 # attempt whose server had finished before a signal was sent (the drain's
 # compiles can end first) proves nothing and is made again, up to 3 times.
-shut_try() {  # $1: signals to send; sets rc, lost (1: the server ended first)
-  "$KJIT" serve --socket "$T/shut.sock" --cache-dir "$T/cache-shut$1" 2>"$T/shut.log" & PS=$!; pids+=($PS)
+shut_try() {  # $1: signals to send, $2: attempt (a fresh cache each); sets rc, lost (1: the server ended first)
+  "$KJIT" serve --socket "$T/shut.sock" --cache-dir "$T/cache-shut$1-$2" 2>"$T/shut.log" & PS=$!; pids+=($PS)
   wait_sock "$T/shut.sock" || fail "serve for the shutdown test did not come up: $(cat "$T/shut.log")"
   "$KJIT" call --socket "$T/shut.sock" '{"type":"prewarm","ops":"all","hidden":[64,128,192],"dtype":["fp32","bf16"],"arch":["sm_80","sm_90"]}' \
     >/dev/null 2>&1 & PC=$!
@@ -221,7 +221,7 @@ shut_try() {  # $1: signals to send; sets rc, lost (1: the server ended first)
 }
 for signals in 1 2; do
   for attempt in 1 2 3; do
-    shut_try $signals
+    shut_try $signals $attempt
     [ $lost = 0 ] && break
     echo "shutdown test, $signals signal(s): the server ended before the signal (attempt $attempt)"
   done

@@ -62,6 +62,7 @@ void kjit__conn_close(kjit_conn *c)
 }
 
 static void process(kjit_conn *c);
+static int peer_gone(kjit_conn *c);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -298,8 +299,13 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     kjit_conn *c = of((uv_handle_t *)st);
     if (nread == UV_EOF) {
         /* The client shut its writing side: it may still read. Its
-         * requests already sent are answered, then the connection closes. */
+         * requests already sent are answered, then the connection closes.
+         * A client that closed outright (both sides) is gone at once. */
         pause_reading(c);
+        if (peer_gone(c)) {
+            kjit__conn_close(c);
+            return;
+        }
         c->eof = 1;
         resume(c);
         return;

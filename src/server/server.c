@@ -17,6 +17,7 @@
  * socket file left behind). A blocked signal waits for the loop whatever
  * handler is installed, but not through SIG_IGN, which that first compile
  * also sets for SIGINT: the server runs it at start-up. */
+#include <errno.h>
 #include <pthread.h>
 #include <dirent.h>
 #include <signal.h>
@@ -164,10 +165,12 @@ static void on_late_signal(int signum)
                                 "at once\n";
     static const char intr1[] = "kjit serve: SIGINT: already stopping (a shutdown request); a second signal exits "
                                 "at once\n";
-    if (late_grace) {
+    if (late_grace) { /* the other stop signal is blocked here (sa_mask) */
+        const int saved = errno;
         late_grace = 0;
         if (signum == SIGTERM) (void)!write(2, term1, sizeof term1 - 1);
         else (void)!write(2, intr1, sizeof intr1 - 1);
+        errno = saved;
         return;
     }
     if (signum == SIGTERM) (void)!write(2, term, sizeof term - 1);
@@ -199,7 +202,12 @@ static void signals_restore(int fd, const sigset_t *old, int grace)
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = ignored_at_start[i] ? SIG_IGN : on_late_signal;
+        /* Neither stop signal interrupts the handler (two signals must not
+         * both take the grace), and the teardown's calls resume after it. */
         sigemptyset(&sa.sa_mask);
+        sigaddset(&sa.sa_mask, SIGTERM);
+        sigaddset(&sa.sa_mask, SIGINT);
+        sa.sa_flags = SA_RESTART;
         sigaction(stop_sigs[i], &sa, NULL);
     }
     pthread_sigmask(SIG_SETMASK, old, NULL);
