@@ -585,6 +585,54 @@ static void pipeline_kernels(int fd, int h0)
     CHECK_EQ_INT(n, 48);
 }
 
+/* On fd, compile requests (ids 1..n) for norm_modulate fp32 sm_80 at
+ * hidden sizes h0 + 8, h0 + 16, ...: new tuples of ~10 kernels each. */
+static void pipeline_compiles(int fd, int n, int h0)
+{
+    for (int k = 1; k <= n; ++k) {
+        char q[256];
+        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,"
+                              "\"dtype\":\"fp32\",\"arch\":\"sm_80\"}", k, h0 + 8 * k);
+        kjit_test_frame(fd, q, NULL, 0);
+    }
+}
+
+/* Waits (up to 1.5 s: the sweep's period is 250 ms, the machine may be
+ * busy) until the server counts `clients` connections. */
+static void wait_clients(const char *sock, double clients)
+{
+    double now = -1;
+    for (int t = 0; t < 30 && (now = kjit_test_stat(sock, "clients")) != clients; ++t) usleep(50000);
+    CHECK_EQ_INT((int)now, (int)clients);
+}
+
+/* The server's compile count once no job is left (up to 60 s). */
+static double compiles_when_idle(const char *sock)
+{
+    double jobs = 1;
+    for (int t = 0; t < 1200 && jobs > 0; ++t) {
+        usleep(50000);
+        jobs = kjit_test_stat(sock, "jobs");
+    }
+    CHECK(jobs == 0);
+    return kjit_test_stat(sock, "compiles");
+}
+
+/* One compile of norm_modulate fp32 sm_80 at hidden h on a connection of
+ * its own, which must succeed. */
+static void compile_ok(const char *sock, int h)
+{
+    char q[256];
+    snprintf(q, sizeof q, "{\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,\"dtype\":\"fp32\","
+                          "\"arch\":\"sm_80\"}", h);
+    kjit_client *c;
+    CHECK_STATUS(kjit_client_connect(&c, sock, 60000), KJIT_OK);
+    cJSON *r = call(c, q, NULL);
+    CHECK(r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
+    cJSON_Delete(r);
+    kjit_client_close(c);
+}
+
 static void test_kernel_leave(const char *sock)
 {
     const double before = kjit_test_stat(sock, "compiles");
@@ -592,13 +640,7 @@ static void test_kernel_leave(const char *sock)
     pipeline_kernels(fd, 1000);
     usleep(100000); /* the server has read them all */
     close(fd);
-    double jobs = 1;
-    for (int t = 0; t < 1200 && jobs > 0; ++t) {
-        usleep(50000);
-        jobs = kjit_test_stat(sock, "jobs");
-    }
-    const double compiled = kjit_test_stat(sock, "compiles") - before;
-    CHECK(jobs == 0);
+    const double compiled = compiles_when_idle(sock) - before;
     CHECK_LE(compiled, 12); /* the pool's 4 threads had started theirs */
     printf("48 kernel requests, client gone: %.0f compiled\n", compiled);
 }
@@ -612,32 +654,12 @@ static void test_compile_leave(const char *sock)
 {
     const double before = kjit_test_stat(sock, "compiles"), clients = kjit_test_stat(sock, "clients");
     int fd = greeted(sock);
-    for (int k = 1; k <= 12; ++k) {
-        char q[256];
-        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,"
-                              "\"dtype\":\"fp32\",\"arch\":\"sm_80\"}", k, 2000 + 8 * k);
-        kjit_test_frame(fd, q, NULL, 0);
-    }
+    pipeline_compiles(fd, 12, 2000);
     usleep(100000); /* the server has read them all */
     close(fd);
-    /* The server has seen it leave (so the tuple below is asked anew). */
-    double now = -1;
-    for (int t = 0; t < 30 && (now = kjit_test_stat(sock, "clients")) != clients; ++t) usleep(50000);
-    CHECK_EQ_INT((int)now, (int)clients);
-    kjit_client *c;
-    CHECK_STATUS(kjit_client_connect(&c, sock, 60000), KJIT_OK);
-    cJSON *r = call(c, "{\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":2096,\"dtype\":\"fp32\","
-                       "\"arch\":\"sm_80\"}", NULL);
-    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
-    cJSON_Delete(r);
-    kjit_client_close(c);
-    double jobs = 1;
-    for (int t = 0; t < 1200 && jobs > 0; ++t) {
-        usleep(50000);
-        jobs = kjit_test_stat(sock, "jobs");
-    }
-    const double compiled = kjit_test_stat(sock, "compiles") - before;
-    CHECK(jobs == 0);
+    wait_clients(sock, clients); /* it has seen it leave: the tuple below is asked anew */
+    compile_ok(sock, 2096);
+    const double compiled = compiles_when_idle(sock) - before;
     CHECK_LE(compiled, 40); /* those the pool's threads had started, and the tuple asked again */
     printf("12 compile requests, client gone: %.0f compiled\n", compiled);
 }
@@ -650,20 +672,9 @@ static void test_compile_leave(const char *sock)
 static void test_compile_fair(const char *sock)
 {
     int a = greeted(sock);
-    for (int k = 1; k <= 12; ++k) {
-        char q[256];
-        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,"
-                              "\"dtype\":\"fp32\",\"arch\":\"sm_80\"}", k, 5000 + 8 * k);
-        kjit_test_frame(a, q, NULL, 0);
-    }
+    pipeline_compiles(a, 12, 5000);
     usleep(100000); /* the server has read them all */
-    kjit_client *c;
-    CHECK_STATUS(kjit_client_connect(&c, sock, 60000), KJIT_OK);
-    cJSON *r = call(c, "{\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":5400,\"dtype\":\"fp32\","
-                       "\"arch\":\"sm_80\"}", NULL);
-    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
-    cJSON_Delete(r);
-    kjit_client_close(c);
+    compile_ok(sock, 5400);
     const double left = kjit_test_stat(sock, "jobs");
     printf("a compile behind another client's 12 pipelined ones: back with %.0f of those 12 still to do\n", left);
     CHECK(left >= 6);
@@ -708,12 +719,7 @@ static void test_half_close(const char *sock)
 static void test_closed_while_paused(const char *sock)
 {
     int b = greeted(sock);
-    for (int k = 1; k <= 24; ++k) {
-        char q[256];
-        snprintf(q, sizeof q, "{\"id\":%d,\"type\":\"compile\",\"op\":\"norm_modulate\",\"hidden\":%d,"
-                              "\"dtype\":\"fp32\",\"arch\":\"sm_80\"}", k, 3000 + 8 * k);
-        kjit_test_frame(b, q, NULL, 0);
-    }
+    pipeline_compiles(b, 24, 3000);
     usleep(100000);
     const double clients = kjit_test_stat(sock, "clients");
     int a = greeted(sock);
@@ -726,9 +732,7 @@ static void test_closed_while_paused(const char *sock)
     usleep(100000);
     CHECK_EQ_INT((int)kjit_test_stat(sock, "clients"), (int)clients + 1);
     close(a);
-    double now = -1; /* the sweep's period is 250 ms: seen within 1.5 s however busy the machine */
-    for (int t = 0; t < 30 && (now = kjit_test_stat(sock, "clients")) != clients; ++t) usleep(50000);
-    CHECK_EQ_INT((int)now, (int)clients);
+    wait_clients(sock, clients); /* seen by the sweep, not once a reply resumes reading */
     for (int k = 1; k <= 24; ++k) {
         cJSON *r = kjit_test_reply(b, 120000);
         CHECK(r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok")));
