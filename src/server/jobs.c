@@ -553,6 +553,15 @@ static int add_waiter(job *j, waiter w)
     return 0;
 }
 
+/* Client c now waits on job j too: if another client started it, its
+ * parts still in that client's FIFO go to the front (in order), so c waits
+ * for one turn of the starter's, not for its whole queue (pool.c). */
+static void joined(job *j, const kjit_conn *c)
+{
+    for (int i = j->n - 1; i >= 0; --i)
+        if (j->parts[i].item.owner != c) kjit__pool_expedite(&j->parts[i].item);
+}
+
 void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
 {
     kjit_server *s = c->srv;
@@ -570,6 +579,7 @@ void kjit__jobs_compile(kjit_conn *c, uint64_t id, const kjit_req_tuple *t)
         kjit__conn_error(c, 1, id, "internal", "out of memory for a compile job");
         return;
     }
+    joined(e->job, c);
     kjit__conn_ref(c);
 }
 
@@ -599,6 +609,7 @@ static void prewarm_pump(prewarm *pw)
         } else if (!e || add_waiter(e->job, (waiter){pw->c, pw->id, pw})) {
             prewarm_step(pw, t, 0, NULL, KJIT_ENOMEM, "out of memory for a compile job");
         } else {
+            joined(e->job, pw->c);
             pw->waiting += e->job->n;
         }
     }

@@ -10,6 +10,10 @@
  * back. A lone client still fills the pool; a newcomer's kernels wait
  * behind at most a window of each other client's, not behind all of them.
  *
+ * Work another client waits on too (a compile job it joined) moves to the
+ * front of its owner's FIFO, so the joiner does not wait for the owner's
+ * whole queue.
+ *
  * Cancelling an item still in its owner's FIFO always succeeds: it leaves
  * the FIFO and passes through libuv as a cancelled request, so its callback
  * gets UV_ECANCELED later on the loop, as from uv_cancel (never from inside
@@ -84,6 +88,19 @@ void kjit__pool_submit(kjit_conn *owner, kjit_pool_item *it, uv_work_cb work_cb,
     *(owner->pool_tail ? &owner->pool_tail->next : &owner->pool_head) = it;
     owner->pool_tail = it;
     pump(owner);
+}
+
+void kjit__pool_expedite(kjit_pool_item *it)
+{
+    if (it->state != WAITING) return;
+    kjit_conn *o = it->owner;
+    if (o->pool_head == it) return;
+    kjit_pool_item *prev = o->pool_head;
+    while (prev->next != it) prev = prev->next;
+    prev->next = it->next;
+    if (o->pool_tail == it) o->pool_tail = prev;
+    it->next = o->pool_head;
+    o->pool_head = it;
 }
 
 int kjit__pool_cancel(kjit_pool_item *it)

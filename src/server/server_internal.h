@@ -139,6 +139,9 @@ typedef struct kjit_pool_item {
 int kjit__pool_window(void);
 void kjit__pool_submit(struct kjit_conn *owner, kjit_pool_item *it, uv_work_cb work_cb, uv_after_work_cb after_cb);
 int kjit__pool_cancel(kjit_pool_item *it);
+/* An item still in its owner's FIFO to the FIFO's front (another client
+ * waits on it too). */
+void kjit__pool_expedite(kjit_pool_item *it);
 
 /* listen.c: the socket file, its directory, the lock, peer credentials. */
 int kjit__listen_open(kjit_server *s);
