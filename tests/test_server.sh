@@ -12,6 +12,7 @@ trap cleanup EXIT
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())$1)"; }
+wait_line() { for _ in $(seq $(( $3 * 50 ))); do grep -q "$2" "$1" && return 0; sleep 0.02; done; grep -q "$2" "$1"; }  # file, pattern, seconds
 wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && "$KJIT" call --socket "$1" '{"type":"ping"}' >/dev/null 2>&1 && return 0; sleep 0.05; done; return 1; }
 
 for c in serve call; do "$KJIT" $c --help | grep -q usage || fail "kjit $c --help"; done
@@ -218,14 +219,13 @@ shut_try() {  # $1: signals to send, $2: attempt (a fresh cache each); sets rc, 
   "$KJIT" serve --socket "$T/shut.sock" --cache-dir "$T/cache-shut$1-$2" 2>"$T/shut.log" & PS=$!; pids+=($PS)
   wait_sock "$T/shut.sock" || fail "serve for the shutdown test did not come up: $(cat "$T/shut.log")"
   stall_client "$T/shut.sock" >"$T/stall.out" 2>&1 & PC=$!; pids+=($PC)
-  for _ in $(seq 400); do grep -q asked "$T/stall.out" && break; sleep 0.02; done
-  grep -q asked "$T/stall.out" || fail "the stalled client did not start: $(cat "$T/stall.out")"
+  wait_line "$T/stall.out" asked 8 || fail "the stalled client did not start: $(cat "$T/stall.out")"
   sleep 0.2  # the server has read them
   "$KJIT" call --socket "$T/shut.sock" '{"type":"shutdown"}' >/dev/null 2>&1
   lost=0
   kill -TERM $PS 2>/dev/null || lost=1
   if [ $1 = 2 ] && [ $lost = 0 ]; then  # after the first was read (two pending would merge into one)
-    for _ in $(seq 500); do grep -q "already stopping" "$T/shut.log" && break; sleep 0.01; done
+    wait_line "$T/shut.log" "already stopping" 5
     kill -TERM $PS 2>/dev/null || lost=1
   fi
   t0=$(date +%s%N); wait $PS; rc=$?; t1=$(date +%s%N)
@@ -260,11 +260,10 @@ if [ -n "${SLOW_TEARDOWN_LIB:-}" ]; then
     wait_sock "$T/td.sock" || fail "serve for the teardown test did not come up: $(cat "$T/td.log")"
     if [ $1 = shutdown ]; then "$KJIT" call --socket "$T/td.sock" '{"type":"shutdown"}' >/dev/null 2>&1
     else kill -TERM $PS; fi
-    for _ in $(seq 1000); do grep -q "slow_teardown: in the teardown" "$T/td.log" && break; sleep 0.01; done
-    grep -q "slow_teardown: in the teardown" "$T/td.log" || fail "teardown test ($case): no teardown: $(cat "$T/td.log")"
+    wait_line "$T/td.log" "slow_teardown: in the teardown" 10 || fail "teardown test ($case): no teardown: $(cat "$T/td.log")"
     kill -TERM $PS
     if [ $2 = 2 ]; then
-      for _ in $(seq 500); do grep -q "already stopping" "$T/td.log" && break; sleep 0.01; done
+      wait_line "$T/td.log" "already stopping" 5
       kill -TERM $PS
     fi
     wait $PS; rc=$?

@@ -90,15 +90,22 @@ void kjit__pool_submit(kjit_conn *owner, kjit_pool_item *it, uv_work_cb work_cb,
     pump(owner);
 }
 
+/* Takes a waiting item out of its owner's FIFO. */
+static void fifo_unlink(kjit_pool_item *it)
+{
+    kjit_conn *o = it->owner;
+    kjit_pool_item **p = &o->pool_head, *prev = NULL;
+    while (*p != it) prev = *p, p = &(*p)->next;
+    *p = it->next;
+    if (o->pool_tail == it) o->pool_tail = prev;
+    it->next = NULL;
+}
+
 void kjit__pool_expedite(kjit_pool_item *it)
 {
-    if (it->state != WAITING) return;
     kjit_conn *o = it->owner;
-    if (o->pool_head == it) return;
-    kjit_pool_item *prev = o->pool_head;
-    while (prev->next != it) prev = prev->next;
-    prev->next = it->next;
-    if (o->pool_tail == it) o->pool_tail = prev;
+    if (it->state != WAITING || o->pool_head == it) return;
+    fifo_unlink(it);
     it->next = o->pool_head;
     o->pool_head = it;
 }
@@ -107,14 +114,9 @@ int kjit__pool_cancel(kjit_pool_item *it)
 {
     if (it->state == SENT) return uv_cancel((uv_req_t *)&it->work); /* UV_EBUSY once it runs */
     if (it->state != WAITING) return UV_EBUSY;
-    kjit_conn *o = it->owner;
-    kjit_pool_item **p = &o->pool_head, *prev = NULL;
-    while (*p != it) prev = *p, p = &(*p)->next;
-    *p = it->next;
-    if (o->pool_tail == it) o->pool_tail = prev;
-    it->next = NULL;
+    fifo_unlink(it);
     it->state = CANCELLED;
-    send_item(o, it);
+    send_item(it->owner, it);
     (void)uv_cancel((uv_req_t *)&it->work); /* else a pool thread passes it through at once */
     return 0;
 }

@@ -111,6 +111,13 @@ static int signal_pending(int fd)
     return fd >= 0 && read(fd, &si, sizeof si) == (ssize_t)sizeof si ? (int)si.ssi_signo : 0;
 }
 
+/* The first signal after a `shutdown` request, in the loop or after it
+ * (written from a signal handler too: whole lines, no formatting). */
+static const char already_term[] =
+    "kjit serve: SIGTERM: already stopping (a shutdown request); a second signal exits at once\n";
+static const char already_intr[] =
+    "kjit serve: SIGINT: already stopping (a shutdown request); a second signal exits at once\n";
+
 static void on_signal(uv_poll_t *h, int status, int events)
 {
     kjit_server *s = h->data;
@@ -120,9 +127,7 @@ static void on_signal(uv_poll_t *h, int status, int events)
         /* A second signal: at once. The first after a `shutdown` request
          * (a service manager's stop) lets the drain go on. */
         if (s->signals++) die_by(signum);
-        if (s->draining)
-            fprintf(stderr, "kjit serve: %s: already stopping (a shutdown request); a second signal exits at once\n",
-                    signum == SIGTERM ? "SIGTERM" : "SIGINT");
+        if (s->draining) fputs(signum == SIGTERM ? already_term : already_intr, stderr);
         kjit__server_stop(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
     }
 }
@@ -161,15 +166,11 @@ static void on_late_signal(int signum)
 {
     static const char term[] = "kjit serve: SIGTERM during the teardown: exiting now\n";
     static const char intr[] = "kjit serve: SIGINT during the teardown: exiting now\n";
-    static const char term1[] = "kjit serve: SIGTERM: already stopping (a shutdown request); a second signal exits "
-                                "at once\n";
-    static const char intr1[] = "kjit serve: SIGINT: already stopping (a shutdown request); a second signal exits "
-                                "at once\n";
     if (late_grace) { /* the other stop signal is blocked here (sa_mask) */
         const int saved = errno;
         late_grace = 0;
-        if (signum == SIGTERM) (void)!write(2, term1, sizeof term1 - 1);
-        else (void)!write(2, intr1, sizeof intr1 - 1);
+        if (signum == SIGTERM) (void)!write(2, already_term, sizeof already_term - 1);
+        else (void)!write(2, already_intr, sizeof already_intr - 1);
         errno = saved;
         return;
     }
@@ -192,8 +193,7 @@ static void signals_restore(int fd, const sigset_t *old, int grace)
         for (int signum; (signum = signal_pending(fd));) {
             if (!grace) die_by(signum);
             grace = 0;
-            fprintf(stderr, "kjit serve: %s: already stopping (a shutdown request); a second signal exits at once\n",
-                    signum == SIGTERM ? "SIGTERM" : "SIGINT");
+            fputs(signum == SIGTERM ? already_term : already_intr, stderr);
         }
         close(fd);
     }
