@@ -13,7 +13,9 @@
  *    (TUNED), tune.json exists, parses and holds it for this device, and a
  *    new context picks it (STORED) and gives the default's bits with it.
  * 3. The context option tune = 1 tunes gated_residual 3072 bf16 on its first
- *    call (TUNED) and stores it too. */
+ *    call (TUNED) and stores it too.
+ * KJIT_TEST_TUNE_SHAPES="h:dtype,..." runs part 1 alone on those shapes, at
+ * 1, 4097 and 9000 rows. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -262,24 +264,44 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void check_all_configs(kjit_ctx *ctx)
+typedef struct shape { int h; kjit_dtype A; } shape;
+
+/* KJIT_TEST_TUNE_SHAPES="h:dtype,h:dtype,..." (e.g. "6144:f16,2056:bf16"):
+ * part 1 on these shapes instead of the built-in ones, at every row count
+ * (parts 2 and 3 are skipped). Returns the count, -1 on a malformed list. */
+static int shapes_from_env(const char *env, shape *out, int cap)
 {
-    /* 1000 bf16: the ragged fast path (125 granules over 128 threads);
-     * 8192 bf16: backward candidates at one or two CTAs per SM (the launch
-     * bounds follow the shared memory); 5376 fp16: fp32 tables. */
-    static const struct { int h; kjit_dtype A; } shapes[] = {
-        {5376, KJIT_BF16}, {3072, KJIT_BF16}, {1024, KJIT_F32}, {1000, KJIT_BF16}, {8192, KJIT_BF16}, {5376, KJIT_F16}};
+    int n = 0;
+    const char *at = env;
+    while (*at) {
+        char name[16];
+        int h, used = 0;
+        if (n == cap || sscanf(at, "%d:%15[a-z0-9]%n", &h, name, &used) != 2 || h <= 0) return -1;
+        if (kjit_dtype_parse(name, &out[n].A) != KJIT_OK ||
+            (out[n].A != KJIT_BF16 && out[n].A != KJIT_F16 && out[n].A != KJIT_F32))
+            return -1;
+        out[n++].h = h;
+        at += used;
+        if (*at == ',') ++at;
+        else if (*at) return -1;
+    }
+    return n;
+}
+
+static void check_all_configs(kjit_ctx *ctx, const shape *shapes, int n_shapes, int all_rows)
+{
     static const int64_t rows[] = {1, 4097, NMAX};
     for (int mode = 1; mode <= 3; ++mode)
-        for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); ++s) {
+        for (int s = 0; s < n_shapes; ++s) {
             const double t0 = now_s();
             double build_s = 0;
             CHECK_STATUS(kjit__tune_prebuild(ctx, mode, shapes[s].h, shapes[s].A, 0, &build_s), KJIT_OK);
             prob p;
             prob_init(&p, mode, shapes[s].h, shapes[s].A, NMAX);
             const int before = n_checked, differ = n_differ;
-            /* The last two shapes at two row counts: their space is large. */
-            const int nrows = s >= 4 ? 2 : 3;
+            /* The built-in list's last two shapes at two row counts: their
+             * space is large. */
+            const int nrows = all_rows || s < 4 ? 3 : 2;
             for (int r = 0; r < nrows; ++r) {
                 check_direction(ctx, &p, 0, rows[r]);
                 check_direction(ctx, &p, 1, rows[r]);
@@ -446,7 +468,28 @@ int main(void)
     cu = kjit__cu();
     ref_rng_seed(&rng, kjit_test_seed("test_tune"));
     const double t0 = now_s();
-    check_all_configs(ctx);
+    /* 1000 bf16: the ragged fast path (125 granules over 128 threads);
+     * 8192 bf16: backward candidates at one or two CTAs per SM (the launch
+     * bounds follow the shared memory); 5376 fp16: fp32 tables. */
+    static const shape builtin[] = {
+        {5376, KJIT_BF16}, {3072, KJIT_BF16}, {1024, KJIT_F32}, {1000, KJIT_BF16}, {8192, KJIT_BF16}, {5376, KJIT_F16}};
+    const char *env = getenv("KJIT_TEST_TUNE_SHAPES");
+    if (env && *env) {
+        shape own[16];
+        const int n = shapes_from_env(env, own, 16);
+        if (n <= 0) {
+            fprintf(stderr, "test_tune: KJIT_TEST_TUNE_SHAPES=\"%s\": expected h:dtype[,h:dtype...] (at most 16, "
+                            "dtype bf16, f16 or f32)\n", env);
+            kjit_ctx_destroy(ctx);
+            return 2;
+        }
+        check_all_configs(ctx, own, n, 1);
+        printf("all configs (KJIT_TEST_TUNE_SHAPES): %d comparisons, %d differ, %.1f s\n", n_checked, n_differ,
+               now_s() - t0);
+        kjit_ctx_destroy(ctx);
+        return kjit_test_result("test_tune");
+    }
+    check_all_configs(ctx, builtin, (int)(sizeof builtin / sizeof builtin[0]), 0);
     printf("all configs: %d comparisons, %d differ, %.1f s\n", n_checked, n_differ, now_s() - t0);
     check_tuner(ctx);
     cu->CtxSetCurrent(ctx->cuctx);
