@@ -104,6 +104,13 @@ for s in $stages; do
     section "fuzz_torch_gpu --inject (every draw must fail)"
     python3 tests/python/fuzz_torch_gpu.py --inject --seconds 20 2>&1 | tee -a "$LOG" | tail -n 1
     summary+=("fuzz_torch_gpu --inject rc=${PIPESTATUS[0]}") ;;
+  apicheck)
+    # The ops through the public Python API alone, on shapes, layouts and
+    # index patterns of its own (bench/api_check.py).
+    python_env
+    section api_check; python3 bench/api_check.py ${KJIT_APICHECK_SEED:+--seed $KJIT_APICHECK_SEED} >>"$LOG" 2>&1
+    summary+=("api_check rc=$?")
+    grep -E "FAIL|^api_check" "$LOG" | tail -n 20 ;;
   sol)
     # The fastest plain kernels for the ops' bytes (bench/sol_probe.c).
     section sol_probe; $B/bench/sol_probe ${KJIT_SOL_ROWS:-} >>"$LOG" 2>&1
