@@ -8,7 +8,9 @@
 # Stages (default: tests bench): tests, bench, python, bits (the norm ops'
 # outputs and gradients hashed; KJIT_BITS_REF=DIR compares another tree's
 # build bit for bit), fuzz (random shapes
-# through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), conformance, tune
+# through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), apicheck
+# (bench/api_check.py, fixed cases through the public Python API;
+# KJIT_APICHECK_SEED), conformance, tune
 # (KJIT_TUNE_HIDDEN, KJIT_TUNE_DTYPE; KJIT_TUNE_ONLY=1 skips the tuned bench_ops;
 # KJIT_TUNE_PREWARM=1 compiles the tuning space first),
 # sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
