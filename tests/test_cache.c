@@ -771,21 +771,25 @@ static int test_list_verify_clear(const char *dir)
     CHECK(make_temp_file(dir, ".tmp.op.zzzzzz", time(NULL) - 3600, tmp, sizeof tmp));
     snprintf(junk, sizeof junk, "%s/junk.cubin", dir);
     CHECK(copy_file(p[1], junk));
+    /* A near miss of an entry's name (no arch, no format): not kjit's either. */
+    char near[512];
+    snprintf(near, sizeof near, "%s/op.0123456789abcdef0123456789abcdef.cubin", dir);
+    CHECK(copy_file(p[1], near));
 
     memset(&s, 0, sizeof s);
     ASSERT_OK(kjit__cache_list(dir, 0, seen_visit, &s, &n_bad));
-    ASSERT_EQ_INT(s.n, 7);
+    ASSERT_EQ_INT(s.n, 8);
     ASSERT_EQ_INT(n_bad, 0); /* without verify nothing is judged */
 
     memset(&s, 0, sizeof s);
     ASSERT_OK(kjit__cache_list(dir, 1, seen_visit, &s, &n_bad));
-    ASSERT_EQ_INT(s.n, 7);
-    ASSERT_EQ_INT(n_bad, 6);
+    ASSERT_EQ_INT(s.n, 8);
+    ASSERT_EQ_INT(n_bad, 7);
     struct {
         const char *path, *problem;
     } want[] = {{p[1], NULL},           {p[2], "checksum"},     {p[3], "header says"},
                 {p[4], "another key"},  {p[5], "symbolic link"}, {tmp, "older than 10 minutes"},
-                {junk, "file name is not"}};
+                {junk, "file name is not"},  {near, "not kjit's"}};
     for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
         const char *name = strrchr(want[w].path, '/') + 1;
         int found = 0;
@@ -819,10 +823,15 @@ static int test_list_verify_clear(const char *dir)
     ASSERT_EQ_INT(fcntl(hfd, F_OFD_SETLK, &fl), 0);
     uint64_t removed = 0;
     ASSERT_OK(kjit__cache_clear(dir, &removed));
-    ASSERT_EQ_U64(removed, 7);
+    ASSERT_EQ_U64(removed, 6);
     ASSERT_TRUE(!path_exists(lock));
     ASSERT_TRUE(path_exists(held));
     close(hfd);
+    /* Files of names kjit does not write are someone else's: left alone
+     * (a mistyped --cache-dir must not cost a user their own *.cubin). */
+    ASSERT_TRUE(path_exists(junk) && path_exists(near));
+    ASSERT_EQ_INT(unlink(junk), 0);
+    ASSERT_EQ_INT(unlink(near), 0);
     ASSERT_EQ_INT(count_names(dir, "", ".cubin"), 0);
     ASSERT_EQ_INT(count_names(dir, ".tmp.", ""), 0);
     CHECK(verify_clean(elsewhere, 1)); /* the symlink's target is untouched */
@@ -876,6 +885,18 @@ static int test_evict_lru(const char *dir)
         ASSERT_EQ_INT(set_mtime(p[i], 1000000000 + i), 0);
     }
     kjit__cache_close(c);
+    /* Someone else's *.cubin, older and larger than any entry: neither
+     * counted against the cap nor evicted. */
+    char mine[512];
+    snprintf(mine, sizeof mine, "%s/mine.cubin", dir);
+    {
+        FILE *f = fopen(mine, "wb");
+        ASSERT_TRUE(f != NULL);
+        for (uint64_t b = 0; b < 2 * entry; b++)
+            fputc(0x5a, f);
+        fclose(f);
+    }
+    ASSERT_EQ_INT(set_mtime(mine, 1000000000), 0);
     ASSERT_OK(kjit__cache_open(&c, dir, 3 * entry + 100));
     CHECK(get_expect(c, tkey(1), "op", KJIT_FROM_DISK)); /* now the newest */
     CHECK(get_expect(c, tkey(4), "op", KJIT_FROM_COMPILE));
@@ -892,6 +913,8 @@ static int test_evict_lru(const char *dir)
     CHECK(get_expect(c, tkey(2), "op", KJIT_FROM_COMPILE));
     kjit__cache_close(c);
     ASSERT_TRUE(!path_exists(p[3]));
+    ASSERT_TRUE(path_exists(mine));
+    ASSERT_EQ_INT(unlink(mine), 0);
     return verify_clean(dir, 3);
 }
 

@@ -234,6 +234,7 @@ typedef struct item {
     char *name;
     struct stat st;
     int temp;
+    int owned; /* a temp file or a name kjit writes (not just any *.cubin) */
 } item;
 
 static int is_entry_name(const char *name)
@@ -306,6 +307,7 @@ static int read_items(int dfd, item **out, size_t *n_out)
         }
         v[n].st = st;
         v[n].temp = temp;
+        v[n].owned = temp || kjit__cache_is_entry_name(de->d_name);
         n++;
     }
     closedir(d);
@@ -351,7 +353,7 @@ int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, con
                 unlinkat(dfd, v[i].name, 0) == 0)
                 kjit__log("cache: removed %s/%s, left by a writer killed mid-write", dir, v[i].name);
             free(v[i].name);
-        } else if (!S_ISREG(v[i].st.st_mode)) {
+        } else if (!S_ISREG(v[i].st.st_mode) || !v[i].owned) {
             free(v[i].name);
         } else {
             s.entries++;
@@ -432,9 +434,10 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
                 e.ok = 0;
                 e.problem = "temp file older than 10 minutes, left by a writer killed mid-write";
             }
-        } else if (verify && !kjit__cache_parse_name(v[i].name, &key)) {
+        } else if (verify && (!v[i].owned || !kjit__cache_parse_name(v[i].name, &key))) {
             e.ok = 0;
-            e.problem = "file name is not <label>.<32 hex key>.<arch>.v<format>.cubin";
+            e.problem = "file name is not <label>.<32 hex key>.<arch>.v<format>.cubin: not kjit's, left alone by "
+                        "clear and eviction";
         } else if (verify) {
             kjit__image img = {NULL, NULL, 0};
             struct stat st;
@@ -504,8 +507,9 @@ int kjit__cache_clear(const char *dir, uint64_t *removed)
         return rc;
     uint64_t count = 0;
     for (size_t i = 0; i < n; i++) {
-        /* A directory named like an entry is not kjit's: left alone. */
-        if (S_ISDIR(v[i].st.st_mode))
+        /* A directory named like an entry, or a *.cubin of a name kjit
+         * does not write, is not kjit's: left alone. */
+        if (S_ISDIR(v[i].st.st_mode) || !v[i].owned)
             continue;
         if (unlinkat(dfd, v[i].name, 0) == 0)
             count++;

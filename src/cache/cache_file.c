@@ -139,6 +139,21 @@ int kjit__cache_parse_name(const char *name, kjit_cache_key *key)
     return 1;
 }
 
+int kjit__cache_is_entry_name(const char *name)
+{
+    kjit_cache_key key;
+    if (!kjit__cache_parse_name(name, &key))
+        return 0;
+    /* "<label>.<32 hex>." is checked; then "<arch>.v<digits>.cubin" and no more. */
+    const char *arch = strchr(name, '.') + 34, *end = strchr(arch, '.');
+    if (!end || end == arch || end[1] != 'v' || end[2] < '0' || end[2] > '9')
+        return 0;
+    const char *p = end + 2;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return strcmp(p, ".cubin") == 0;
+}
+
 /* Reads exactly n bytes; returns 0, 1 on a short file, -1 on an error. */
 static int read_full(int fd, void *buf, size_t n)
 {

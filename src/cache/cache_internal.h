@@ -39,6 +39,10 @@ void kjit__cache_entry_name(char out[KJIT__FILE_NAME_MAX], const char *label, kj
                             const char *arch);
 /* Parses the key out of an entry's file name; 0 if the name has no such shape. */
 int kjit__cache_parse_name(const char *name, kjit_cache_key *key);
+/* 1 when name has the whole shape kjit__cache_entry_name writes: only such
+ * files (and kjit's temp files) are counted, evicted or cleared; any other
+ * *.cubin in the directory is someone else's and left alone. */
+int kjit__cache_is_entry_name(const char *name);
 /* Opens, checks and reads entry `name` of directory dfd against key.
  * KJIT_OK: *out filled, and with touch the file's mtime set to now (LRU).
  * KJIT_ENOTFOUND: no such file (a miss). KJIT_EBADENTRY: why[] says what is
@@ -72,7 +76,7 @@ void kjit__cache_unlock(int lockdfd, const char *hex, int fd);
 typedef struct kjit__scan {
     uint64_t entries, bytes, evicted;
 } kjit__scan;
-/* Sums the regular *.cubin files. With tidy it also removes temp files older
+/* Sums the regular entry files (kjit__cache_is_entry_name). With tidy it also removes temp files older
  * than KJIT__TMP_STALE_S and, while the sum exceeds max_bytes, the entries of
  * oldest mtime but keep (the entry just published, when not NULL: one entry
  * larger than the cap stays, rather than being written and lost at once).
