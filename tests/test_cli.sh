@@ -239,6 +239,29 @@ out=$("$KJIT" tune --ops "$many" --cache-dir "$T/c1" 2>&1); rc=$?
 out=$("$KJIT" tune --show --cache-dir "$T/no/such/dir" 2>&1) || fail "tune --show of a missing dir: $out"
 echo "$out" | grep -q "no tuning file" || fail "tune --show of a missing dir: $out"
 [ -e "$T/no" ] && fail "tune --show created $T/no"
+# ... but a directory that no use of the cache would accept is an error
+# (not "damaged, rebuilt by the next kjit tune": no tune could write there).
+echo x >"$T/afile"
+out=$("$KJIT" tune --show --cache-dir "$T/afile" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "not a directory" || fail "tune --show of a file: $rc $out"
+mkdir -m 777 "$T/open"; chmod 777 "$T/open"
+out=$("$KJIT" tune --show --cache-dir "$T/open" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "writable by group or others" || fail "tune --show of a 0777 dir: $rc $out"
+# Device names are shown whole: two that differ only at their end stay apart.
+mkdir -m 700 "$T/show"
+ver=$("$KJIT" tune --show --json --cache-dir "$T/show" | field kjit)
+ent='"op":"gated_residual","hidden":3072,"dtype":"bf16","fwd":{"rpc":1,"pf":0,"grid_per_sm":0},"bwd":{"bwd_pf":1,"accs":0}'
+printf '{"format":1,"kjit":"%s","entries":[{"device":"NVIDIA GeForce RTX 4090",%s},{"device":"NVIDIA GeForce RTX 4090 D",%s}]}\n' \
+  "$ver" "$ent" "$ent" >"$T/show/tune.json"
+out=$("$KJIT" tune --show --cache-dir "$T/show" 2>&1) || fail "tune --show of two entries: $out"
+echo "$out" | grep -q "NVIDIA GeForce RTX 4090 D " || fail "tune --show cut a device name: $out"
+[ "$(echo "$out" | grep -c "NVIDIA GeForce RTX 4090")" = 2 ] || fail "tune --show: two devices expected: $out"
+# kjit tune's name for the fused op works in prewarm too.
+out=$("$KJIT" prewarm --ops fused --hidden 256 --arch sm_90 --cache-dir "$T/fused" --json 2>&1) ||
+  fail "prewarm --ops fused: $out"
+# kjit call: any option it does not know is named, '-x' as much as '--x'.
+out=$("$KJIT" call -x '{}' 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "unknown option '-x'" || fail "call -x: $rc $out"
 
 # prewarm lists each op and each arch once, however often or however spelled.
 ja=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --arch sm_90 --cache-dir "$T/c9" --json) || fail "prewarm: $ja"

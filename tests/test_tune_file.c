@@ -5,6 +5,7 @@
  * entry; the tuning space; every default valid on three shared-memory sizes
  * and the fitted ones as measured; kjit_op_config_get / kjit_tune / the force hook
  * on a context without a GPU. */
+#include <errno.h>
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,6 +400,11 @@ static void test_damaged(const char *dir)
     expect_file(dir, "entries object", "{\"format\":1,\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":{}}",
                 KJIT_TUNE_FILE_DAMAGED, 0, 0);
     expect_file(dir, "good", HEAD GOOD "]}", KJIT_TUNE_FILE_OK, 1, 0);
+    expect_file(dir, "good, white space after", HEAD GOOD "]}\n \t\r\n", KJIT_TUNE_FILE_OK, 1, 0);
+    /* Two files run together (a torn concatenation): the second's entries
+     * would be dropped by the next save without a word. */
+    expect_file(dir, "two objects", HEAD GOOD "]}" HEAD GOOD "]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "trailing text", HEAD GOOD "]} x", KJIT_TUNE_FILE_DAMAGED, 0, 0);
     /* Bad entries, each next to a good one: skipped, the good one kept. */
     static const char *const bad[] = {
         "5",
@@ -479,6 +485,38 @@ static void test_damaged(const char *dir)
 }
 
 /* 4 processes x 10 saves of distinct entries into one file. */
+/* A directory whose path leaves no room for the file's names: refused
+ * before anything is created (a cut path named "tune.l" and "tune.j"). */
+static void test_long_path(const char *dir)
+{
+    /* 4088 bytes: the directory fits in PATH_MAX, dir/tune.json does not. */
+    char deep[4096];
+    int n = snprintf(deep, sizeof deep, "%s", dir);
+    const int want = 4088;
+    while (n < want) {
+        int k = want - n - 1 > 200 ? 200 : want - n - 1;
+        if (want - n - 1 - k == 1) --k; /* never leave a single byte */
+        deep[n] = '/';
+        memset(deep + n + 1, 'd', (size_t)k);
+        n += 1 + k;
+        deep[n] = '\0';
+        if (mkdir(deep, 0700) != 0) {
+            fprintf(stderr, "mkdir of a %d-byte path: %s\n", n, strerror(errno));
+            CHECK(0);
+            return;
+        }
+    }
+    CHECK_EQ_INT((int)strlen(deep), want);
+    kjit_tune_entry e = entry(DEV, 1, 5376, KJIT_BF16, 2, 1, 4, 2, 1);
+    CHECK_STATUS(kjit__tune_file_update(deep, &e, 1), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "too long") != NULL);
+    CHECK_EQ_INT(stray_files(deep), 0);
+    kjit_tune_list l = {0};
+    int nb = 0;
+    CHECK_EQ_INT(kjit__tune_file_read(deep, &l, &nb), KJIT_TUNE_FILE_MISSING);
+    CHECK_EQ_INT((int)l.n, 0);
+}
+
 static void test_concurrent(const char *dir)
 {
     enum { PROCS = 4, EACH = 10 };
@@ -592,6 +630,7 @@ int main(void)
     test_damaged(sub[1]);
     test_concurrent(sub[2]);
     test_ctx(sub[3]);
+    test_long_path(sub[0]);
     kjit_test_rmtree(dir);
     free(dir);
     return kjit_test_result("test_tune_file");

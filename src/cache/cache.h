@@ -97,6 +97,10 @@ void kjit__cache_close(kjit_cache *c);
  * $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, $HOME/.cache/kjit (empty variables
  * count as unset); trailing slashes dropped. *out malloc'd. */
 int kjit__cache_resolve_dir(const char *dir, char **out);
+/* The checks an open makes of a resolved directory (a directory, ours, not a
+ * link, not group/other-writable), creating nothing: KJIT_OK, KJIT_ENOTFOUND
+ * when it does not exist, else a status with a message naming the path. */
+int kjit__cache_dir_check(const char *path);
 /* The resolved directory, "" when memory-only; NULL for a NULL cache. */
 const char *kjit__cache_dir(const kjit_cache *c);
 

@@ -132,6 +132,14 @@ int kjit__cache_dir_open(const char *path, int create, int *dfd)
     return KJIT_OK;
 }
 
+int kjit__cache_dir_check(const char *path)
+{
+    int dfd, rc = kjit__cache_dir_open(path, 0, &dfd);
+    if (rc == KJIT_OK)
+        close(dfd);
+    return rc;
+}
+
 /* No ownership check here: inside the checked 0700 directory only its owner
  * can have made "locks"; O_NOFOLLOW still refuses a link. */
 int kjit__cache_locks_open(int dfd, const char *path)

@@ -50,7 +50,7 @@ int kjit_cli_call(int argc, char **argv)
             else if (!strcmp(a, "--payload-out")) payload_out = v;
             else if (kjit_cli_int(v, 0, 86400000, &timeout))
                 return kjit_cli_usage_error("call", "--timeout '%s': expected milliseconds", v);
-        } else if (a[0] == '-' && a[1] == '-') {
+        } else if (a[0] == '-') { /* a request is a JSON object: never a '-' */
             return kjit_cli_usage_error("call", "unknown option '%s'", a);
         } else if (json) {
             return kjit_cli_usage_error("call", "one JSON request only");

@@ -21,7 +21,8 @@ static const char help[] =
     "Compiles every kernel (forward and backward) of the ops for every\n"
     "combination into the cubin cache. Needs NVRTC, not a GPU.\n"
     "\n"
-    "  --ops LIST       comma list of ops, or 'all' (default: all)\n"
+    "  --ops LIST       comma list of ops ('fused' = gated_residual_norm_modulate), or 'all'\n"
+    "                   (default: all)\n"
     "  --hidden LIST    hidden sizes (for timestep_sinusoid: D) (default: 256,5376)\n"
     "  --dtype LIST     activation dtypes: fp32, bf16, fp16 (default: bf16)\n"
     "  --arch LIST      target archs, e.g. sm_90,sm_100 (default: the GPU's, else sm_90)\n"
@@ -152,16 +153,19 @@ int kjit_cli_prewarm(int argc, char **argv)
     int n_op_names = 0;
     for (int i = 0; i < n_ops; ++i) {
         const int all = !strcmp(ops[i], "all");
+        /* "fused": kjit tune's name for the fused op too. */
+        const char *name = !strcmp(ops[i], "fused") ? "gated_residual_norm_modulate" : ops[i];
         int known = all;
-        for (int k = 0; k < kjit_op_count(); ++k) known |= !strcmp(ops[i], kjit_op_name(k));
+        for (int k = 0; k < kjit_op_count(); ++k) known |= !strcmp(name, kjit_op_name(k));
         if (!known) {
             char list[512] = "";
             for (int k = 0; k < kjit_op_count(); ++k)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", kjit_op_name(k));
-            return kjit_cli_usage_error("prewarm", "--ops: unknown op '%s' (known: %s, or all)", ops[i], list);
+            return kjit_cli_usage_error("prewarm", "--ops: unknown op '%s' (known: %s, fused = gated_residual_norm_modulate, or all)",
+                                        ops[i], list);
         }
         for (int k = 0; k < kjit_op_count() && n_op_names < MAX_LIST; ++k) {
-            if (!all && strcmp(ops[i], kjit_op_name(k))) continue;
+            if (!all && strcmp(name, kjit_op_name(k))) continue;
             int dup = 0;
             for (int j = 0; j < n_op_names; ++j) dup |= !strcmp(op_names[j], kjit_op_name(k));
             if (!dup) op_names[n_op_names++] = kjit_op_name(k);

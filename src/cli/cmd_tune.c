@@ -56,6 +56,15 @@ static int show(const char *cache_dir, int json)
         fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
         return KJIT_EXIT_FAIL;
     }
+    /* The checks every other use of the directory makes (a directory, ours,
+     * not a link, not group/other-writable); one that does not exist yet
+     * simply has no tuning file. */
+    const int drc = dir[0] ? kjit__cache_dir_check(dir) : KJIT_OK;
+    if (drc != KJIT_OK && drc != KJIT_ENOTFOUND) {
+        fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
+        free(dir);
+        return KJIT_EXIT_FAIL;
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
     kjit_tune_list l = {0};
@@ -87,8 +96,14 @@ static int show(const char *cache_dir, int json)
             printf("tuning file %s (kjit %s): %zu entr%s", path, KJIT_VERSION_STRING, l.n, l.n == 1 ? "y" : "ies");
             if (n_bad) printf(", %d invalid skipped", n_bad);
             printf("\n");
+            /* The device column as wide as its longest name: names that
+             * differ only at their end (an "RTX 4090" and an "RTX 4090 D")
+             * stay apart. */
+            int dw = 6;
+            for (size_t i = 0; i < l.n; ++i)
+                if ((int)strlen(l.v[i].device) > dw) dw = (int)strlen(l.v[i].device);
             if (l.n)
-                printf("%-22s %-29s %6s %-5s  %-16s %-10s %-20s %-20s %6s\n", "device", "op", "hidden", "dtype",
+                printf("%-*s %-29s %6s %-5s  %-16s %-10s %-20s %-20s %6s\n", dw, "device", "op", "hidden", "dtype",
                        "fwd rpc/pf/grid", "bwd pf/accs", "fwd us (default)", "bwd us (default)", "tune s");
             for (size_t i = 0; i < l.n; ++i) {
                 const kjit_tune_entry *e = &l.v[i];
@@ -97,7 +112,7 @@ static int show(const char *cache_dir, int json)
                 snprintf(b, sizeof b, "%d / %d", e->cfg.bwd_pf, e->cfg.accs);
                 snprintf(fu, sizeof fu, "%.1f (%.1f)", e->fwd_us, e->default_fwd_us);
                 snprintf(bu, sizeof bu, "%.1f (%.1f)", e->bwd_us, e->default_bwd_us);
-                printf("%-22.22s %-29s %6d %-5s  %-16s %-10s %-20s %-20s %6.2f\n", e->device,
+                printf("%-*s %-29s %6d %-5s  %-16s %-10s %-20s %-20s %6.2f\n", dw, e->device,
                        kjit__adaln_mode_name(e->mode), e->hidden, kjit_dtype_name(e->dtype), f, b, fu, bu,
                        e->tune_seconds);
             }

@@ -61,6 +61,14 @@ void kjit__tune_list_free(kjit_tune_list *l)
     l->v = NULL, l->n = l->cap = 0;
 }
 
+/* dir/name into out; -1 (nothing written that could be used) when it does
+ * not fit: a cut path would name another file. */
+static int join(char *out, size_t n, const char *dir, const char *name)
+{
+    const int w = snprintf(out, n, "%s/%s", dir, name);
+    return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
 /* ---- parse -------------------------------------------------------------- */
 
 static int get_int(const cJSON *o, const char *name, int *out, char *why, size_t why_len)
@@ -149,12 +157,22 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
     why[0] = '\0';
     int bad = 0;
     kjit_tune_file_state st = KJIT_TUNE_FILE_OK;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    /* Only white space may follow the object: two files run together are
+     * damaged, not the first alone. */
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (root && end) {
+        while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) ++end;
+        if (end < text + len && *end) {
+            cJSON_Delete(root);
+            root = NULL;
+        }
+    }
     const cJSON *fmt = root ? cJSON_GetObjectItemCaseSensitive(root, "format") : NULL;
     const cJSON *ver = root ? cJSON_GetObjectItemCaseSensitive(root, "kjit") : NULL;
     const cJSON *ents = root ? cJSON_GetObjectItemCaseSensitive(root, "entries") : NULL;
     if (!root || !cJSON_IsObject(root)) {
-        snprintf(why, why_len, "not a JSON object");
+        snprintf(why, why_len, "not one JSON object");
         st = KJIT_TUNE_FILE_DAMAGED;
     } else if (!cJSON_IsNumber(fmt) || !cJSON_IsString(ver)) {
         snprintf(why, why_len, "\"format\" or \"kjit\" is missing or of the wrong type");
@@ -192,7 +210,12 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
     if (n_bad) *n_bad = 0;
     if (!dir || !dir[0]) return KJIT_TUNE_FILE_MISSING;
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
+    if (join(path, sizeof path, dir, KJIT_TUNE_FILE)) {
+        /* No file can have that name (PATH_MAX). */
+        kjit__log("tuning file: the path %.64s.../%s is longer than %zu bytes: none read", dir, KJIT_TUNE_FILE,
+                  sizeof path - 1);
+        return KJIT_TUNE_FILE_MISSING;
+    }
     /* O_NONBLOCK: a FIFO in its place must not hang the open (it is then
      * refused below as not a regular file). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -308,9 +331,9 @@ static int write_full(int fd, const char *p, size_t n)
 static int publish(const char *dir, const char *text)
 {
     char tmp[4096], path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
     /* The cache's temp-file prefix: `kjit cache clear` removes a killed writer's leftover. */
-    snprintf(tmp, sizeof tmp, "%s/.tmp.%s.XXXXXX", dir, KJIT_TUNE_FILE);
+    if (join(path, sizeof path, dir, KJIT_TUNE_FILE) || join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_FILE ".XXXXXX"))
+        return kjit__fail(KJIT_EINVAL, "tuning file: the directory's path (%zu bytes) is too long", strlen(dir));
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) return kjit__fail(KJIT_EIO, "tuning file: cannot create a temp file in %s: %s", dir, strerror(errno));
     const char *step = "write";
@@ -339,8 +362,10 @@ static int publish(const char *dir, const char *text)
 int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n_add)
 {
     if (!dir || !dir[0]) return kjit__fail(KJIT_EINVAL, "tuning file: no cache directory (memory-only cache)");
-    char lock[4096];
-    snprintf(lock, sizeof lock, "%s/%s", dir, KJIT_TUNE_LOCK);
+    char lock[4096], tmp[4096];
+    /* Every name this save makes must fit, before anything is created. */
+    if (join(lock, sizeof lock, dir, KJIT_TUNE_LOCK) || join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_FILE ".XXXXXX"))
+        return kjit__fail(KJIT_EINVAL, "tuning file: the directory's path (%zu bytes) is too long", strlen(dir));
     int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (lfd < 0) return kjit__fail(KJIT_EIO, "tuning file: cannot open the lock %s: %s", lock, strerror(errno));
     while (flock(lfd, LOCK_EX) < 0) {
