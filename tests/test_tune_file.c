@@ -58,7 +58,7 @@ static int same_entry(const kjit_tune_entry *a, const kjit_tune_entry *b)
 
 static void write_file(const char *dir, const char *name, const char *text)
 {
-    char p[4096];
+    char p[8192];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "w");
     CHECK(f != NULL);
@@ -365,9 +365,10 @@ static void expect_file(const char *dir, const char *what, const char *text, kji
 }
 
 #define HEAD "{\"format\":1,\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":["
-#define GOOD                                                                                                   \
-    "{\"device\":\"" DEV "\",\"op\":\"norm_modulate\",\"hidden\":5376,\"dtype\":\"bf16\",\"fwd\":{\"rpc\":2,\"pf\":1," \
+#define GOOD_FIELDS                                                                                           \
+    "\"device\":\"" DEV "\",\"op\":\"norm_modulate\",\"hidden\":5376,\"dtype\":\"bf16\",\"fwd\":{\"rpc\":2,\"pf\":1," \
     "\"grid_per_sm\":2},\"bwd\":{\"bwd_pf\":1,\"accs\":1}}"
+#define GOOD "{" GOOD_FIELDS
 /* An entry of gated_residual 3072 bf16 with one field replaced. */
 #define E(fwd, bwd, extra)                                                                                    \
     "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" fwd "},\"bwd\":{" bwd \
@@ -390,9 +391,14 @@ static void test_damaged(const char *dir)
     expect_file(dir, "empty", "", KJIT_TUNE_FILE_DAMAGED, 0, 0);
     expect_file(dir, "garbage", "\x01\x02\xff not json", KJIT_TUNE_FILE_DAMAGED, 0, 0);
     expect_file(dir, "array", "[1,2,3]", KJIT_TUNE_FILE_DAMAGED, 0, 0);
-    expect_file(dir, "format 2", "{\"format\":2,\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":[" GOOD "]}",
+    expect_file(dir, "format 3", "{\"format\":3,\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":[" GOOD "]}",
                 KJIT_TUNE_FILE_FOREIGN, 0, 0);
-    expect_file(dir, "other kjit", "{\"format\":1,\"kjit\":\"0.0.9\",\"entries\":[" GOOD "]}", KJIT_TUNE_FILE_FOREIGN,
+    /* Format 2: each entry names its kjit version; one that does not is skipped. */
+    expect_file(dir, "format 2, no entry version", "{\"format\":2,\"entries\":[" GOOD "]}", KJIT_TUNE_FILE_OK, 0, 1);
+    expect_file(dir, "format 2", "{\"format\":2,\"entries\":[{\"kjit\":\"" KJIT_VERSION_STRING "\"," GOOD_FIELDS "]}",
+                KJIT_TUNE_FILE_OK, 1, 0);
+    /* Another version's entries (format 1 or 2) are not used, not judged. */
+    expect_file(dir, "other kjit", "{\"format\":1,\"kjit\":\"0.0.9\",\"entries\":[" GOOD "]}", KJIT_TUNE_FILE_OK,
                 0, 0);
     expect_file(dir, "format as string", "{\"format\":\"1\",\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":[]}",
                 KJIT_TUNE_FILE_DAMAGED, 0, 0);
@@ -485,6 +491,53 @@ static void test_damaged(const char *dir)
 }
 
 /* 4 processes x 10 saves of distinct entries into one file. */
+/* Two kjit versions sharing a cache keep each other's results: another
+ * version's entries survive this one's saves as they were written, and are
+ * never used here. */
+static void test_other_versions(const char *dir)
+{
+    write_file(dir, KJIT_TUNE_FILE,
+               "{\"format\":2,\"entries\":[{\"kjit\":\"9.9.9\",\"device\":\"" DEV "\",\"op\":\"norm_modulate\","
+               "\"hidden\":5376,\"dtype\":\"bf16\",\"fwd\":{\"rpc\":2,\"pf\":1,\"grid_per_sm\":2},\"bwd\":{\"bwd_pf\":1,"
+               "\"accs\":1},\"a_field_of_its_own\":[1,2]},"
+               "{\"kjit\":\"0.0.1\",\"device\":\"" DEV "\",\"op\":\"norm_modulate\",\"hidden\":5376,\"rpc\":99}]}");
+    kjit_tune_list l = {0};
+    int bad = -1;
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT((int)l.n, 0);
+    CHECK_EQ_INT((int)l.n_other, 2);
+    CHECK_EQ_INT(bad, 0);
+    kjit__tune_list_free(&l);
+    /* This version's table does not take them. */
+    kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
+    CHECK_EQ_INT(kjit__tune_table_load(t, dir), 0);
+    kjit__tune_table_free(t);
+    /* This version saves the same key: both versions' entries then stand. */
+    kjit_tune_entry e = entry(DEV, 1, 5376, KJIT_BF16, 1, 0, 0, 0, 1);
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT((int)l.n, 1);
+    CHECK_EQ_INT((int)l.n_other, 2);
+    CHECK(l.n == 1 && same_entry(&l.v[0], &e));
+    int kept_field = 0, kept_odd = 0;
+    for (size_t i = 0; i < l.n_other; ++i) {
+        kept_field |= strstr(l.other[i], "\"9.9.9\"") && strstr(l.other[i], "\"a_field_of_its_own\":[1,2]");
+        kept_odd |= strstr(l.other[i], "\"0.0.1\"") && strstr(l.other[i], "\"rpc\":99");
+    }
+    CHECK(kept_field && kept_odd);
+    kjit__tune_list_free(&l);
+    char *text = read_text(dir);
+    CHECK(text && strstr(text, "\"format\":\t2") && strstr(text, "\"kjit\":\t\"" KJIT_VERSION_STRING "\""));
+    free(text);
+    t = kjit__tune_table_new(DEV, SMEM, 0);
+    CHECK_EQ_INT(kjit__tune_table_load(t, dir), 1);
+    kjit_adaln_config c;
+    CHECK_EQ_INT(kjit__tune_table_get(t, 1, 5376, KJIT_BF16, &c, NULL), KJIT_CONFIG_STORED);
+    CHECK(kjit__adaln_config_equal(&c, &e.cfg));
+    kjit__tune_table_free(t);
+    CHECK_EQ_INT(stray_files(dir), 0);
+}
+
 /* A directory whose path leaves no room for the file's names: refused
  * before anything is created (a cut path named "tune.l" and "tune.j"). */
 static void test_long_path(const char *dir)
@@ -631,6 +684,7 @@ int main(void)
     test_concurrent(sub[2]);
     test_ctx(sub[3]);
     test_long_path(sub[0]);
+    test_other_versions(sub[2]);
     kjit_test_rmtree(dir);
     free(dir);
     return kjit_test_result("test_tune_file");

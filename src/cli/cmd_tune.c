@@ -76,6 +76,9 @@ static int show(const char *cache_dir, int json)
         cJSON_AddStringToObject(root, "state", state_name(st));
         cJSON_AddStringToObject(root, "kjit", KJIT_VERSION_STRING);
         cJSON_AddNumberToObject(root, "skipped_entries", n_bad);
+        /* "entries" holds every version's, each with its "kjit"; this
+         * version's are the ones used. */
+        cJSON_AddNumberToObject(root, "other_version_entries", (double)l.n_other);
         char *text = kjit__tune_print(&l);
         cJSON *parsed = text ? cJSON_Parse(text) : NULL;
         cJSON *ents = parsed ? cJSON_DetachItemFromObject(parsed, "entries") : NULL;
@@ -91,10 +94,11 @@ static int show(const char *cache_dir, int json)
             printf("no tuning file at %s (run kjit tune on a GPU)\n", dir[0] ? path : "(memory-only cache)");
         } else if (st != KJIT_TUNE_FILE_OK) {
             printf("tuning file %s is %s: ignored, rebuilt by the next kjit tune (KJIT_LOG=1 says why)\n", path,
-                   st == KJIT_TUNE_FILE_DAMAGED ? "damaged" : "of another kjit version");
+                   st == KJIT_TUNE_FILE_DAMAGED ? "damaged" : "of another format");
         } else {
             printf("tuning file %s (kjit %s): %zu entr%s", path, KJIT_VERSION_STRING, l.n, l.n == 1 ? "y" : "ies");
             if (n_bad) printf(", %d invalid skipped", n_bad);
+            if (l.n_other) printf("; %zu of other kjit versions, kept, not used", l.n_other);
             printf("\n");
             /* The device column as wide as its longest name: names that
              * differ only at their end (an "RTX 4090" and an "RTX 4090 D")

@@ -58,7 +58,30 @@ void kjit__tune_list_free(kjit_tune_list *l)
 {
     if (!l) return;
     free(l->v);
+    for (size_t i = 0; i < l->n_other; ++i) free(l->other[i]);
+    free(l->other);
     l->v = NULL, l->n = l->cap = 0;
+    l->other = NULL, l->n_other = 0;
+}
+
+/* Keeps another version's entry o (its "kjit" set to ver) as JSON text. */
+static int keep_other(kjit_tune_list *l, const cJSON *o, const char *ver)
+{
+    cJSON *c = cJSON_Duplicate(o, 1);
+    if (!c) return kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "kjit");
+    char *text = cJSON_AddStringToObject(c, "kjit", ver) ? cJSON_PrintUnformatted(c) : NULL;
+    cJSON_Delete(c);
+    char *copy = text ? strdup(text) : NULL;
+    if (text) cJSON_free(text);
+    char **v = copy ? realloc(l->other, (l->n_other + 1) * sizeof *v) : NULL;
+    if (!v) {
+        free(copy);
+        return kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+    }
+    l->other = v;
+    l->other[l->n_other++] = copy;
+    return KJIT_OK;
 }
 
 /* dir/name into out; -1 (nothing written that could be used) when it does
@@ -174,27 +197,42 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
     if (!root || !cJSON_IsObject(root)) {
         snprintf(why, why_len, "not one JSON object");
         st = KJIT_TUNE_FILE_DAMAGED;
-    } else if (!cJSON_IsNumber(fmt) || !cJSON_IsString(ver)) {
-        snprintf(why, why_len, "\"format\" or \"kjit\" is missing or of the wrong type");
+    } else if (!cJSON_IsNumber(fmt) || (fmt->valuedouble == 1 && !cJSON_IsString(ver))) {
+        snprintf(why, why_len, "\"format\" (or a format 1 file's \"kjit\") is missing or of the wrong type");
         st = KJIT_TUNE_FILE_DAMAGED;
-    } else if (fmt->valuedouble != KJIT_TUNE_FORMAT || strcmp(ver->valuestring, KJIT_VERSION_STRING)) {
-        snprintf(why, why_len, "format %g of kjit %.32s, this is format %d of kjit %s", fmt->valuedouble,
-                 ver->valuestring, KJIT_TUNE_FORMAT, KJIT_VERSION_STRING);
+    } else if (fmt->valuedouble != 1 && fmt->valuedouble != KJIT_TUNE_FORMAT) {
+        snprintf(why, why_len, "format %g, this kjit (%s) reads formats 1 and %d", fmt->valuedouble,
+                 KJIT_VERSION_STRING, KJIT_TUNE_FORMAT);
         st = KJIT_TUNE_FILE_FOREIGN;
     } else if (!cJSON_IsArray(ents)) {
         snprintf(why, why_len, "\"entries\" is missing or not an array");
         st = KJIT_TUNE_FILE_DAMAGED;
     } else {
+        /* Format 1: the file's "kjit" is every entry's. */
+        const char *file_ver = fmt->valuedouble == 1 ? ver->valuestring : NULL;
         const cJSON *it;
         int i = 0;
         cJSON_ArrayForEach(it, ents) {
             kjit_tune_entry e;
             char w[256];
-            if (parse_entry(it, &e, w, sizeof w)) {
+            const cJSON *ev = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "kjit") : NULL;
+            const char *v = file_ver ? file_ver : cJSON_IsString(ev) ? ev->valuestring : NULL;
+            int skip = 0;
+            if (!v || !v[0] || strlen(v) >= KJIT_TUNE_VERSION_MAX) {
+                snprintf(w, sizeof w, "%s", cJSON_IsObject(it) ? "\"kjit\" is missing, not a string or too long"
+                                                              : "not an object");
+                skip = 1;
+            } else if (strcmp(v, KJIT_VERSION_STRING)) {
+                /* Another version's: kept as it is, judged by that version. */
+                if (keep_other(out, it, v)) bad++;
+            } else if (parse_entry(it, &e, w, sizeof w)) {
+                skip = 1;
+            } else if (kjit__tune_list_put(out, &e)) {
+                bad++;
+            }
+            if (skip) {
                 kjit__log("tuning file: entry %d skipped: %s", i, w);
                 if (!bad) snprintf(why, why_len, "entry %d: %s", i, w);
-                bad++;
-            } else if (kjit__tune_list_put(out, &e)) {
                 bad++;
             }
             ++i;
@@ -249,7 +287,7 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
         if (s == KJIT_TUNE_FILE_DAMAGED)
             kjit__log("tuning file %s is damaged (%s): ignored, rebuilt on the next save", path, why);
         else if (s == KJIT_TUNE_FILE_FOREIGN)
-            kjit__log("tuning file %s is of another version (%s): ignored, replaced on the next save", path, why);
+            kjit__log("tuning file %s is of another format (%s): ignored, replaced on the next save", path, why);
     }
     free(buf);
     return s;
@@ -261,6 +299,7 @@ static cJSON *entry_json(const kjit_tune_entry *e)
 {
     cJSON *o = cJSON_CreateObject(), *f, *b;
     if (!o) return NULL;
+    cJSON_AddStringToObject(o, "kjit", KJIT_VERSION_STRING);
     cJSON_AddStringToObject(o, "device", e->device);
     cJSON_AddStringToObject(o, "op", kjit__adaln_mode_name(e->mode));
     cJSON_AddNumberToObject(o, "hidden", e->hidden);
@@ -299,11 +338,14 @@ char *kjit__tune_print(const kjit_tune_list *l)
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     cJSON_AddNumberToObject(root, "format", KJIT_TUNE_FORMAT);
-    cJSON_AddStringToObject(root, "kjit", KJIT_VERSION_STRING);
     cJSON *arr = cJSON_AddArrayToObject(root, "entries");
     int ok = arr != NULL;
     for (size_t i = 0; ok && i < l->n; ++i) {
         cJSON *e = entry_json(&l->v[i]);
+        ok = e && cJSON_AddItemToArray(arr, e);
+    }
+    for (size_t i = 0; ok && i < l->n_other; ++i) {
+        cJSON *e = cJSON_Parse(l->other[i]);
         ok = e && cJSON_AddItemToArray(arr, e);
     }
     char *s = ok ? cJSON_Print(root) : NULL;

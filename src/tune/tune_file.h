@@ -1,17 +1,23 @@
-/* The tuning file: <cache dir>/tune.json, the tuner's results per device.
+/* The tuning file: <cache dir>/tune.json, the tuner's results per kjit
+ * version and device.
  *
- *   {"format": 1, "kjit": "0.1.0", "entries": [
- *     {"device": "NVIDIA H200", "op": "norm_modulate", "hidden": 5376, "dtype": "bf16",
+ *   {"format": 2, "entries": [
+ *     {"kjit": "0.1.0", "device": "NVIDIA H200", "op": "norm_modulate", "hidden": 5376, "dtype": "bf16",
  *      "fwd": {"rpc": 1, "pf": 1, "grid_per_sm": 2}, "bwd": {"bwd_pf": 1, "accs": 0},
  *      "fwd_us": ..., "bwd_us": ..., "default_fwd_us": ..., "default_bwd_us": ...,
  *      "tune_seconds": ..., "rows": [32768, 4097, 1024], "fwd_us_rows": [...], ...}]}
  *
- * One entry per (device, op, hidden, dtype); fwd_us / bwd_us are sums of
- * per-row-count medians (the tuner's objective). A file of another format or
- * kjit version, or one that does not parse, is ignored (logged) and replaced
- * whole by the next save. Entries are validated one by one: a bad one (wrong
- * type, value out of the template's range) is skipped (logged) and dropped by
- * the next save. Saves merge with what is on disk under an flock on
+ * One entry per (kjit version, device, op, hidden, dtype); fwd_us / bwd_us
+ * are sums of per-row-count medians (the tuner's objective). Only this
+ * version's entries are read and used: another version's kernels may differ,
+ * so its timings say nothing of these. Other versions' entries are kept as
+ * they are through every save, so two kjit versions sharing a cache keep
+ * each other's results. A format 1 file (one "kjit" for the whole file) is
+ * read as if each entry carried it. A file of another format, or one that
+ * does not parse, is ignored (logged) and replaced whole by the next save.
+ * This version's entries are validated one by one: a bad one (wrong type,
+ * value out of the template's range) is skipped (logged) and dropped by the
+ * next save. Saves merge with what is on disk under an flock on
  * <dir>/tune.lock and publish by temp file + fsync + rename, so concurrent
  * tuners (threads or processes) lose no entry and readers never see half a
  * file. */
@@ -24,7 +30,8 @@
 
 #define KJIT_TUNE_FILE "tune.json"
 #define KJIT_TUNE_LOCK "tune.lock"
-#define KJIT_TUNE_FORMAT 1
+#define KJIT_TUNE_FORMAT 2
+#define KJIT_TUNE_VERSION_MAX 32 /* a "kjit" value's bytes, NUL included */
 #define KJIT_TUNE_NROWS 4
 
 typedef struct kjit_tune_entry {
@@ -43,15 +50,17 @@ typedef struct kjit_tune_entry {
 } kjit_tune_entry;
 
 typedef struct kjit_tune_list {
-    kjit_tune_entry *v;
+    kjit_tune_entry *v; /* this kjit version's entries */
     size_t n, cap;
+    char **other; /* other versions' entries: JSON text as read, each with its "kjit" */
+    size_t n_other;
 } kjit_tune_list;
 
 typedef enum kjit_tune_file_state {
     KJIT_TUNE_FILE_OK = 0,      /* read (some entries may have been skipped: n_bad) */
     KJIT_TUNE_FILE_MISSING = 1, /* no file (or memory-only cache) */
     KJIT_TUNE_FILE_DAMAGED = 2, /* unreadable, not JSON, wrong shape: ignored */
-    KJIT_TUNE_FILE_FOREIGN = 3  /* another format or kjit version: ignored */
+    KJIT_TUNE_FILE_FOREIGN = 3  /* another format: ignored */
 } kjit_tune_file_state;
 
 /* Parses a file's text into out (appending valid entries; a later entry
