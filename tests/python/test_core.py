@@ -96,6 +96,155 @@ class Loading(unittest.TestCase):
             _lib.Library(cdll, "<process>").kjit_norm_modulate_fwd  # noqa: B018
 
 
+class ClientEdges(unittest.TestCase):
+    """kjit.client against a scripted fake server (no kjit serve, no GPU):
+    a dead server is a ProtocolError, a reply cut by a timeout leaves the
+    connection refused rather than out of step, requests past the server's
+    limits and values JSON cannot carry are refused before sending."""
+
+    HELLO = {"ok": True, "version": 1, "limits": {"max_request_json": 256, "max_request_payload": 128}}
+
+    def serve(self, script):
+        """A fake server on a fresh socket running script(conn, read_req,
+        send) in a thread; returns the socket path."""
+        import socket
+        import struct
+        import threading
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(1)
+        hdr = struct.Struct("<4sHHII")
+
+        def read_req(conn):
+            buf = b""
+            while len(buf) < hdr.size:
+                buf += conn.recv(hdr.size - len(buf))
+            _, _, _, jlen, plen = hdr.unpack(buf)
+            body = b""
+            while len(body) < jlen + plen:
+                body += conn.recv(jlen + plen - len(body))
+            import json
+            return json.loads(body[:jlen])
+
+        def frame(obj):
+            import json
+            body = json.dumps(obj).encode()
+            return hdr.pack(b"KJIT", 1, 0, len(body), 0) + body
+
+        def run():
+            conn, _ = ls.accept()
+            try:
+                req = read_req(conn)
+                conn.sendall(frame(dict(self.HELLO, id=req["id"])))
+                script(conn, lambda: read_req(conn), frame)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+                ls.close()
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 5)
+        return path
+
+    def test_a_server_gone_is_a_protocol_error(self):
+        from kjit import client
+        path = self.serve(lambda conn, read, frame: None)  # closes after hello
+        with client.Client(path, timeout=5) as c:
+            import time
+            time.sleep(0.2)
+            with self.assertRaisesRegex(client.ProtocolError, "closed the connection"):
+                c.ping()
+            # The next send meets a broken pipe: the same exception type
+            # (before: BrokenPipeError, without the socket's path).
+            with self.assertRaisesRegex(client.ProtocolError, "kjit server at .*s.sock"):
+                c.ping()
+
+    def test_a_reply_cut_by_a_timeout_leaves_no_stale_bytes(self):
+        from kjit import client
+        import time
+
+        def script(conn, read, frame):
+            req = read()
+            f = frame({"id": req["id"], "ok": True, "pad": "x" * 4000})
+            conn.sendall(f[:100])
+            time.sleep(1.0)
+            conn.sendall(f[100:])
+            time.sleep(0.5)
+
+        path = self.serve(script)
+        c = client.Client(path, timeout=0.3)
+        self.addCleanup(c.close)
+        with self.assertRaises(TimeoutError):
+            c.ping()
+        time.sleep(1.2)
+        # Before: "not a kjit frame" from the reply's leftover bytes, forever.
+        with self.assertRaisesRegex(client.ProtocolError, "out of step .*TimeoutError.*new Client"):
+            c.ping()
+
+    def test_limits_nan_and_handles_are_checked_before_sending(self):
+        from kjit import client
+
+        def script(conn, read, frame):
+            req = read()
+            conn.sendall(frame({"id": req["id"], "ok": True}))
+
+        path = self.serve(script)
+        with client.Client(path, timeout=5) as c:
+            with self.assertRaisesRegex(ValueError, "the request is .* bytes, the server takes at most 256"):
+                c.request({"type": "ping", "x": "a" * 300})
+            with self.assertRaisesRegex(ValueError, "the payload is 192 bytes, the server takes at most 128"):
+                c.run_raw({"op": "x"}, handles=[bytes(64)] * 3)
+            with self.assertRaisesRegex(ValueError, "hidden: NaN and infinity"):
+                c.compile("timestep_sinusoid", float("nan"), "bf16")
+            with self.assertRaisesRegex(ValueError, r"eps: NaN and infinity"):
+                c.request({"type": "run", "eps": float("inf")})
+            with self.assertRaisesRegex(TypeError, r"handles\[0\]: expected a 64-byte"):
+                c.run_raw({"op": "x"}, handles=[64])
+            with self.assertRaisesRegex(ValueError, r"handles\[1\]: 3 bytes"):
+                c.run_raw({"op": "x"}, handles=[bytes(64), b"abc"])
+            # None of them cost the connection.
+            self.assertTrue(c.ping()["ok"])
+
+    def test_timeout_is_checked_before_a_socket_is_made(self):
+        from kjit import client
+        before = len(os.listdir("/proc/self/fd"))
+        kept = []
+        for bad in (-1, float("nan"), float("inf")):
+            with self.assertRaisesRegex(ValueError, "timeout"):
+                client.Client("/nonexistent/kjit.sock", timeout=bad)
+        for bad in ("5", True):
+            try:
+                client.Client("/nonexistent/kjit.sock", timeout=bad)
+            except TypeError as e:
+                kept.append(e)
+                self.assertIn("timeout", str(e))
+        self.assertEqual(len(kept), 2)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+        # 0: wait forever, as kjit call --timeout 0 (it was non-blocking).
+        with self.assertRaises(FileNotFoundError):
+            client.Client("/nonexistent/kjit.sock", timeout=0)
+
+    def test_arch_is_sent_whenever_given(self):
+        from kjit import client
+        got = []
+
+        def script(conn, read, frame):
+            req = read()
+            got.append(req)
+            conn.sendall(frame({"id": req["id"], "ok": False, "error": {"code": "bad_request", "message": "arch"}}))
+
+        path = self.serve(script)
+        with client.Client(path, timeout=5) as c:
+            with self.assertRaises(client.ServerError):
+                c.compile("timestep_sinusoid", 256, "bf16", arch="")
+        self.assertEqual(got[0].get("arch"), "")  # before: dropped, the default compiled
+
+
 class Packaging(unittest.TestCase):
     """The in-tree PEP 517 / 660 backend (bindings/python/_build): the wheel
     holds the package, the editable wheel a .pth naming the source folder."""
@@ -214,6 +363,23 @@ class Status(unittest.TestCase):
 
 class CoreChecks(unittest.TestCase):
     """Python-level mistakes are caught before the library is called."""
+
+    def test_context_paths_refuse_nul_and_other_types(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        with self.assertRaisesRegex(ValueError, "cache_dir: .* NUL"):
+            kjit.Context(device=None, cache_dir=os.path.join(d, "nul") + "\0junk")
+        with self.assertRaisesRegex(ValueError, "arch: .* NUL"):
+            kjit.Context(device=None, cache_dir="", arch="sm_90\0junk")
+        with self.assertRaisesRegex(TypeError, "cache_dir: expected a str, bytes or path"):
+            kjit.Context(device=None, cache_dir=3.5)
+        self.assertFalse(os.path.exists(os.path.join(d, "nul")))  # before: created, the rest cut off
+        # bytes and PathLike are paths (before: bytes made "./b'...'").
+        with kjit.Context(device=None, cache_dir=os.fsencode(os.path.join(d, "cb"))):
+            pass
+        with kjit.Context(device=None, cache_dir=Path(d) / "cp"):
+            pass
+        self.assertTrue(os.path.isdir(os.path.join(d, "cb")) and os.path.isdir(os.path.join(d, "cp")))
 
     def setUp(self):
         self.ctx = kjit.Context(device=None, cache_dir="")

@@ -44,7 +44,27 @@ class ServerError(Exception):
 
 
 class ProtocolError(Exception):
-    """The connection broke or carried something that is not a kjit frame."""
+    """The connection broke or carried something that is not a kjit frame.
+    Also raised by every later request on a connection a timeout or an
+    interrupt left in the middle of a frame: open a new Client."""
+
+
+def _non_finite(value, where):
+    """The path of the first NaN or infinity in a request, or None (JSON has
+    neither; the server would answer bad_json naming no field)."""
+    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+        return where
+    if isinstance(value, dict):
+        for k, v in value.items():
+            got = _non_finite(v, f"{where}.{k}" if where else str(k))
+            if got:
+                return got
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            got = _non_finite(v, f"{where}[{i}]")
+            if got:
+                return got
+    return None
 
 
 def _with_cubins(reply, data):
@@ -135,13 +155,22 @@ class Client:
     """One connection; one request at a time (use one Client per thread).
 
     path: the socket (None: $KJIT_SERVER, else the default socket).
-    timeout: seconds to wait for each frame from the server (None: forever).
+    timeout: seconds to wait for each frame from the server (None or 0:
+    forever, as `kjit call --timeout 0`).
     """
 
     def __init__(self, path=None, timeout=600.0):
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout: expected seconds (a number) or None, got {type(timeout).__name__}")
+            if not timeout >= 0 or timeout == float("inf"):
+                raise ValueError(f"timeout: {timeout!r} is not a number of seconds >= 0")
         self.path = path or os.environ.get("KJIT_SERVER") or default_socket()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
+        self._sock.settimeout(timeout or None)
+        self._broken = None  # why the connection is out of step, once it is
+        self._partial = False  # bytes of the frame being read have arrived
+        self.hello = {}
         self._next_id = 1
         self._event = None  # (CUevent, CUipcEventHandle bytes) of run()
         self._ipc = {}  # run(): {buffer id: (allocation base, CUipcMemHandle bytes)}
@@ -177,34 +206,69 @@ class Client:
     def _read_exact(self, n):
         chunks = []
         while n:
-            b = self._sock.recv(min(n, 1 << 20))
+            try:
+                b = self._sock.recv(min(n, 1 << 20))
+            except socket.timeout:
+                raise
+            except OSError as exc:  # reset, broken pipe: the server went away
+                raise ProtocolError(f"the kjit server at {self.path} closed the connection ({exc})") from exc
             if not b:
                 raise ProtocolError("the kjit server at %s closed the connection" % self.path)
+            self._partial = True
             chunks.append(b)
             n -= len(b)
         return b"".join(chunks)
 
     def _read_frame(self):
-        magic, version, flags, jlen, plen = _HEADER.unpack(self._read_exact(_HEADER.size))
-        if magic != b"KJIT" or version != PROTO_VERSION or flags:
-            raise ProtocolError("not a kjit frame (magic %r, version %d, flags %d)" % (magic, version, flags))
-        if jlen < 2 or jlen > _MAX_REPLY_JSON or plen > _MAX_REPLY_PAYLOAD:
-            raise ProtocolError("frame lengths out of range: JSON %d, payload %d" % (jlen, plen))
-        header = json.loads(self._read_exact(jlen))
-        return header, self._read_exact(plen) if plen else b""
+        self._partial = False
+        try:
+            magic, version, flags, jlen, plen = _HEADER.unpack(self._read_exact(_HEADER.size))
+            if magic != b"KJIT" or version != PROTO_VERSION or flags:
+                raise ProtocolError("not a kjit frame (magic %r, version %d, flags %d)" % (magic, version, flags))
+            if jlen < 2 or jlen > _MAX_REPLY_JSON or plen > _MAX_REPLY_PAYLOAD:
+                raise ProtocolError("frame lengths out of range: JSON %d, payload %d" % (jlen, plen))
+            header = json.loads(self._read_exact(jlen))
+            return header, self._read_exact(plen) if plen else b""
+        except BaseException as exc:
+            # A frame read in part (a timeout, Ctrl-C, a bad frame): the next
+            # bytes are not a frame's start. A timeout before any byte is
+            # harmless (a late reply is passed over by its id).
+            if self._partial and self._broken is None:
+                self._broken = f"{type(exc).__name__} in the middle of a reply"
+            raise
 
     def request(self, req, payload=b"", on_event=None, check=True):
         """Sends one request (a dict with a "type"; its id is set here) and
         returns (reply, payload bytes). Progress events go to on_event(dict).
         check: raise ServerError on {"ok": false} instead of returning it."""
+        if self._broken:
+            raise ProtocolError(f"the connection to the kjit server at {self.path} is out of step "
+                                f"({self._broken}): open a new Client")
+        if not isinstance(req, dict):
+            raise TypeError(f"req: expected a dict, got {type(req).__name__}")
+        bad = _non_finite(req, "")
+        if bad:
+            raise ValueError(f"{bad}: NaN and infinity cannot be sent (JSON has neither)")
         rid = self._next_id
         self._next_id += 1
         # The id first, compact: a run repeated on the same buffers is then
         # the same text after its id, which the server keeps parsed.
         req = {"id": rid, **{k: v for k, v in req.items() if k != "id"}}
-        body = json.dumps(req, separators=(",", ":")).encode()
+        body = json.dumps(req, separators=(",", ":"), allow_nan=False).encode()
+        # Past the server's limits it answers bad_frame and closes the
+        # connection: refuse here and keep it.
+        limits = self.hello.get("limits") or {}
+        for what, size, key in (("request", len(body), "max_request_json"),
+                                ("payload", len(payload), "max_request_payload")):
+            cap = limits.get(key)
+            if isinstance(cap, int) and size > cap:
+                raise ValueError(f"{req.get('type')}: the {what} is {size} bytes, the server takes at most {cap} "
+                                 f"(hello's limits.{key})")
         try:
             self._sock.sendall(_HEADER.pack(b"KJIT", PROTO_VERSION, 0, len(body), len(payload)) + body + payload)
+        except socket.timeout:
+            self._broken = "a timeout while sending a request"
+            raise
         except (BrokenPipeError, ConnectionResetError) as e:
             # The server may have refused the connection (`busy`, id null)
             # and closed it before this request went out: that frame is
@@ -214,7 +278,8 @@ class Client:
                 try:
                     header, data = self._read_frame()
                 except (OSError, ProtocolError, ValueError):
-                    raise e from None
+                    self._broken = "the server closed the connection"
+                    raise ProtocolError(f"the kjit server at {self.path} closed the connection ({e})") from e
                 if header.get("id") is None:
                     if check and not header.get("ok"):
                         raise ServerError(header) from None
@@ -246,7 +311,7 @@ class Client:
         """Every kernel of op for (hidden, dtype, arch); each entry of
         reply["kernels"] gains its "cubin" bytes."""
         req = {"type": "compile", "op": op, "hidden": hidden, "dtype": dtype}
-        if arch:
+        if arch is not None:
             req["arch"] = arch
         return _with_cubins(*self.request(req))
 
@@ -255,13 +320,13 @@ class Client:
         library asks when KJIT_SERVER is set); the entry of reply["kernels"]
         gains its "cubin" bytes."""
         req = {"type": "kernel", "op": op, "template": template, "expr": expr}
-        if arch:
+        if arch is not None:
             req["arch"] = arch
         return _with_cubins(*self.request(req))
 
     def prewarm(self, ops, hidden, dtype, arch=None, on_event=None):
         req = {"type": "prewarm", "ops": ops, "hidden": hidden, "dtype": dtype}
-        if arch:
+        if arch is not None:
             req["arch"] = arch
         return self.request(req, on_event=on_event)[0]
 
@@ -277,9 +342,14 @@ class Client:
         hidden, dtype, n, rows, ..., buffers [{name, handle, offset, stride}],
         event), handles the 64-byte IPC handle records its "handle" and
         "event" fields index, in order."""
+        for i, h in enumerate(handles):
+            if not isinstance(h, (bytes, bytearray, memoryview)):
+                # bytes(64) would be 64 zero bytes, not a handle.
+                raise TypeError(f"handles[{i}]: expected a 64-byte IPC handle record, got {type(h).__name__}")
         handles = [bytes(h) for h in handles]
-        if any(len(h) != _IPC_HANDLE_BYTES for h in handles):
-            raise ValueError("IPC handles are %d bytes each" % _IPC_HANDLE_BYTES)
+        for i, h in enumerate(handles):
+            if len(h) != _IPC_HANDLE_BYTES:
+                raise ValueError(f"handles[{i}]: {len(h)} bytes, IPC handles are {_IPC_HANDLE_BYTES}")
         req = dict(req, type="run")
         return self.request(req, b"".join(handles))[0]
 

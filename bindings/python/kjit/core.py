@@ -10,6 +10,7 @@ ValueError before the library is called.
 """
 
 import ctypes
+import os
 import numbers
 import threading
 
@@ -137,6 +138,18 @@ def _strided(value, what):
 
 
 _dtype_codes = {}  # names the library has parsed once
+
+
+def _c_path(value, name):
+    """A str, bytes or os.PathLike as C string bytes; a NUL (which C would
+    cut the string at) or another type is refused, naming the argument."""
+    try:
+        raw = os.fsencode(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected a str, bytes or path, got {type(value).__name__}") from None
+    if b"\0" in raw:
+        raise ValueError(f"{name}: {value!r} contains a NUL character")
+    return raw
 
 
 def dtype_code(dtype):
@@ -274,8 +287,8 @@ class Context:
         opts = _lib.CtxOptions()
         self._lib.kjit_ctx_options_init(ctypes.byref(opts))
         opts.device = _lib.NO_DEVICE if device is None else _i32(device, "device")
-        opts.cache_dir = None if cache_dir is None else str(cache_dir).encode()
-        opts.arch = None if arch is None else str(arch).encode()
+        opts.cache_dir = None if cache_dir is None else _c_path(cache_dir, "cache_dir")
+        opts.arch = None if arch is None else _c_path(str(arch) if isinstance(arch, int) else arch, "arch")
         opts.index_check = _INDEX_CHECK[index_check]
         handle = ctypes.c_void_p()
         check(self._lib.kjit_ctx_create(ctypes.byref(handle), ctypes.byref(opts)), "kjit_ctx_create")
