@@ -31,14 +31,16 @@ typedef struct kjit_client kjit_client;
 KJIT_API int kjit_client_default_socket(char *buf, size_t len);
 
 /* Connects to path (NULL: $KJIT_SERVER if set, else the default socket) and
- * says hello. timeout_ms bounds the connect and each wait for the server
- * (0: none). KJIT_ENOTFOUND when no server answers at the path (no socket
+ * says hello. timeout_ms bounds the connect and the whole of each reply
+ * (0: none; a progress event of the request starts it anew): a server that
+ * trickles bytes or sends only other requests' frames is cut off when it
+ * has passed, as a silent one is. KJIT_ENOTFOUND when no server answers at the path (no socket
  * file, or a stale one): callers may fall back to compiling themselves.
  * KJIT_EPERM when the server refuses this user. */
 KJIT_API int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms);
 
-/* Changes the bound on each later wait for the server (0: none), e.g. a
- * short one to find a server, then a longer one for a compile. */
+/* Changes the bound on each later reply (0: none), e.g. a short one to
+ * find a server, then a longer one for a compile. */
 KJIT_API int kjit_client_timeout_set(kjit_client *c, int timeout_ms);
 
 /* The server's hello reply (versions, capabilities, ops, arch, limits). */

@@ -279,7 +279,10 @@ typedef struct fake {
     int asked;        /* a kernel request came */
 } fake;
 
-#define FAKE_CUBIN "\177ELF, but the fake server's"
+/* An ELF header's magic and at least its 64 bytes: what the library checks
+ * of a server's cubin before its cache keeps it. */
+#define FAKE_CUBIN "\177ELF, but the fake server's, as long as an ELF header (64 bytes) at the least"
+#define NOT_ELF "XXXX: not a cubin, though under the right key; as long as an ELF header (64 bytes) at least"
 
 /* One connection: hello, then the kernel request, answered by f->kind. */
 static void *fake_serve(void *arg)
@@ -300,10 +303,14 @@ static void *fake_serve(void *arg)
                  kjit_test_num(q, "id"));
         kjit_test_frame(fd, text, NULL, 0);
     } else if (f->asked) {
+        /* "noelf:<key>": the right key, bytes that are not a cubin. */
+        const int noelf = !strncmp(f->kind, "noelf:", 6);
+        const char *bytes = noelf ? NOT_ELF : FAKE_CUBIN;
+        const size_t n = noelf ? sizeof NOT_ELF : sizeof FAKE_CUBIN;
         snprintf(text, sizeof text, "{\"id\":%.0f,\"ok\":true,\"cached\":true,\"kernels\":[{\"name_expr\":\"%s\","
                                     "\"lowered\":\"_Zfake\",\"key\":\"%s\",\"offset\":0,\"size\":%zu,\"cached\":true}]}",
-                 kjit_test_num(q, "id"), expr->valuestring, f->kind, sizeof FAKE_CUBIN);
-        kjit_test_frame(fd, text, FAKE_CUBIN, sizeof FAKE_CUBIN);
+                 kjit_test_num(q, "id"), expr->valuestring, f->kind + (noelf ? 6 : 0), n);
+        kjit_test_frame(fd, text, bytes, n);
     }
     cJSON_Delete(q);
     kjit_test_closed_within(fd, 10000);
@@ -354,6 +361,14 @@ static void test_fake_server(void)
     with_fake("other-key", "0123456789abcdef0123456789abcdef", &img, &cc);
     CHECK_EQ_INT(cc.server_builds, 0);
     CHECK(!strcmp(img.key, key) && !img.cubin);
+    /* This library's key but bytes without an ELF header: not taken
+     * (before: stored, and the cache's checksum vouched for them). */
+    char noelf[64];
+    snprintf(noelf, sizeof noelf, "noelf:%s", key);
+    with_fake("not-elf", noelf, &img, &cc);
+    CHECK_EQ_INT(cc.compiles, 1);
+    CHECK_EQ_INT(cc.server_builds, 0);
+    CHECK(!strncmp(img.lowered_name, "_Z13kjit_sinusoid", 17) && !img.cubin);
     /* This library's key: the server's cubin is what the cache keeps. */
     with_fake("same-key", key, &img, &cc);
     CHECK_EQ_INT(cc.compiles, 1);

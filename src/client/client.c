@@ -30,6 +30,9 @@ struct kjit_client {
     int last_run, last_members;
     char *hello;
     char path[108];
+    int timeout_ms;     /* the bound on a whole reply (0: none) */
+    double deadline_us; /* this request's reply is due by (0: none) */
+    int rcv_ms;         /* SO_RCVTIMEO as set now */
 };
 
 /* Client-side polling for a run's reply (KJIT_SPIN_US, default
@@ -54,13 +57,30 @@ static void spin_for_reply(const kjit_client *c)
 int kjit_client_default_socket(char *buf, size_t len)
 {
     kjit__clear_error();
+    if (!buf) return kjit__fail(KJIT_EINVAL, "kjit_client_default_socket: buf is NULL");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
-    int n = xdg && *xdg ? snprintf(buf, len, "%s/kjit/kjit.sock", xdg)
-                        : snprintf(buf, len, "/tmp/kjit-%u/kjit.sock", (unsigned)geteuid());
-    if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+    int n = xdg && *xdg ? snprintf(path, sizeof path, "%s/kjit/kjit.sock", xdg)
+                        : snprintf(path, sizeof path, "/tmp/kjit-%u/kjit.sock", (unsigned)geteuid());
+    if (n < 0 || (size_t)n >= sizeof path - 1)
         return kjit__fail(KJIT_EINVAL, "the default socket path is too long for a Unix socket (XDG_RUNTIME_DIR=%s)",
                           xdg ? xdg : "");
+    /* A call that fails on its arguments writes nothing. */
+    if ((size_t)n >= len)
+        return kjit__fail(KJIT_EINVAL, "kjit_client_default_socket: len %zu: the path %s needs %d bytes", len, path,
+                          n + 1);
+    memcpy(buf, path, (size_t)n + 1);
     return KJIT_OK;
+}
+
+/* SO_RCVTIMEO to ms (0: none), when it is not that already. */
+static int set_rcv(kjit_client *c, int ms)
+{
+    if (c->rcv_ms == ms) return 0;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv)) return -1;
+    c->rcv_ms = ms;
+    return 0;
 }
 
 static int broken(kjit_client *c, const char *fmt, const char *detail)
@@ -93,6 +113,17 @@ static int recv_all(kjit_client *c, void *buf, size_t len)
 {
     char *p = buf;
     while (len) {
+        /* The timeout bounds the whole reply: a server trickling bytes, or
+         * sending frames of other requests, is cut off at the deadline too.
+         * The socket's own timeout is shortened only once half of it has
+         * passed (no system call on a prompt reply). */
+        if (c->deadline_us > 0) {
+            const double left_us = c->deadline_us - kjit__now_us();
+            if (left_us <= 0) return broken(c, "the kjit server at %s did not answer in time%s", "");
+            const int left_ms = (int)(left_us / 1000) + 1;
+            if (left_ms * 2 < c->rcv_ms && set_rcv(c, left_ms))
+                return broken(c, "setting a timeout on the socket to %s: %s", strerror(errno));
+        }
         ssize_t r = recv(c->fd, p, len, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r == 0) return broken(c, "the kjit server at %s closed the connection%s", "");
@@ -152,6 +183,9 @@ static void remember(kjit_client *c, const char *json, size_t len, int spin, int
     c->last_run = spin;
     c->last_members = members;
 }
+
+static int request_frames(kjit_client *c, char *text, size_t len, const void *payload, size_t payload_len,
+                          uint64_t id, int spin, kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply);
 
 int kjit_client_request(kjit_client *c, const char *json, const void *payload, size_t payload_len,
                         kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply)
@@ -228,11 +262,24 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         cJSON_free(text);
         return kjit__fail(KJIT_EINVAL, "request of %zu bytes: at most %u", len, KJIT_MAX_REQUEST_JSON);
     }
+    c->deadline_us = c->timeout_ms > 0 ? kjit__now_us() + 1000.0 * c->timeout_ms : 0;
+    int rc = request_frames(c, text, len, payload, payload_len, id, spin, on_event, arg, reply);
+    cJSON_free(text);
+    c->deadline_us = 0;
+    /* The socket's timeout back to the whole bound for the next request. */
+    if (!c->broken && set_rcv(c, c->timeout_ms))
+        rc = broken(c, "setting a timeout on the socket to %s: %s", strerror(errno));
+    return rc;
+}
+
+/* Sends one request's frame and reads until its reply. */
+static int request_frames(kjit_client *c, char *text, size_t len, const void *payload, size_t payload_len,
+                          uint64_t id, int spin, kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply)
+{
     uint8_t hdr[KJIT_FRAME_HEADER];
     kjit__frame_encode(hdr, (uint32_t)len, (uint32_t)payload_len);
     struct iovec iov[3] = {{hdr, sizeof hdr}, {text, len}, {(void *)payload, payload_len}};
     int rc = send_all(c, iov, payload_len ? 3 : 2);
-    cJSON_free(text);
     /* A server that refuses a connection says why and closes; our send may
      * lose that race, but the reason is still there to read. */
     char sent_error[512];
@@ -253,13 +300,38 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         /* id null: an error about the connection itself (refused, bad frame). */
         int conn_error = cJSON_IsNull(rid);
         if (mine && !send_rc && cJSON_GetObjectItemCaseSensitive(r, "event")) {
+            /* Progress of this request (a prewarm): the bound starts anew,
+             * as it would for a reply (frames of other requests do not). */
+            if (c->timeout_ms > 0) {
+                c->deadline_us = kjit__now_us() + 1000.0 * c->timeout_ms;
+                if (set_rcv(c, c->timeout_ms)) {
+                    cJSON_Delete(r);
+                    free(rj);
+                    free(rp);
+                    return broken(c, "setting a timeout on the socket to %s: %s", strerror(errno));
+                }
+            }
             if (on_event) on_event(arg, rj);
         } else if ((mine && !send_rc) || conn_error) {
+            const int ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok"));
+            cJSON_Delete(r);
+            if (conn_error && ok) {
+                /* id null is only ever an error about the connection. */
+                free(rj);
+                free(rp);
+                return broken(c, "the kjit server at %s sent a reply without an id%s", " that is not an error");
+            }
             reply->json = rj;
             reply->payload = rp;
             reply->payload_len = rpl;
-            reply->ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok"));
-            cJSON_Delete(r);
+            reply->ok = ok;
+            if (conn_error) {
+                /* The server closes the connection after it: the reply is
+                 * the answer (KJIT_OK, ok 0), and no message of a send that
+                 * lost the race to it is left behind. */
+                c->broken = 1;
+                kjit__clear_error();
+            }
             return KJIT_OK;
         }
         cJSON_Delete(r);
@@ -353,10 +425,11 @@ int kjit_client_timeout_set(kjit_client *c, int timeout_ms)
     if (!c || timeout_ms < 0)
         return kjit__fail(KJIT_EINVAL, "kjit_client_timeout_set: %s", !c ? "client is NULL" : "timeout_ms < 0");
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ||
-        setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv))
+    c->rcv_ms = -1; /* set below */
+    if (set_rcv(c, timeout_ms) || setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv))
         return kjit__fail(KJIT_EIO, "setting a %d ms timeout on the socket to %s: %s", timeout_ms, c->path,
                           strerror(errno));
+    c->timeout_ms = timeout_ms;
     return KJIT_OK;
 }
 
@@ -548,10 +621,17 @@ int kjit_client_run(kjit_client *c, const char *json, const void *handles, int n
     /* The run text this client sent last (kept by kjit_client_request) is
      * a run already: no parse here either. */
     const int again = c->last_run && sent_last(c, json, strlen(json));
-    cJSON *q = again ? NULL : cJSON_Parse(json);
+    const char *end = NULL;
+    cJSON *q = again ? NULL : cJSON_ParseWithOpts(json, &end, 0);
     if (!again && !cJSON_IsObject(q)) {
         cJSON_Delete(q);
         return kjit__fail(KJIT_EINVAL, "kjit_client_run: the request is not a JSON object: %.80s", json);
+    }
+    /* As kjit_client_request: text after the object is refused, not dropped. */
+    while (!again && end && *end && (unsigned char)*end <= 32) ++end;
+    if (!again && end && *end) {
+        cJSON_Delete(q);
+        return kjit__fail(KJIT_EINVAL, "kjit_client_run: the request has text after its JSON object: %.40s", end);
     }
     cJSON *root;
     int rc;

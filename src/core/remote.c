@@ -56,6 +56,13 @@ static int take(const kjit_remote_kernel *k, const kjit_client_kernel *got, char
     if (strcmp(got->name_expr, k->name_expr) || !*got->lowered)
         return kjit__fail(KJIT_EIO, "the kjit server at %s answered %s with '%s' (entry '%s')", k->socket,
                           k->name_expr, got->name_expr, got->lowered);
+    /* A cubin is an ELF image: anything else (a truncating or broken
+     * server) must not reach the cache, whose checksum would then vouch
+     * for it until a module load fails on a GPU. */
+    static const unsigned char elf[4] = {0x7f, 'E', 'L', 'F'};
+    if (got->cubin_len < 64 || memcmp(got->cubin, elf, sizeof elf))
+        return kjit__fail(KJIT_EIO, "the kjit server at %s sent %zu bytes for %s that are not a cubin (no ELF header)",
+                          k->socket, got->cubin_len, k->name_expr);
     char *l = strdup(got->lowered);
     void *img = malloc(got->cubin_len);
     if (!l || !img) {

@@ -1,0 +1,214 @@
+/* The C client (include/kjit_client.h) against scripted fake servers, no
+ * kjit serve and no GPU: its timeout bounds a whole reply (a server that
+ * trickles bytes or sends other requests' frames is cut off), a reply
+ * without an id is only ever an error about the connection, a run request
+ * with text after its object is refused before anything is sent, and
+ * kjit_client_default_socket checks its buffer and writes nothing when it
+ * fails. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/frame.h"
+#include "kjit_client.h"
+#include "test_util.h"
+
+enum mode { TRICKLE, OTHER_IDS, NULL_OK, IDLE_CLOSE, COUNT };
+
+typedef struct fake {
+    enum mode mode;
+    int lfd;
+    char path[108];
+    int requests; /* frames read after the hello */
+    pthread_t th;
+} fake;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int read_n(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0) return -1;
+        p += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* One request frame; returns its id (the client writes it first), -1 at EOF. */
+static long long read_request(int fd)
+{
+    uint8_t h[KJIT_FRAME_HEADER];
+    if (read_n(fd, h, sizeof h)) return -1;
+    const uint32_t jlen = (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
+    const uint32_t plen = (uint32_t)h[12] | (uint32_t)h[13] << 8 | (uint32_t)h[14] << 16 | (uint32_t)h[15] << 24;
+    char *body = malloc((size_t)jlen + plen + 1);
+    if (!body || read_n(fd, body, (size_t)jlen + plen)) return free(body), -1;
+    body[jlen] = '\0';
+    long long id = -1;
+    if (sscanf(body, "{\"id\":%lld", &id) != 1) id = -1;
+    free(body);
+    return id;
+}
+
+static int send_frame(int fd, const char *json, int byte_by_byte)
+{
+    uint8_t h[KJIT_FRAME_HEADER];
+    kjit__frame_encode(h, (uint32_t)strlen(json), 0);
+    char buf[512];
+    memcpy(buf, h, sizeof h);
+    memcpy(buf + sizeof h, json, strlen(json));
+    const size_t n = sizeof h + strlen(json);
+    if (!byte_by_byte) return send(fd, buf, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
+    for (size_t i = 0; i < n; ++i) {
+        if (send(fd, buf + i, 1, MSG_NOSIGNAL) != 1) return -1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+static void *serve(void *arg)
+{
+    fake *f = arg;
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    long long id = read_request(fd);
+    char reply[256];
+    snprintf(reply, sizeof reply, "{\"id\":%lld,\"ok\":true,\"version\":1}", id);
+    switch (f->mode) {
+    case TRICKLE: /* the hello reply at 20 bytes a second: ~3 s */
+        send_frame(fd, reply, 1);
+        break;
+    case OTHER_IDS: /* frames of other requests, 10 a second, for 4 s */
+        for (int i = 0; i < 40 && !send_frame(fd, "{\"id\":999999,\"ok\":true}", 0); ++i) usleep(100000);
+        break;
+    case NULL_OK:
+        send_frame(fd, "{\"id\":null,\"ok\":true}", 0);
+        break;
+    case IDLE_CLOSE: /* hello, then a connection error for the next request */
+        send_frame(fd, reply, 0);
+        if (read_request(fd) >= 0) {
+            f->requests++;
+            send_frame(fd, "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"timeout\",\"message\":\"idle\"}}", 0);
+        }
+        break;
+    case COUNT: /* hello, then count what else arrives until EOF */
+        send_frame(fd, reply, 0);
+        while (read_request(fd) >= 0) f->requests++;
+        break;
+    }
+    close(fd);
+    return NULL;
+}
+
+static void fake_start(fake *f, const char *dir, enum mode m)
+{
+    memset(f, 0, sizeof *f);
+    f->mode = m;
+    snprintf(f->path, sizeof f->path, "%s/f%d.sock", dir, (int)m);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", f->path);
+    f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(f->lfd >= 0 && bind(f->lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(f->lfd, 4) == 0);
+    CHECK(pthread_create(&f->th, NULL, serve, f) == 0);
+}
+
+static void fake_stop(fake *f)
+{
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+    unlink(f->path);
+}
+
+/* The timeout bounds the whole hello, not each read: 500 ms. */
+static void test_deadline(const char *dir, enum mode m, const char *what)
+{
+    fake f;
+    fake_start(&f, dir, m);
+    kjit_client *c = NULL;
+    const double t0 = now_s();
+    const int rc = kjit_client_connect(&c, f.path, 500);
+    const double took = now_s() - t0;
+    CHECK_EQ_INT(rc, KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "in time") != NULL);
+    if (took > 1.5) {
+        fprintf(stderr, "%s: connect with a 500 ms timeout took %.2f s\n", what, took);
+        kjit_test_failures++;
+    }
+    kjit_client_close(c);
+    fake_stop(&f);
+}
+
+int main(void)
+{
+    char *dir = kjit_test_tmpdir();
+
+    /* kjit_client_default_socket: a NULL or short buffer is refused, and a
+     * refused call writes nothing. */
+    CHECK_STATUS(kjit_client_default_socket(NULL, 108), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "buf") != NULL);
+    char small[8];
+    memset(small, 'Z', sizeof small);
+    CHECK_STATUS(kjit_client_default_socket(small, sizeof small), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "len 8") != NULL);
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof small; ++i) untouched &= small[i] == 'Z';
+    CHECK(untouched);
+    char full[108];
+    CHECK_STATUS(kjit_client_default_socket(full, sizeof full), KJIT_OK);
+    CHECK(strstr(full, "kjit.sock") != NULL);
+
+    test_deadline(dir, TRICKLE, "a hello reply trickled byte by byte");
+    test_deadline(dir, OTHER_IDS, "frames of other requests only");
+
+    /* A reply with a null id that says ok is not a hello. */
+    fake f;
+    fake_start(&f, dir, NULL_OK);
+    kjit_client *c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "without an id") != NULL);
+    fake_stop(&f);
+
+    /* A connection-level error reply: KJIT_OK with ok 0 and no stale
+     * message; the connection is then done. */
+    fake_start(&f, dir, IDLE_CLOSE);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    usleep(100000);
+    kjit_client_reply r = {0};
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_OK);
+    CHECK(r.json && !r.ok && strstr(r.json, "\"timeout\""));
+    CHECK(kjit_last_error()[0] == '\0');
+    kjit_client_reply_free(&r);
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "reconnect") != NULL);
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* A run with text after its object is refused before sending (it sent
+     * the first object and dropped the rest). */
+    fake_start(&f, dir, COUNT);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    double us = -1;
+    CHECK_STATUS(kjit_client_run(c, "{\"op\":\"timestep_sinusoid\"} {\"type\":\"shutdown\"}", NULL, 0, &us), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "text after its JSON object") != NULL);
+    kjit_client_close(c);
+    fake_stop(&f);
+    CHECK_EQ_INT(f.requests, 0);
+
+    kjit_test_rmtree(dir);
+    free(dir);
+    return kjit_test_result("test_client");
+}
