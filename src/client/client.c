@@ -73,6 +73,15 @@ int kjit_client_default_socket(char *buf, size_t len)
     return KJIT_OK;
 }
 
+/* What follows a parsed JSON object past the whitespace and control bytes
+ * cJSON skips: NULL when nothing does (anything else is a second request
+ * or garbage, which must be refused, not dropped). */
+static const char *after_object(const char *end)
+{
+    while (end && *end && (unsigned char)*end <= 32) ++end;
+    return end && *end ? end : NULL;
+}
+
 /* SO_RCVTIMEO to ms (0: none), when it is not that already. */
 static int set_rcv(kjit_client *c, int ms)
 {
@@ -81,6 +90,14 @@ static int set_rcv(kjit_client *c, int ms)
     if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv)) return -1;
     c->rcv_ms = ms;
     return 0;
+}
+
+/* Starts the bound on a reply: due timeout_ms from now, the socket's
+ * timeout the whole bound again. */
+static int arm_deadline(kjit_client *c)
+{
+    c->deadline_us = c->timeout_ms > 0 ? kjit__now_us() + 1000.0 * c->timeout_ms : 0;
+    return set_rcv(c, c->timeout_ms);
 }
 
 static int broken(kjit_client *c, const char *fmt, const char *detail)
@@ -206,12 +223,10 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         cJSON_Delete(o);
         return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
     }
-    /* cJSON stops after the object: anything but the whitespace and control
-     * bytes it skips is a second request or garbage (the first object alone
-     * went out: '{...} {"type":"shutdown"}' sent a ping). */
-    const char *tail = end;
-    while (!again && tail && *tail && (unsigned char)*tail <= 32) ++tail;
-    if (!again && tail && *tail) {
+    /* cJSON stops after the object: the first object alone went out
+     * ('{...} {"type":"shutdown"}' sent a ping). */
+    const char *tail = again ? NULL : after_object(end);
+    if (tail) {
         cJSON_Delete(o);
         return kjit__fail(KJIT_EINVAL, "the request has text after its JSON object: %.40s", tail);
     }
@@ -262,8 +277,10 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
         cJSON_free(text);
         return kjit__fail(KJIT_EINVAL, "request of %zu bytes: at most %u", len, KJIT_MAX_REQUEST_JSON);
     }
-    c->deadline_us = c->timeout_ms > 0 ? kjit__now_us() + 1000.0 * c->timeout_ms : 0;
-    int rc = request_frames(c, text, len, payload, payload_len, id, spin, on_event, arg, reply);
+    /* The socket's timeout is the whole bound already (reset after each
+     * request): no system call here. */
+    int rc = arm_deadline(c) ? broken(c, "setting a timeout on the socket to %s: %s", strerror(errno))
+                             : request_frames(c, text, len, payload, payload_len, id, spin, on_event, arg, reply);
     cJSON_free(text);
     c->deadline_us = 0;
     /* The socket's timeout back to the whole bound for the next request. */
@@ -302,14 +319,11 @@ static int request_frames(kjit_client *c, char *text, size_t len, const void *pa
         if (mine && !send_rc && cJSON_GetObjectItemCaseSensitive(r, "event")) {
             /* Progress of this request (a prewarm): the bound starts anew,
              * as it would for a reply (frames of other requests do not). */
-            if (c->timeout_ms > 0) {
-                c->deadline_us = kjit__now_us() + 1000.0 * c->timeout_ms;
-                if (set_rcv(c, c->timeout_ms)) {
-                    cJSON_Delete(r);
-                    free(rj);
-                    free(rp);
-                    return broken(c, "setting a timeout on the socket to %s: %s", strerror(errno));
-                }
+            if (arm_deadline(c)) {
+                cJSON_Delete(r);
+                free(rj);
+                free(rp);
+                return broken(c, "setting a timeout on the socket to %s: %s", strerror(errno));
             }
             if (on_event) on_event(arg, rj);
         } else if ((mine && !send_rc) || conn_error) {
@@ -627,11 +641,10 @@ int kjit_client_run(kjit_client *c, const char *json, const void *handles, int n
         cJSON_Delete(q);
         return kjit__fail(KJIT_EINVAL, "kjit_client_run: the request is not a JSON object: %.80s", json);
     }
-    /* As kjit_client_request: text after the object is refused, not dropped. */
-    while (!again && end && *end && (unsigned char)*end <= 32) ++end;
-    if (!again && end && *end) {
+    const char *tail = again ? NULL : after_object(end);
+    if (tail) {
         cJSON_Delete(q);
-        return kjit__fail(KJIT_EINVAL, "kjit_client_run: the request has text after its JSON object: %.40s", end);
+        return kjit__fail(KJIT_EINVAL, "kjit_client_run: the request has text after its JSON object: %.40s", tail);
     }
     cJSON *root;
     int rc;

@@ -370,12 +370,10 @@ static int write_full(int fd, const char *p, size_t n)
     return 0;
 }
 
-static int publish(const char *dir, const char *text)
+/* Publishes text as path through a temp file from the template tmp
+ * (rewritten in place by mkostemp). */
+static int publish(const char *dir, const char *path, char *tmp, const char *text)
 {
-    char tmp[4096], path[4096];
-    /* The cache's temp-file prefix: `kjit cache clear` removes a killed writer's leftover. */
-    if (join(path, sizeof path, dir, KJIT_TUNE_FILE) || join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_FILE ".XXXXXX"))
-        return kjit__fail(KJIT_EINVAL, "tuning file: the directory's path (%zu bytes) is too long", strlen(dir));
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) return kjit__fail(KJIT_EIO, "tuning file: cannot create a temp file in %s: %s", dir, strerror(errno));
     const char *step = "write";
@@ -404,9 +402,12 @@ static int publish(const char *dir, const char *text)
 int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n_add)
 {
     if (!dir || !dir[0]) return kjit__fail(KJIT_EINVAL, "tuning file: no cache directory (memory-only cache)");
-    char lock[4096], tmp[4096];
-    /* Every name this save makes must fit, before anything is created. */
-    if (join(lock, sizeof lock, dir, KJIT_TUNE_LOCK) || join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_FILE ".XXXXXX"))
+    char lock[4096], tmp[4096], path[4096];
+    /* Every name this save makes must fit, before anything is created. The
+     * temp file has the cache's prefix: `kjit cache clear` removes a killed
+     * writer's leftover. */
+    if (join(lock, sizeof lock, dir, KJIT_TUNE_LOCK) || join(path, sizeof path, dir, KJIT_TUNE_FILE) ||
+        join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_FILE ".XXXXXX"))
         return kjit__fail(KJIT_EINVAL, "tuning file: the directory's path (%zu bytes) is too long", strlen(dir));
     int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (lfd < 0) return kjit__fail(KJIT_EIO, "tuning file: cannot open the lock %s: %s", lock, strerror(errno));
@@ -430,7 +431,7 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
     }
     if (!rc) {
         char *text = kjit__tune_print(&l);
-        rc = text ? publish(dir, text) : kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+        rc = text ? publish(dir, path, tmp, text) : kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
         free(text);
     }
     kjit__tune_list_free(&l);

@@ -342,16 +342,16 @@ class Client:
         hidden, dtype, n, rows, ..., buffers [{name, handle, offset, stride}],
         event), handles the 64-byte IPC handle records its "handle" and
         "event" fields index, in order."""
+        records = []
         for i, h in enumerate(handles):
             if not isinstance(h, (bytes, bytearray, memoryview)):
                 # bytes(64) would be 64 zero bytes, not a handle.
                 raise TypeError(f"handles[{i}]: expected a 64-byte IPC handle record, got {type(h).__name__}")
-        handles = [bytes(h) for h in handles]
-        for i, h in enumerate(handles):
-            if len(h) != _IPC_HANDLE_BYTES:
-                raise ValueError(f"handles[{i}]: {len(h)} bytes, IPC handles are {_IPC_HANDLE_BYTES}")
+            records.append(bytes(h))
+            if len(records[-1]) != _IPC_HANDLE_BYTES:
+                raise ValueError(f"handles[{i}]: {len(records[-1])} bytes, IPC handles are {_IPC_HANDLE_BYTES}")
         req = dict(req, type="run")
-        return self.request(req, b"".join(handles))[0]
+        return self.request(req, b"".join(records))[0]
 
     def run(self, op, buffers, dir="fwd", stream=None, order="auto", **fields):
         """Runs op on the server's GPU over CUDA tensors of this process.
