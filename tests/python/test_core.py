@@ -207,6 +207,8 @@ class ClientEdges(unittest.TestCase):
                 c.run_raw({"op": "x"}, handles=[64])
             with self.assertRaisesRegex(ValueError, r"handles\[1\]: 3 bytes"):
                 c.run_raw({"op": "x"}, handles=[bytes(64), b"abc"])
+            with self.assertRaisesRegex(TypeError, "req: expected a dict, got list"):
+                c.request([("type", "ping")])
             # None of them cost the connection.
             self.assertTrue(c.ping()["ok"])
 
