@@ -106,7 +106,8 @@ KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
 /* Creates a context on a device's primary CUDA context (made current on the
  * calling thread if that thread has none, as the CUDA runtime does). Without
  * a CUDA driver the context is created compile-only (prewarm works) and every
- * op call returns KJIT_ENODRIVER. opts may be NULL (defaults, device 0).
+ * op call with valid arguments returns KJIT_ENODRIVER, except a forward with
+ * n = 0, which has nothing to do and returns KJIT_OK. opts may be NULL (defaults, device 0).
  * When $KJIT_SERVER (read here) names a socket, a kernel found neither in
  * memory nor on disk is asked of the `kjit serve` there first, and compiled
  * in process when no server answers, the server refuses, its cache key
@@ -167,8 +168,10 @@ typedef struct kjit_kernel_spec {
 } kjit_kernel_spec;
 
 /* Lists the kernels (forward and backward) an op uses for a hidden size
- * (for timestep_sinusoid: D) and activation dtype. Writes up to max specs,
- * sets *count to the number there are. */
+ * (for timestep_sinusoid: D) and a model's activation dtype. Writes up to
+ * max specs, sets *count to the number there are. Parameters follow the
+ * activations (bf16 or fp32); an fp16 model's are taken as fp32, for
+ * adaln_row_gather too, whose own dtype is its tables'. */
 KJIT_API int kjit_op_kernels(const char *op, int hidden, kjit_dtype dtype,
                              kjit_kernel_spec *out, int max, int *count);
 
@@ -222,11 +225,13 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * KJIT_EINDEX with every output untouched (it waits for the stream, so it
  * cannot be graph-captured); ASYNC: rows with a bad index are skipped on the
  * device and a flag is raised, read with kjit_ctx_index_error.
- * Backward passes need a workspace (kjit_*_workspace gives its size); pass
- * NULL to use one owned by the context (grown on demand: one stream at a
+ * Backward passes need a workspace (kjit_*_workspace gives its size; 256-byte
+ * aligned, as cuMemAlloc's are); pass NULL to use one owned by the context (grown on demand: one stream at a
  * time, and the first call that grows it cannot be graph-captured; a buffer
  * it outgrows stays allocated until kjit_ctx_destroy, so a graph that
- * captured it stays valid). Once an
+ * captured it stays valid). n = 0: a forward writes nothing; a backward
+ * writes the table and weight gradients, zeros (sums over no rows), and no
+ * row gradient. Once an
  * op's kernels are loaded, calls allocate, synchronize and read back nothing
  * (index checking SYNC aside), so they can be captured in CUDA graphs. */
 
@@ -271,7 +276,8 @@ KJIT_API int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tabl
 typedef struct kjit_adaln_args {
     int64_t n;
     int hidden;
-    float eps;               /* norm ops; e.g. 1e-6 */
+    float eps;               /* norm ops: finite, >= 0, e.g. 1e-6; with 0 an all-zero
+                                row gives inf * 0 = NaN, as the formula does */
     kjit_dtype act_dtype;    /* x, res, y, out, h and their gradients */
     kjit_dtype param_dtype;  /* weight, shift, scale, gate and their gradients: bf16 or fp32 */
     kjit_index index;
@@ -336,8 +342,8 @@ KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64
  * the backward after a successful training forward on its stream, and
  * leave the partition buffer unchanged in between: a partition of another
  * op or shape passes the size check and gives wrong gradients (or faults).
- * With n = 0 the backward writes zero gradients and does not touch the
- * partition. Bitwise the same outputs and gradients as the plain calls. */
+ * The partition buffer is checked for any n; with n = 0 the forward writes
+ * nothing, and the backward writes zero gradients and does not read it. Bitwise the same outputs and gradients as the plain calls. */
 KJIT_API int kjit_adaln_partition_bytes(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes);
 KJIT_API int kjit_adaln_train_fwd(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, void *partition,
                                   size_t partition_bytes, CUstream stream);

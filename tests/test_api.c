@@ -1,5 +1,6 @@
 /* Every public function fed bad arguments returns the documented status, a
  * message naming the argument, and writes nothing. Runs without a GPU. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,16 @@ static void op_args(kjit_ctx *ctx)
     CHECK(strstr(kjit_last_error(), "overflow") != NULL);
     o.downscale_freq_shift = 128; /* d/2 - shift == 0 */
     CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 4, 256, out, 256, KJIT_F32, &o, NULL), KJIT_EINVAL);
+    o.downscale_freq_shift = 0; /* d = 1: half = 0, and 0 - 0 == 0 too */
+    CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 4, 1, out, 1, KJIT_F32, &o, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "d = 1") != NULL);
+    o.downscale_freq_shift = INFINITY;
+    CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 4, 256, out, 256, KJIT_F32, &o, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "downscale_freq_shift inf") != NULL);
+    kjit_sinusoid_opts_init(&o);
+    o.scale = NAN;
+    CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 4, 256, out, 256, KJIT_F32, &o, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "scale nan") != NULL);
     kjit_sinusoid_opts_init(&o);
     o.max_period = 0;
     CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 4, 256, out, 256, KJIT_F32, &o, NULL), KJIT_EINVAL);
@@ -189,6 +200,11 @@ static void adaln_args(kjit_ctx *ctx)
         }
         CHECK_STATUS(bwds[m](ctx, &g, mem, 16, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "workspace") != NULL);
+        /* A misaligned workspace is refused with the other arguments,
+         * before anything is compiled, loaded or run (compile-only: not
+         * KJIT_ENODRIVER). */
+        CHECK_STATUS(bwds[m](ctx, &g, mem + 16, (size_t)1 << 40, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "workspace is not 256-byte aligned") != NULL);
         /* The training pair: the caller's partition buffer, aligned, large
          * enough; a valid op; the op's own argument checks. */
         const kjit_adaln_op aop = (kjit_adaln_op)(m + 1);
@@ -282,6 +298,9 @@ static void adaln_args(kjit_ctx *ctx)
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "dtable[5]") != NULL);
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &r, mem, 8, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "kjit_adaln_row_gather_workspace") != NULL);
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &r, mem + 16, (size_t)1 << 40, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "workspace is not 256-byte aligned") != NULL);
     bytes = 7;
     CHECK_STATUS(kjit_adaln_row_gather_workspace(10, 64, 0, 3, &bytes), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "num_tables = 0 outside 1..8") != NULL);

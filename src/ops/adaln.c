@@ -296,9 +296,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     kjit_part_plan pl;
     plan_of(mode, a, &pl);
     if (train && (rc = train_partition(op, "training backward", partb, partb_bytes, pl.off_partial))) return rc;
-    if (ws && ws_bytes < pl.bytes)
-        return kjit__fail(KJIT_EINVAL, "%s backward: workspace of %zu bytes, %zu needed (kjit_adaln_workspace)", op,
-                          ws_bytes, pl.bytes);
+    if ((rc = kjit__workspace_check(op, ws, ws_bytes, pl.bytes, "kjit_adaln_workspace"))) return rc;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
     kjit_adaln_bwd_params p = {0};
@@ -315,7 +313,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
     if ((rc = kjit__part_preload(ctx, op, a->index.dtype, a->param_dtype))) goto out;
     if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
-    if ((rc = kjit__workspace(ctx, op, ws, ws_bytes, pl.bytes, &base))) goto out;
+    if ((rc = kjit__workspace(ctx, ws, pl.bytes, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
     /* A training backward reads the forward's partition (n > 0; with no rows
      * it builds the empty one in the workspace, as the plain backward does,

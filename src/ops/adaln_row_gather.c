@@ -109,9 +109,7 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
     if (rc) return rc;
     kjit_part_plan pl;
     kjit__part_plan(&pl, a->n, a->index.rows, a->num_tables, a->hidden, 0, GATHER_MIN_CHUNK, KJIT_PART_MAX_CHUNKS);
-    if (ws && ws_bytes < pl.bytes)
-        return kjit__fail(KJIT_EINVAL, OP " backward: workspace of %zu bytes, %zu needed (kjit_adaln_row_gather_workspace)",
-                          ws_bytes, pl.bytes);
+    if ((rc = kjit__workspace_check(OP, ws, ws_bytes, pl.bytes, "kjit_adaln_row_gather_workspace"))) return rc;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
     kjit_gather_bwd_params p = {0};
@@ -127,7 +125,7 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
     if ((rc = kjit__ctx_kernel(ctx, GATHER_TEMPLATE, OP, e, &fn))) goto out;
     if ((rc = kjit__part_preload(ctx, OP, a->index.dtype, a->dtype))) goto out;
     if ((rc = kjit__index_prepare(ctx, OP, &a->index, a->n, stream, &ix))) goto out;
-    if ((rc = kjit__workspace(ctx, OP, ws, ws_bytes, pl.bytes, &base))) goto out;
+    if ((rc = kjit__workspace(ctx, ws, pl.bytes, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, NULL);
     if (a->n == 0) p.part.n = 0;
     if ((rc = kjit__part_build(ctx, OP, &p.part, &ix, a->index.dtype, stream))) goto out;

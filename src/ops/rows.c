@@ -110,12 +110,18 @@ int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int
                       (long long)ix->rows);
 }
 
-int kjit__workspace(kjit_ctx *ctx, const char *op, void *ws, size_t ws_bytes, size_t need, CUdeviceptr *out)
+int kjit__workspace_check(const char *op, const void *ws, size_t ws_bytes, size_t need, const char *fn)
+{
+    if (!ws) return KJIT_OK;
+    if (ws_bytes < need)
+        return kjit__fail(KJIT_EINVAL, "%s backward: workspace of %zu bytes, %zu needed (%s)", op, ws_bytes, need, fn);
+    if ((uintptr_t)ws % 256) return kjit__fail(KJIT_EINVAL, "%s backward: workspace is not 256-byte aligned", op);
+    return KJIT_OK;
+}
+
+int kjit__workspace(kjit_ctx *ctx, void *ws, size_t need, CUdeviceptr *out)
 {
     if (!ws) return kjit__ctx_workspace(ctx, need, out);
-    if (ws_bytes < need)
-        return kjit__fail(KJIT_EINVAL, "%s: workspace of %zu bytes, %zu needed", op, ws_bytes, need);
-    if ((uintptr_t)ws % 256) return kjit__fail(KJIT_EINVAL, "%s: workspace is not 256-byte aligned", op);
     *out = (CUdeviceptr)(uintptr_t)ws;
     return KJIT_OK;
 }

@@ -31,9 +31,14 @@ int kjit__check_sizes(const char *fn, int64_t n, int h, int64_t rows);
 int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int64_t n, CUstream stream,
                         kjit_index_arg *out);
 
-/* The caller's workspace if given (KJIT_EINVAL when too small or misaligned),
- * else the context's own. */
-int kjit__workspace(kjit_ctx *ctx, const char *op, void *ws, size_t ws_bytes, size_t need, CUdeviceptr *out);
+/* A caller's workspace (NULL: the context's, nothing to check) holds need
+ * bytes and is 256-byte aligned, else KJIT_EINVAL naming the size query fn.
+ * Called with the other argument checks, before anything is loaded or run. */
+int kjit__workspace_check(const char *op, const void *ws, size_t ws_bytes, size_t need, const char *fn);
+
+/* The caller's workspace if given (checked by kjit__workspace_check), else
+ * the context's own, grown to need bytes. */
+int kjit__workspace(kjit_ctx *ctx, void *ws, size_t need, CUdeviceptr *out);
 
 /* kjit__ctx_kernel_smem (the kernel loaded and allowed smem bytes of
  * dynamic shared memory), then the launch. */

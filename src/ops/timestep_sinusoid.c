@@ -51,14 +51,18 @@ int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, int d, void
     if (out_stride < d)
         return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: out_stride %lld < d = %d", (long long)out_stride, d);
     const int half = d / 2;
-    if (half > 0 && (double)half - opts->downscale_freq_shift == 0.0)
+    if (!isfinite(opts->scale)) return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: scale %g must be finite", opts->scale);
+    if (!isfinite(opts->downscale_freq_shift))
+        return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: downscale_freq_shift %g must be finite",
+                          opts->downscale_freq_shift);
+    /* SPEC.md: half - shift == 0 is bad input for every d, d = 1 (half 0,
+     * no frequency used) included, as the Python binding has it. */
+    if ((double)half - opts->downscale_freq_shift == 0.0)
         return kjit__fail(KJIT_EINVAL,
                           "timestep_sinusoid: d/2 - downscale_freq_shift is 0 (d = %d, shift = %g): "
                           "the frequencies divide by it", d, opts->downscale_freq_shift);
     if (!(opts->max_period > 0.0) || !isfinite(opts->max_period))
         return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: max_period %g must be finite and > 0", opts->max_period);
-    if (!isfinite(opts->scale) || !isfinite(opts->downscale_freq_shift))
-        return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: scale and downscale_freq_shift must be finite");
     const size_t esize = kjit_dtype_size(out_dtype);
     if (n > 0 && (uint64_t)(n - 1) > (uint64_t)(INT64_MAX / 16) / (uint64_t)out_stride)
         return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: n * out_stride overflows (n = %lld, out_stride = %lld)",
