@@ -295,6 +295,7 @@ static void test_bad_input(const char *sock)
         {"{\"id\":1,\"type\":\"hello\",\"client\":\"a/../b\"}", "bad_request", "'client'"},
         {"{\"id\":1,\"type\":\"hello\",\"versions\":[7]}", "version", "version"},
         {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\\u0001\"}", "bad_request", "control"},
+        {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\\u0085\"}", "bad_request", "control"},
         /* An escaped NUL would end the decoded string before what the checks
          * must see; bytes that are not UTF-8 would be echoed in replies. */
         {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\\u0000/../../etc/passwd\",\"hidden\":256,"
@@ -814,6 +815,43 @@ static void slow_reader(const char *sock)
     close(fd);
 }
 
+/* A client whose writes never end on a frame's boundary (a stream cut into
+ * fixed-size writes): a frame completes every 0.3 s, each read leaves half
+ * of the next one waiting. The frame clock restarts with every frame that
+ * completes, so the 1 s frame timeout never fires (it ran from the first
+ * half frame on, and cut the client off after 1 s). */
+static void staggered_writer(const char *sock)
+{
+    int fd = kjit_test_connect(sock);
+    kjit_test_frame(fd, HELLO, NULL, 0);
+    cJSON_Delete(kjit_test_reply(fd, 10000));
+    const char *q = "{\"id\":1,\"type\":\"ping\"}";
+    const size_t len = KJIT_FRAME_HEADER + strlen(q);
+    char one[128], stream[128 * 16];
+    kjit__frame_encode((uint8_t *)one, (uint32_t)strlen(q), 0);
+    memcpy(one + KJIT_FRAME_HEADER, q, strlen(q));
+    enum { FRAMES = 12 };
+    for (int i = 0; i < FRAMES; ++i) memcpy(stream + i * len, one, len); /* every id 1: pings answer in order */
+    size_t sent = len / 2;
+    int ok = send(fd, stream, sent, MSG_NOSIGNAL) == (ssize_t)sent, answered = 0;
+    for (int i = 0; ok && i < FRAMES; ++i) {
+        usleep(300000);
+        const size_t n = i + 1 < FRAMES ? len : len - len / 2;
+        ok = send(fd, stream + sent, n, MSG_NOSIGNAL) == (ssize_t)n;
+        sent += n;
+        cJSON *r = ok ? kjit_test_reply(fd, 5000) : NULL;
+        ok = r && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok"));
+        answered += ok;
+        cJSON_Delete(r);
+    }
+    if (answered != FRAMES) {
+        fprintf(stderr, "staggered writer: %d of %d pings answered over %.1f s (frame timeout 1 s)\n", answered,
+                FRAMES, FRAMES * 0.3);
+        kjit_test_failures++;
+    }
+    close(fd);
+}
+
 static void test_limits(const char *cache)
 {
     char sock[4200];
@@ -855,6 +893,7 @@ static void test_limits(const char *cache)
     CHECK_LE(kjit_test_now() - t0, 4.0);
     for (int i = 0; i < 4; ++i) close(fds[i]);
     slow_reader(sock);
+    staggered_writer(sock);
     /* A client that sends and never reads: the server stops reading it and
      * keeps serving others. */
     int hog = kjit_test_connect(sock);

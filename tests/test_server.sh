@@ -331,8 +331,8 @@ grep -q "could not be written to the cache $CN" "$T/s6.log" || fail "no log line
 wait_sock "$T/d755/fd.sock" || fail "serve under ulimit -n 256: $(cat "$T/s7.log")"
 room=$(sed -n 's/.*open-file limit (256, ulimit -n) leaves room for \([0-9]*\) clients.*/\1/p' "$T/s7.log")
 [ -n "$room" ] && [ "$room" -ge 8 ] && [ "$room" -le 248 ] || fail "fd limit: $(cat "$T/s7.log")"
-python3 - "$CLIENT_PY" "$T/d755/fd.sock" "${room:-0}" <<'PY' || fail "clients past the open-file limit"
-import importlib.util, sys
+python3 - "$CLIENT_PY" "$T/d755/fd.sock" "${room:-0}" $P7 <<'PY' || fail "clients past the open-file limit"
+import importlib.util, os, signal, socket, sys
 spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
 m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
@@ -345,8 +345,41 @@ for _ in range(room + 8):  # 8 past the room: "busy", not a reset connection
         busy += 1
 assert len(held) == room and busy == 8, (room, len(held), busy)
 assert held[0].hello["limits"]["max_clients"] == room, held[0].hello["limits"]
+# A burst larger than the descriptors left, all in the backlog when the
+# server next runs: each still gets "busy" (the listener pauses while the
+# refused ones hold descriptors; before, accepts failed with EMFILE and
+# connections were dropped unanswered, or the accept loop spun for good).
+pid = int(sys.argv[4])
+os.kill(pid, signal.SIGSTOP)
+burst = []
+try:
+    for _ in range(150):
+        x = socket.socket(socket.AF_UNIX)
+        x.settimeout(30)
+        x.connect(sys.argv[2])
+        burst.append(x)
+finally:
+    os.kill(pid, signal.SIGCONT)
+answered = 0
+for x in burst:
+    data = b""
+    try:
+        while True:
+            b = x.recv(4096)
+            if not b:
+                break
+            data += b
+    except OSError:
+        pass
+    answered += b'"busy"' in data
+    if b'"busy"' not in data: print("not busy:", data[:300], file=sys.stderr)
+    x.close()
+assert answered == len(burst), f"{answered} of {len(burst)} refused connections were answered busy"
 for c in held:
     c.close()
+c = m.Client(sys.argv[2], timeout=20)  # still serving
+assert c.stats()["accept_pauses"] >= 1, c.stats()
+c.close()
 PY
 kill -TERM $P7; wait $P7
 mkdir -m 777 "$T/d777"; chmod 777 "$T/d777"

@@ -101,6 +101,10 @@ static const run_case bad_runs[] = {
     {RUN(NM, "{'name':'x','handle':0,'stride':5376,'offset':1125899906842624},{'name':'shift','handle':1,'stride':"
              "32256},{'name':'scale','handle':1,'stride':32256},{'name':'out','handle':2,'stride':5376}," IDX, ""),
      320, "bad_request", "'offset'"},
+    /* 2^48: "below 2^48" (PROTOCOL.md) */
+    {RUN(NM, "{'name':'x','handle':0,'stride':5376,'offset':281474976710656},{'name':'shift','handle':1,'stride':"
+             "32256},{'name':'scale','handle':1,'stride':32256},{'name':'out','handle':2,'stride':5376}," IDX, ""),
+     320, "bad_request", "'offset'"},
     {RUN(NM, NM_BUFS ",{'name':'index','handle':3,'bytes':16}", ""), 320, "bad_request", "'bytes'"},
     {RUN(NM, NM_BUFS ",{'name':'index','handle':3,'handle':3}", ""), 320, "bad_request", "twice"},
     {RUN(NM, NM_BUFS ",{'handle':3}", ""), 320, "bad_request", "'name'"},

@@ -40,7 +40,11 @@ void kjit__conn_unref(kjit_conn *c)
     free(c);
 }
 
-static void on_close(uv_handle_t *h) { kjit__conn_unref(of(h)); }
+static void on_close(uv_handle_t *h)
+{
+    of(h)->srv->n_pipes--;
+    kjit__conn_unref(of(h));
+}
 
 void kjit__conn_close(kjit_conn *c)
 {
@@ -288,8 +292,10 @@ static void process(kjit_conn *c)
         memmove(c->rbuf, c->rbuf + off, c->rlen - off);
         c->rlen -= off;
     }
+    /* The frame clock runs from when the frame now incomplete began: this
+     * read, when it completed a frame (off) or began the first. */
     if (!partial) c->partial_since = 0;
-    else if (!c->partial_since) c->partial_since = uv_now(&s->loop);
+    else if (!c->partial_since || off) c->partial_since = uv_now(&s->loop);
     if (c->pending >= (uint32_t)s->cfg.max_pending) pause_reading(c);
 }
 
@@ -334,10 +340,28 @@ static void drop(kjit_server *s, uv_stream_t *listener)
     uv_close((uv_handle_t *)&s->spare, on_spare_close);
 }
 
+static void accept_one(kjit_server *s, uv_stream_t *listener);
+
 void kjit__conn_accept(uv_stream_t *listener, int status)
 {
     kjit_server *s = listener->data;
-    if (status) return;
+    if (status) {
+        /* libuv retries the accept at once, in a loop this callback alone
+         * can end: out of descriptors, nothing would ever be freed (no
+         * read, close or signal runs), so the listener pauses. */
+        if (status == UV_EMFILE || status == UV_ENFILE) kjit__listen_pause(s, "out of file descriptors");
+        return;
+    }
+    accept_one(s, listener); /* libuv has accepted it: answered, even "busy" */
+    /* A burst past max_clients: each refused connection holds a descriptor
+     * until its "busy" reply is out. Past BUSY_SLOTS of them the listener
+     * pauses before the process runs out (server.c's FD_SPARE leaves room
+     * for those and for the compiles' cache files). */
+    if (s->n_pipes >= s->cfg.max_clients + BUSY_SLOTS) kjit__listen_pause(s, "too many connections open at once");
+}
+
+static void accept_one(kjit_server *s, uv_stream_t *listener)
+{
     kjit_conn *c = calloc(1, sizeof *c + (size_t)s->cfg.max_pending * sizeof c->parked[0]);
     if (!c || uv_pipe_init(&s->loop, &c->pipe, 0)) {
         free(c);
@@ -347,6 +371,7 @@ void kjit__conn_accept(uv_stream_t *listener, int status)
     c->srv = s;
     c->refs = 1;
     c->pipe.data = c;
+    s->n_pipes++;
     c->last_activity = uv_now(&s->loop);
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;

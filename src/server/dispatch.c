@@ -91,6 +91,7 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddNumberToObject(o, "clients", s->n_clients);
     cJSON_AddNumberToObject(o, "clients_total", (double)s->n.clients_total);
     cJSON_AddNumberToObject(o, "refused", (double)s->n.refused);
+    cJSON_AddNumberToObject(o, "accept_pauses", (double)s->n.accept_pauses);
     cJSON_AddNumberToObject(o, "bad_frames", (double)s->n.bad_frames);
     cJSON_AddNumberToObject(o, "timeouts", (double)s->n.idle_closed);
     cJSON_AddNumberToObject(o, "memo", (double)kjit__jobs_memo_count(s));

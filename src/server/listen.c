@@ -24,6 +24,10 @@
 #include "kjit_client.h"
 #include "server/server_internal.h"
 
+#define LISTEN_BACKLOG 511
+/* How long the listener pauses when the server is out of descriptors. */
+#define RELISTEN_MS 50
+
 /* With allow lists other users must reach the socket: the directory gets
  * search permission and the socket is writable by all, and SO_PEERCRED
  * decides. Without them the file system already keeps everyone else out. */
@@ -106,6 +110,27 @@ static int take_path(kjit_server *s)
     return KJIT_OK;
 }
 
+static void on_listener_closed(uv_handle_t *h);
+
+/* The listener handle on a duplicate of listen_fd, accepting: 0, or a
+ * libuv error (the handle closed with on_fail, or never opened). */
+static int accept_on(kjit_server *s, uv_close_cb on_fail)
+{
+    const int fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return uv_translate_sys_error(errno);
+    uv_pipe_init(&s->loop, &s->listener, 0); /* fails only on a bad argument */
+    s->listener.data = s;
+    int r = uv_pipe_open(&s->listener, fd);
+    if (r) close(fd);
+    else r = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, kjit__conn_accept);
+    if (r) {
+        uv_close((uv_handle_t *)&s->listener, on_fail);
+        return r;
+    }
+    s->listener_open = 1;
+    return 0;
+}
+
 int kjit__listen_open(kjit_server *s)
 {
     s->lock_fd = -1;
@@ -122,15 +147,21 @@ int kjit__listen_open(kjit_server *s)
     int rc = prepare_dir(s, dirname(dir));
     if (rc || (rc = take_path(s))) return rc;
 
-    int r = uv_pipe_init(&s->loop, &s->listener, 0);
-    if (r) return kjit__fail(KJIT_EIO, "uv_pipe_init: %s", uv_strerror(r));
-    s->listener_open = 1;
-    s->listener.data = s;
+    /* Bound here, not with uv_pipe_bind: a libuv pipe bound by name unlinks
+     * the name when it closes, and the listener closes and reopens when the
+     * server is out of descriptors (below). The name goes in
+     * kjit__listen_close alone, and only while it is still this socket. */
+    if ((s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+        return kjit__fail(KJIT_EIO, "cannot create a socket: %s", strerror(errno));
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, s->socket_path, strlen(s->socket_path) + 1); /* fits: checked above */
     /* Born 0600: no moment where the socket is open to others. */
     mode_t old = umask(0177);
-    r = uv_pipe_bind(&s->listener, s->socket_path);
+    const int b = bind(s->listen_fd, (const struct sockaddr *)&sa, sizeof sa), err = errno;
     umask(old);
-    if (r) return kjit__fail(KJIT_EIO, "cannot bind %s: %s", s->socket_path, uv_strerror(r));
+    if (b) return kjit__fail(KJIT_EIO, "cannot bind %s: %s", s->socket_path, strerror(err));
     struct stat st;
     if (lstat(s->socket_path, &st) == 0) {
         s->sock_dev = st.st_dev;
@@ -138,21 +169,61 @@ int kjit__listen_open(kjit_server *s)
     }
     if (shared(s) && chmod(s->socket_path, 0666))
         return kjit__fail(KJIT_EIO, "cannot open %s to the allowed users: %s", s->socket_path, strerror(errno));
-    r = uv_listen((uv_stream_t *)&s->listener, 511, kjit__conn_accept);
-    if (r) return kjit__fail(KJIT_EIO, "cannot listen on %s: %s", s->socket_path, uv_strerror(r));
+    if (listen(s->listen_fd, LISTEN_BACKLOG))
+        return kjit__fail(KJIT_EIO, "cannot listen on %s: %s", s->socket_path, strerror(errno));
+    int r = uv_timer_init(&s->loop, &s->relisten);
+    if (r) return kjit__fail(KJIT_EIO, "uv_timer_init: %s", uv_strerror(r));
+    s->relisten_open = 1;
+    s->relisten.data = s;
+    if ((r = accept_on(s, NULL)))
+        return kjit__fail(KJIT_EIO, "cannot listen on %s: %s", s->socket_path, uv_strerror(r));
     return KJIT_OK;
+}
+
+/* Out of descriptors (EMFILE, ENFILE: a burst of connections, each held
+ * until its "busy" reply is out, while the pool's compiles open cache
+ * files), libuv's accept fails and libuv calls kjit__conn_accept again at
+ * once, for as long as it fails: the loop never gets back to closing or
+ * reading anything, and the server hangs for good. So the listener handle
+ * closes, which ends that loop; the socket (listen_fd) stays listening,
+ * connections wait in its backlog, and RELISTEN_MS later a new handle on a
+ * duplicate of it accepts again, or waits again if no descriptor is free. */
+static void on_relisten(uv_timer_t *t)
+{
+    kjit_server *s = t->data;
+    if (s->listen_paused && !accept_on(s, on_listener_closed)) s->listen_paused = 0;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    kjit_server *s = h->data;
+    if (s->listen_paused && s->relisten_open) uv_timer_start(&s->relisten, on_relisten, RELISTEN_MS, 0);
+}
+
+void kjit__listen_pause(kjit_server *s, const char *why)
+{
+    if (!s->listener_open) return;
+    if (!s->n.accept_pauses++)
+        fprintf(stderr, "kjit serve: %s: not accepting for %d ms at a time, as long as it lasts (counted in "
+                        "stats: accept_pauses; said once)\n", why, RELISTEN_MS);
+    s->listener_open = 0;
+    s->listen_paused = 1;
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
 }
 
 /* Stops accepting and removes the socket file, if it is still ours. */
 void kjit__listen_close(kjit_server *s)
 {
-    if (s->listener_open) {
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        s->listener_open = 0;
-        struct stat st;
-        if (s->sock_ino && lstat(s->socket_path, &st) == 0 && st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
-            unlink(s->socket_path);
-    }
+    if (s->listener_open) uv_close((uv_handle_t *)&s->listener, NULL);
+    s->listener_open = s->listen_paused = 0;
+    if (s->relisten_open) uv_close((uv_handle_t *)&s->relisten, NULL);
+    s->relisten_open = 0;
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    s->listen_fd = -1;
+    struct stat st;
+    if (s->sock_ino && lstat(s->socket_path, &st) == 0 && st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
+        unlink(s->socket_path);
+    s->sock_ino = 0;
 }
 
 /* Drops the path lock: last, once the socket file is gone. */

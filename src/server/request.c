@@ -60,7 +60,8 @@ static const char *string_problem(const char *s, size_t *len)
     for (; *p; ++p) {
         slash |= *p == '/';
         dots |= *p == '.' && p[1] == '.';
-        control |= *p < 0x20 || *p == 0x7f;
+        /* C0, DEL, and C1 (U+0080..U+009F: 0xC2 0x80..0x9F in UTF-8) */
+        control |= *p < 0x20 || *p == 0x7f || (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f);
     }
     *len = (size_t)(p - (const unsigned char *)s);
     if (slash) return "contains '/' (requests name ops, never paths)";

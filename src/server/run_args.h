@@ -14,7 +14,7 @@
 
 #define KJIT_RUN_HANDLE_BYTES 64          /* a CUipcMemHandle or CUipcEventHandle */
 #define KJIT_RUN_MAX_BUFFERS 32
-#define KJIT_RUN_MAX_OFFSET 281474976710656.0 /* 2^48 bytes */
+#define KJIT_RUN_MAX_OFFSET 281474976710655.0 /* 2^48 - 1 bytes: below 2^48 */
 #define KJIT_RUN_MAX_STRIDE 2147483647.0      /* elements */
 
 /* The request fields besides op, dir, hidden, dtype, n, buffers and event

@@ -261,9 +261,10 @@ static void run_loop(kjit_server *s)
 }
 
 /* Descriptors a compile or a refused connection may open on top of those
- * the started server holds: the cache's entry, temp and lock files on the
- * pool's threads, a connection answered "busy" until its reply is out. */
-#define FD_SPARE 16
+ * the started server holds: BUSY_SLOTS connections answered "busy" until
+ * their reply is out (past that the listener pauses), and the cache's
+ * entry, temp and lock files on the pool's threads. */
+#define FD_SPARE (BUSY_SLOTS + 32)
 
 /* The descriptors open now (/proc/self/fd), or 64 where it cannot be read. */
 static long fds_open(void)
@@ -308,6 +309,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     kjit_server *s = calloc(1, sizeof *s);
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
+    s->listen_fd = -1;
     s->lock_fd = -1;
     /* Before any thread of the server exists (the context's, the pool's,
      * the lane, libnvrtc's own). */

@@ -88,6 +88,11 @@ struct kjit_server {
     uv_timer_t sweep;
     uv_pipe_t spare; /* drops a connection there is no memory for */
     int listener_open, sig_open, sweep_open, spare_busy, in_drain_check;
+    /* Out of descriptors, the listener closes for a moment (listen.c); a
+     * duplicate of its socket keeps it listening, and reopens it. */
+    uv_timer_t relisten;
+    int relisten_open, listen_paused, listen_fd;
+    int n_pipes; /* connections' sockets open, refused ones until closed */
     kjit_server_config cfg;
     kjit_ctx *ctx;
     int default_sm;
@@ -103,7 +108,7 @@ struct kjit_server {
     struct {
         uint64_t requests, errors, hits, misses, compile_requests, kernel_requests, prewarm_requests;
         uint64_t run_requests, tune_requests, run_memo_hits, run_graph_replays;
-        uint64_t clients_total, refused, bad_frames, idle_closed;
+        uint64_t clients_total, refused, bad_frames, idle_closed, accept_pauses;
     } n;
     uint64_t in_flight;  /* sum of the connections' pending */
     uint32_t jobs;       /* worker jobs queued or running */
@@ -160,6 +165,12 @@ void kjit__run_memo_free(kjit_conn *c);
 
 /* conn.c: connections, frames in and out. */
 void kjit__conn_accept(uv_stream_t *listener, int status);
+/* Out of descriptors, or about to be (why): stop accepting for RELISTEN_MS
+ * (listen.c). */
+void kjit__listen_pause(kjit_server *s, const char *why);
+/* Connections answered "busy" that may wait for their reply at once; the
+ * open-file limit leaves room for them (server.c, FD_SPARE). */
+#define BUSY_SLOTS 32
 /* Adds "id": the request's id as an exact integer (cJSON's own number
  * printing keeps 15 significant digits: ids past 10^15 came back rounded). */
 struct cJSON;
