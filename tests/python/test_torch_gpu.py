@@ -368,6 +368,68 @@ class TorchIntegration(unittest.TestCase):
             with self.assertRaisesRegex(exc, text):
                 call()
 
+    def test_registered_ops_check(self):
+        """torch.ops.kjit.* called directly (as an exported program or a
+        compiled graph fed other inputs calls them) refuse what the public
+        functions refuse: before, a column-strided view was read as if
+        contiguous and a CPU index faulted the context."""
+        m = make(16, 64)
+        x, y, table, w, idx = (m[k].detach() if m[k] is not None and m[k].is_floating_point()
+                               else m[k] for k in ("x", "y", "table", "weight", "index"))
+        sh, sc, g = table.chunk(6, 1)[:3]
+        wide = torch.randn(16, 128, device=DEV, dtype=x.dtype)[:, ::2]
+        ops = torch.ops.kjit
+        cases = [
+            (ValueError, "res has column stride", lambda: ops.gated_residual(wide, y, g, idx)),
+            (ValueError, "index is on cpu", lambda: ops.gated_residual(x, y, g, idx.cpu())),
+            (TypeError, "index has dtype torch.int16", lambda: ops.norm_modulate(x, w, sh, sc, idx.short(), 1e-5)),
+            (ValueError, "y has 8 rows", lambda: ops.gated_residual_norm_modulate(x, y[:8], g, w, sh, sc, idx, 1e-5)),
+            (ValueError, "eps", lambda: ops.norm_modulate(x, w, sh, sc, idx, -1.0)),
+            (ValueError, "tables\\[1\\] has hidden size", lambda: ops.adaln_row_gather([sh, sc[:, :8]], idx)),
+            (ValueError, "t must be a contiguous", lambda: ops.timestep_sinusoid(
+                torch.rand(8, device=DEV)[::2], 8, False, 1.0, 1.0, 10000.0, torch.float32)),
+        ]
+        for exc, text, call in cases:
+            with self.assertRaisesRegex(exc, text):
+                call()
+        # What they accept gives the public functions' bits.
+        self.assertTrue(torch.equal(ops.gated_residual(x, y, g, idx), kjit.gated_residual(x, y, g, idx)))
+
+    def test_argument_edges(self):
+        # eps beyond float32: refused in Python, also with no rows (was inf in C).
+        m = make(8, 64)
+        x, table, idx = m["x"].detach(), m["table"].detach(), m["index"]
+        sh, sc = table.chunk(6, 1)[:2]
+        for rows in (0, 8):
+            with self.assertRaisesRegex(ValueError, "eps"):
+                kjit.norm_modulate(x[:rows], None, sh, sc, idx[:rows], eps=1e39)
+        # An expanded t (diffusers' timesteps.expand(batch)) is taken.
+        t = torch.tensor([500.0], device=DEV)
+        self.assertTrue(torch.equal(kjit.timestep_sinusoid(t.expand(4), 256),
+                                    kjit.timestep_sinusoid(t.repeat(4), 256)))
+        # index_error takes a torch.cuda.Stream; a closed context is replaced.
+        self.assertFalse(kjit.context().index_error(torch.cuda.current_stream()))
+        before = kjit.gated_residual(x, x, sh, idx)
+        kjit.context().close()
+        self.assertTrue(torch.equal(kjit.gated_residual(x, x, sh, idx), before))
+
+    def test_gated_residual_res_grad_only(self):
+        """Only res needs a gradient: dres is dout and nothing else runs."""
+        m = make(32, 64)
+        res = m["x"].detach().clone().requires_grad_(True)
+        y, table, idx = m["y"].detach(), m["table"].detach(), m["index"]
+        g = table.chunk(6, 1)[2]
+        dout = torch.randn_like(res)
+        from torch.profiler import profile, ProfilerActivity
+        kjit.gated_residual(res, y, g, idx).backward(dout)  # warm-up: kernels loaded
+        res.grad = None
+        with profile(activities=[ProfilerActivity.CUDA]) as p:
+            kjit.gated_residual(res, y, g, idx).backward(dout)
+            torch.cuda.synchronize()
+        names = {e.name for e in p.events() if "kjit_adaln_bwd" in e.name or "kjit_part_finish" in e.name}
+        self.assertEqual(names, set())
+        self.assertTrue(torch.equal(res.grad, dout))
+
     def test_index_check_async(self):
         ctx = kjit.core.Context(torch.cuda.current_device(), index_check="async")
         try:

@@ -304,6 +304,8 @@ class Context:
         return self._handle
 
     def close(self):
+        """Destroys the context; calls on other threads must have returned
+        (the ops take no lock per call). kjit.context() then makes a new one."""
         with self._close_lock:
             if self._handle is not None:
                 self._lib.kjit_ctx_destroy(self._handle)
@@ -333,8 +335,10 @@ class Context:
         return _text(self._lib.kjit_ctx_cache_dir(self.handle))
 
     def index_error(self, stream=0):
-        """Waits for `stream`; True if an op since the last call saw an index
-        out of range (index_check="async"); clears the flag."""
+        """Waits for `stream` (a CUstream handle, or an object with one in
+        .cuda_stream, e.g. a torch.cuda.Stream); True if an op since the last
+        call saw an index out of range (index_check="async"); clears the flag."""
+        stream = getattr(stream, "cuda_stream", stream)
         flag = ctypes.c_int(0)
         check(self._lib.kjit_ctx_index_error(self.handle, _pointer(stream, "stream"),
                                              ctypes.byref(flag)), "kjit_ctx_index_error")

@@ -103,7 +103,7 @@ def context(device=None):
     the current one), created on first use. Index checking follows
     $KJIT_INDEX_CHECK ("off" by default, "sync" or "async"; see core.Context)."""
     ctx = _by_device.get(device)  # the per-call path: a tensor's own device
-    if ctx is not None:
+    if ctx is not None and ctx._handle is not None:
         return ctx
     key = device
     device = torch.device("cuda", torch.cuda.current_device()) if device is None else \
@@ -112,10 +112,10 @@ def context(device=None):
         raise ValueError(f"kjit.context: {device} is not a CUDA device")
     ordinal = torch.cuda.current_device() if device.index is None else device.index
     ctx = _contexts.get(ordinal)
-    if ctx is None:
+    if ctx is None or ctx._handle is None:
         with _contexts_lock:
             ctx = _contexts.get(ordinal)
-            if ctx is None:
+            if ctx is None or ctx._handle is None:  # none yet, or the last one closed
                 check = os.environ.get("KJIT_INDEX_CHECK", "off")
                 if check not in core._INDEX_CHECK:  # named here: core.Context names its argument
                     raise ValueError(f"KJIT_INDEX_CHECK={check!r}: expected off, sync or async")
@@ -237,11 +237,15 @@ def _real(fn, name, v):
         raise TypeError(f"{fn}: {name} must be a real number, got {type(v).__name__}") from None
 
 
+_FLT_MAX = 3.4028234663852886e38
+
+
 def _eps(fn, eps):
-    """eps as the library takes it: a finite real number >= 0."""
+    """eps as the library takes it: a finite C float >= 0 (a double above
+    FLT_MAX would become inf on the way)."""
     eps = _real(fn, "eps", eps)
-    if not (0.0 <= eps < math.inf):  # NaN fails too
-        raise ValueError(f"{fn}: eps {eps} must be finite and >= 0")
+    if not (0.0 <= eps <= _FLT_MAX):  # NaN fails too
+        raise ValueError(f"{fn}: eps {eps} must be finite (a float32) and >= 0")
     return eps
 
 
@@ -267,7 +271,7 @@ def _launch_on(t):
     handle, read with no Stream object where torch has the query)."""
     ordinal = t.get_device()
     ctx = _by_ordinal.get(ordinal)
-    if ctx is None:
+    if ctx is None or ctx._handle is None:  # a closed one is replaced
         ctx = _by_ordinal[ordinal] = context(t.device)
     if _raw_stream is not None:
         return ctx, _raw_stream(ordinal)
@@ -383,11 +387,33 @@ def _sinusoid_impl(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_sh
     return out
 
 
+def _check_t(fn, t):
+    """t as the op reads it: (N,) fp32, contiguous, on a CUDA device (the
+    public function makes a strided t contiguous first)."""
+    _tensor(fn, "t", t)
+    _dtype(fn, "t", t, (torch.float32,))
+    if t.dim() != 1 or (t.shape[0] > 1 and t.stride(0) != 1):
+        raise ValueError(f"{fn}: t must be a contiguous 1-D tensor, got shape {tuple(t.shape)} "
+                         f"stride {t.stride()}")
+
+
+def _sinusoid_op(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shift: float,
+                 scale: float, max_period: float, out_dtype: torch.dtype) -> Tensor:
+    # The other arguments are plain values the library checks (dim,
+    # out_dtype, the floats), each named in its message.
+    _check_t("kjit.timestep_sinusoid", t)
+    if out_dtype not in _ACT:
+        raise TypeError(f"kjit.timestep_sinusoid: out_dtype {out_dtype}; expected torch.float32, "
+                        "bfloat16 or float16")
+    return _sinusoid_impl(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype)
+
+
 _sinusoid = torch.library.custom_op("kjit::timestep_sinusoid", mutates_args=(),
-                                     device_types="cuda")(_sinusoid_impl)
+                                     device_types="cuda")(_sinusoid_op)
 
 @_sinusoid.register_fake
 def _(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype):
+    _check_t("kjit.timestep_sinusoid", t)
     return t.new_empty((t.shape[0], dim), dtype=out_dtype)
 
 
@@ -398,8 +424,10 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
     fn = "kjit.timestep_sinusoid"
     _tensor(fn, "t", t)
     _dtype(fn, "t", t, (torch.float32,))
-    if t.dim() != 1 or (t.shape[0] > 1 and t.stride(0) != 1):
-        raise ValueError(f"{fn}: t must be a contiguous 1-D tensor, got shape {tuple(t.shape)}")
+    if t.dim() != 1:
+        raise ValueError(f"{fn}: t must be 1-D, got shape {tuple(t.shape)}")
+    if t.shape[0] > 1 and t.stride(0) != 1:
+        t = t.contiguous()  # e.g. timesteps.expand(batch): N floats
     if t.requires_grad:
         raise ValueError(f"{fn}: t requires grad, but the op has no backward (timesteps are not "
                          "differentiated); pass t.detach()")
@@ -442,11 +470,17 @@ def _gather_impl(tables: List[Tensor], index: Tensor) -> List[Tensor]:
     return outs
 
 
+def _gather_op(tables: List[Tensor], index: Tensor) -> List[Tensor]:
+    _check_gather(tables, index)
+    return _gather_impl(tables, index)
+
+
 _gather = torch.library.custom_op("kjit::adaln_row_gather", mutates_args=(),
-                                   device_types="cuda")(_gather_impl)
+                                   device_types="cuda")(_gather_op)
 
 @_gather.register_fake
 def _(tables, index):
+    _check_gather(tables, index)
     return [t.new_empty((index.shape[0], t.shape[1])) for t in tables]
 
 
@@ -508,11 +542,7 @@ class _GatherFn(torch.autograd.Function):
         return (None, *dtables)
 
 
-def adaln_row_gather(tables, index):
-    """out_k = tables[k][index] for each of 1..8 (R, H) tables (e.g. the six
-    chunk(6) views of an (R, 6H) projection, used without a copy); returns the
-    list of (N, H) outputs. Backward sums each output's rows into its table's
-    rows in a fixed order (fp32, one rounding): repeatable bitwise."""
+def _check_gather(tables, index):
     fn = "kjit.adaln_row_gather"
     if not isinstance(tables, (list, tuple)) or not 1 <= len(tables) <= 8:
         raise ValueError(f"{fn}: tables must be a list of 1..8 tensors, got "
@@ -525,6 +555,14 @@ def adaln_row_gather(tables, index):
         raise ValueError(f"{fn}: tables[0] has hidden size {hidden}; kjit takes 1..{_MAX_HIDDEN}")
     _tables(fn, named, hidden, tables[0].device)
     _index(fn, index, None, tables[0].device)
+
+
+def adaln_row_gather(tables, index):
+    """out_k = tables[k][index] for each of 1..8 (R, H) tables (e.g. the six
+    chunk(6) views of an (R, 6H) projection, used without a copy); returns the
+    list of (N, H) outputs. Backward sums each output's rows into its table's
+    rows in a fixed order (fp32, one rounding): repeatable bitwise."""
+    _check_gather(tables, index)
     if _function_path(index, *tables):
         return list(_GatherFn.apply(index, *tables))
     return _gather(list(tables), index)
@@ -566,11 +604,18 @@ def _norm_modulate_impl(x: Tensor, weight: Optional[Tensor], shift: Tensor, scal
     return _norm_modulate_fwd(x, weight, shift, scale, index, eps, False)[0]
 
 
+def _norm_modulate_op(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale: Tensor,
+                      index: Tensor, eps: float) -> Tensor:
+    eps = _check_norm_modulate(x, weight, shift, scale, index, eps)
+    return _norm_modulate_impl(x, weight, shift, scale, index, eps)
+
+
 _norm_modulate = torch.library.custom_op("kjit::norm_modulate", mutates_args=(),
-                                          device_types="cuda")(_norm_modulate_impl)
+                                          device_types="cuda")(_norm_modulate_op)
 
 @_norm_modulate.register_fake
 def _(x, weight, shift, scale, index, eps):
+    _check_norm_modulate(x, weight, shift, scale, index, eps)
     return x.new_empty(x.shape)
 
 
@@ -649,13 +694,17 @@ def _check_norm_args(fn, x_named, weight, shift, scale, gate, index):
     _index(fn, index, n, x_named[0][1].device)
 
 
+def _check_norm_modulate(x, weight, shift, scale, index, eps):
+    _check_norm_args("kjit.norm_modulate", [("x", x)], weight, shift, scale, None, index)
+    return _eps("kjit.norm_modulate", eps)
+
+
 def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
     """out = rms_norm(x) * weight * (1 + scale[index]) + shift[index].
     x (N, H) bf16/fp16/fp32; weight (H,) or None; shift, scale (R, H) bf16 or
     fp32 (views with any row stride, e.g. chunks of one projection); index (N,)
     int32/int64 into 0..R-1."""
-    _check_norm_args("kjit.norm_modulate", [("x", x)], weight, shift, scale, None, index)
-    eps = _eps("kjit.norm_modulate", eps)
+    eps = _check_norm_modulate(x, weight, shift, scale, index, eps)
     if not _function_path(x, weight, shift, scale, index):
         return _norm_modulate(x, weight, shift, scale, index, eps)
     if _needs_graph(x, weight, shift, scale):
@@ -683,11 +732,17 @@ def _gated_residual_impl(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) ->
     return _gated_residual_fwd(res, y, gate, index, False)[0]
 
 
+def _gated_residual_op(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> Tensor:
+    _check_gated_residual(res, y, gate, index)
+    return _gated_residual_impl(res, y, gate, index)
+
+
 _gated_residual = torch.library.custom_op("kjit::gated_residual", mutates_args=(),
-                                           device_types="cuda")(_gated_residual_impl)
+                                           device_types="cuda")(_gated_residual_op)
 
 @_gated_residual.register_fake
 def _(res, y, gate, index):
+    _check_gated_residual(res, y, gate, index)
     return res.new_empty(res.shape)
 
 
@@ -726,6 +781,8 @@ def _gated_residual_setup(ctx, inputs, output):
 
 
 def _gated_residual_backward(ctx, dout, bwd=None):
+    if not ctx.needs_input_grad[1] and not ctx.needs_input_grad[2]:
+        return dout, None, None, None  # dres is dout: nothing to launch
     y, gate, index = ctx.saved_tensors
     dout = _row_major(dout)
     if bwd is None:
@@ -743,12 +800,16 @@ _GatedResidualFn = _eager_function(
     _gated_residual_backward, lambda *a: _gated_residual_bwd_run(*a))
 
 
-def gated_residual(res, y, gate, index):
-    """out = res + gate[index] * y. res, y (N, H); gate (R, H) bf16 or fp32."""
+def _check_gated_residual(res, y, gate, index):
     fn = "kjit.gated_residual"
     n, h = _activations(fn, [("res", res), ("y", y)])
     _tables(fn, [("gate", gate)], h, res.device)
     _index(fn, index, n, res.device)
+
+
+def gated_residual(res, y, gate, index):
+    """out = res + gate[index] * y. res, y (N, H); gate (R, H) bf16 or fp32."""
+    _check_gated_residual(res, y, gate, index)
     if not _function_path(res, y, gate, index):
         return _gated_residual(res, y, gate, index)
     if _needs_graph(res, y, gate):
@@ -782,11 +843,18 @@ def _fused_fwd(res, y, gate, weight, shift, scale, index, eps, train):
     return (h, out), part
 
 
+def _fused_op(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], shift: Tensor,
+              scale: Tensor, index: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    eps = _check_fused(res, y, gate, weight, shift, scale, index, eps)
+    return _fused_impl(res, y, gate, weight, shift, scale, index, eps)
+
+
 _fused = torch.library.custom_op("kjit::gated_residual_norm_modulate", mutates_args=(),
-                                  device_types="cuda")(_fused_impl)
+                                  device_types="cuda")(_fused_op)
 
 @_fused.register_fake
 def _(res, y, gate, weight, shift, scale, index, eps):
+    _check_fused(res, y, gate, weight, shift, scale, index, eps)
     return res.new_empty(res.shape), res.new_empty(res.shape)
 
 
@@ -855,12 +923,16 @@ _FusedFn = _eager_function("_FusedFn", lambda *a: _fused_fwd(*a), _fused_setup,
                            _fused_backward, lambda *a: _fused_bwd_run(*a))
 
 
+def _check_fused(res, y, gate, weight, shift, scale, index, eps):
+    fn = "kjit.gated_residual_norm_modulate"
+    _check_norm_args(fn, [("res", res), ("y", y)], weight, shift, scale, gate, index)
+    return _eps(fn, eps)
+
+
 def gated_residual_norm_modulate(res, y, gate, weight, shift, scale, index, eps=1e-5):
     """h = res + gate[index] * y; out = norm_modulate(h, weight, shift, scale,
     index, eps). Returns (h, out) from one pass; h is the new residual stream."""
-    fn = "kjit.gated_residual_norm_modulate"
-    _check_norm_args(fn, [("res", res), ("y", y)], weight, shift, scale, gate, index)
-    eps = _eps(fn, eps)
+    eps = _check_fused(res, y, gate, weight, shift, scale, index, eps)
     if not _function_path(res, y, gate, weight, shift, scale, index):
         return _fused(res, y, gate, weight, shift, scale, index, eps)
     if _needs_graph(res, y, gate, weight, shift, scale):
