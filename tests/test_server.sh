@@ -403,5 +403,35 @@ if [ "$(id -u)" = 0 ]; then
   [ $rc = 1 ] && echo "$out" | grep -q "belongs to uid" || fail "serve in another user's directory: $rc $out"
 fi
 
+# A server of another user (not root): the clients do not use it, even where
+# it lets them in (it could hand back any kernel under a matching key).
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  chmod o+x "$T"  # uid 65534 reaches its directories in it
+  mkdir -m 755 "$T/other" "$T/other/s" "$T/other/c"; chown 65534 "$T/other/s" "$T/other/c"
+  setpriv --reuid=65534 --regid=65534 --clear-groups "$KJIT" serve --socket "$T/other/s/k.sock" \
+    --cache-dir "$T/other/c" --allow-uid 0 2>"$T/s8.log" & P8=$!; pids+=($P8)
+  for _ in $(seq 200); do grep -q listening "$T/s8.log" 2>/dev/null && break; sleep 0.05; done
+  if grep -q listening "$T/s8.log"; then  # (wait_sock's own client refuses it)
+    out=$("$KJIT" call --socket "$T/other/s/k.sock" '{"type":"stats"}' 2>&1); rc=$?
+    [ $rc != 0 ] && echo "$out" | grep -q "runs as uid 65534, neither this user" \
+      || fail "the C client used another user's server: $rc $out"
+    python3 - "$CLIENT_PY" "$T/other/s/k.sock" <<'PY' || fail "the Python client used another user's server"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+try:
+    m.Client(sys.argv[2], timeout=20)
+except PermissionError as e:
+    assert "runs as uid 65534, neither this user" in str(e), e
+else:
+    raise AssertionError("connected to another user's server")
+PY
+  else
+    fail "serve as uid 65534: $(cat "$T/s8.log")"
+  fi
+  kill -TERM $P8; wait $P8
+fi
+
 [ $fails = 0 ] && echo "test_server.sh: all checks passed"
 exit $((fails > 0))

@@ -371,6 +371,23 @@ static const char *error_field(const cJSON *root, const char *name)
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
+/* The server must run as this user or as root. Another user's server (at
+ * the default path, which anyone can create first under /tmp, or named by
+ * KJIT_SERVER) could hand back any cubin, under a key that matches. */
+static int peer_check(int fd, const char *path)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len))
+        return kjit__fail(KJIT_EIO, "cannot read the credentials of the kjit server at %s: %s", path, strerror(errno));
+    if (cr.uid != geteuid() && cr.uid != 0)
+        return kjit__fail(KJIT_EPERM,
+                          "the kjit server at %s runs as uid %u, neither this user (uid %u) nor root: not used "
+                          "(another user's server could hand back any kernel)",
+                          path, (unsigned)cr.uid, (unsigned)geteuid());
+    return KJIT_OK;
+}
+
 int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms)
 {
     kjit__clear_error();
@@ -407,6 +424,7 @@ int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms)
            : e == EAGAIN                    ? kjit__fail(KJIT_EIO, "the kjit server at %s did not accept in time", path)
                                             : kjit__fail(KJIT_EIO, "cannot connect to %s: %s", path, strerror(e));
     }
+    if (!rc) rc = peer_check(c->fd, path);
     kjit_client_reply r = {0};
     if (!rc) {
         char hello[96];

@@ -185,6 +185,14 @@ class Client:
                 msg = (f"cannot connect to a kjit server at {self.path}: {exc.strerror or exc} "
                        "(start one with `kjit serve`, or set KJIT_SERVER to its socket)")
                 raise (type(exc)(exc.errno, msg) if exc.errno else type(exc)(msg)) from exc
+            # The server must run as this user or as root: another user's
+            # server (at a path they made first) could hand back any kernel.
+            _, uid, _ = struct.unpack("3i", self._sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            if uid not in (os.geteuid(), 0):
+                raise PermissionError(f"the kjit server at {self.path} runs as uid {uid}, neither this "
+                                      f"user (uid {os.geteuid()}) nor root: not used (another user's "
+                                      "server could hand back any kernel)")
             self.hello, _ = self.request({"type": "hello", "versions": [PROTO_VERSION], "client": "kjit-py"})
         except BaseException:
             self._sock.close()
