@@ -397,14 +397,17 @@ def _check_t(fn, t):
                          f"stride {t.stride()}")
 
 
+def _check_out_dtype(fn, out_dtype):
+    if out_dtype not in _ACT:
+        raise TypeError(f"{fn}: out_dtype {out_dtype}; expected torch.float32, bfloat16 or float16")
+
+
 def _sinusoid_op(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shift: float,
                  scale: float, max_period: float, out_dtype: torch.dtype) -> Tensor:
     # The other arguments are plain values the library checks (dim,
     # out_dtype, the floats), each named in its message.
     _check_t("kjit.timestep_sinusoid", t)
-    if out_dtype not in _ACT:
-        raise TypeError(f"kjit.timestep_sinusoid: out_dtype {out_dtype}; expected torch.float32, "
-                        "bfloat16 or float16")
+    _check_out_dtype("kjit.timestep_sinusoid", out_dtype)
     return _sinusoid_impl(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype)
 
 
@@ -423,16 +426,13 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
     Forward only (SPEC.md): timesteps are not differentiated."""
     fn = "kjit.timestep_sinusoid"
     _tensor(fn, "t", t)
-    _dtype(fn, "t", t, (torch.float32,))
-    if t.dim() != 1:
-        raise ValueError(f"{fn}: t must be 1-D, got shape {tuple(t.shape)}")
-    if t.shape[0] > 1 and t.stride(0) != 1:
+    if t.dim() == 1 and t.shape[0] > 1 and t.stride(0) != 1:
         t = t.contiguous()  # e.g. timesteps.expand(batch): N floats
+    _check_t(fn, t)
     if t.requires_grad:
         raise ValueError(f"{fn}: t requires grad, but the op has no backward (timesteps are not "
                          "differentiated); pass t.detach()")
-    if out_dtype not in _ACT:
-        raise TypeError(f"{fn}: out_dtype {out_dtype}; expected torch.float32, bfloat16 or float16")
+    _check_out_dtype(fn, out_dtype)
     if isinstance(dim, bool) or not hasattr(dim, "__index__"):
         raise TypeError(f"{fn}: dim must be an int, got {type(dim).__name__}")
     dim = dim.__index__()
