@@ -21,7 +21,9 @@
 # instruction of those kernels, same variables; bench/ncu_top.py), ipc (test_server_ipc's run round trip:
 # polling, KJIT_SPIN_US=0, and under MPS where available), sol (bench/sol_probe:
 # the fastest plain kernels for the ops' bytes; KJIT_SOL_ROWS), normp
-# (bench/norm_probe: plain norm_modulate forwards beside kjit's).
+# (bench/norm_probe: plain norm_modulate forwards beside kjit's), timeline
+# (bench/timeline.py: per-CTA stamps of norm_modulate's training pair;
+# KJIT_TIMELINE_ROWS).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -118,6 +120,12 @@ for s in $stages; do
     section sol_probe; $B/bench/sol_probe ${KJIT_SOL_ROWS:-} >>"$LOG" 2>&1
     summary+=("sol_probe rc=$?")
     grep -E "^BEST" "$LOG" | tail -n 8 ;;
+  timeline)
+    # Stamps per CTA of norm_modulate's training pair (bench/timeline.py):
+    # starts, ends, the first row's wait, time per row, the flushes.
+    python_env
+    section timeline; python3 bench/timeline.py --rows ${KJIT_TIMELINE_ROWS:-4097 32768} 2>&1 | tee -a "$LOG"
+    summary+=("timeline rc=${PIPESTATUS[0]}") ;;
   normp)
     # A plain norm_modulate forward (bench/norm_probe.c) beside kjit's in the same run.
     section norm_probe; $B/bench/norm_probe ${KJIT_SOL_ROWS:-} >>"$LOG" 2>&1
