@@ -1223,6 +1223,172 @@ __device__ __forceinline__ void fwd_rows(const kjit_adaln_fwd_params &p, long lo
 } // namespace adaln
 } // namespace kjit
 
+namespace kjit {
+namespace adaln {
+// The row gradients alone (no table or weight gradient asked for): rows in
+// any order, no partition, each row's dx (and the fused op's dy) computed
+// with exactly the operations and order of bwd_fast / bwd_generic at the
+// same TPR, so the bits equal the full backward's.
+template <int MODE, class TA, class TP, class TI, int H, int TPR>
+__device__ __forceinline__ void bwd_dx_fast(const kjit_adaln_bwd_params &p)
+{
+    constexpr int V = 16 / (int)sizeof(TA);
+    constexpr int G = H / V;
+    constexpr int IT = (G + TPR - 1) / TPR;
+    constexpr bool FULL = G % TPR == 0;
+    constexpr int WPR = TPR / 32;
+    __shared__ float red[2 * 2 * 32];
+    const int t = threadIdx.x;
+    const int tw = t >> 5;
+    int par = 0;
+    const TI *index = (const TI *)p.index.ptr;
+    const bool hw = p.w != 0;
+    const TP *wp = hw ? (const TP *)p.w : (const TP *)p.table.ptr[1];
+    const bool hdh = MODE == 3 && p.dh != 0;
+    for (long long row = blockIdx.x; row < p.n; row += gridDim.x) {
+        const long long r = (long long)index[row];
+        if (index_bad<TI>(p.index, r)) {
+            if (t == 0) *p.index.err = 1;
+            continue;
+        }
+        const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
+        const TA *xr = (const TA *)p.x + row * p.x_stride;
+        const TA *dor = (const TA *)p.dout + row * p.dout_stride;
+        gran<TA, V> xa[IT], da[IT];
+        float m[IT][V];
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G) {
+                const int col = (k * TPR + t) * V;
+                ld_stream(xa[k], xr + col);
+                ld_stream(da[k], dor + col);
+                float s1[V], wf[V];
+                ld_nc_f32<TP, V>(sc + col, s1);
+                ld_nc_f32<TP, V>(wp + col, wf);
+#pragma unroll
+                for (int i = 0; i < V; ++i) m[k][i] = mod_of(hw, hw ? wf[i] : 1.0f, s1[i]);
+            }
+        float sxx[V], sgx[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i) sxx[i] = sgx[i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G) {
+                float xf[V], df[V];
+                unpack(xa[k], xf);
+                unpack(da[k], df);
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    sxx[i] = __fmaf_rn(xf[i], xf[i], sxx[i]);
+                    sgx[i] = __fmaf_rn(__fmul_rn(df[i], m[k][i]), xf[i], sgx[i]);
+                }
+            }
+        float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
+        row_reduce<2, WPR>(q, red, par, tw, 1);
+        const float rs = rstd_of(q[0], (float)H, p.eps);
+        const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)H), rs);
+        TA *dx = (TA *)p.dx + row * p.dx_stride;
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if (FULL || k * TPR + t < G) {
+                const int col = (k * TPR + t) * V;
+                float xf[V], df[V];
+                unpack(xa[k], xf);
+                unpack(da[k], df);
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    const float xh = __fmul_rn(xf[i], rs);
+                    const float gn = __fmul_rn(df[i], m[k][i]);
+                    xf[i] = __fmul_rn(rs, __fmaf_rn(-xh, c2, gn));
+                }
+                if constexpr (MODE == 3) {
+                    if (hdh) {
+                        gran<TA, V> dg;
+                        float dh[V];
+                        ld_stream(dg, (const TA *)p.dh + row * p.dh_stride + col);
+                        unpack(dg, dh);
+#pragma unroll
+                        for (int i = 0; i < V; ++i) xf[i] = __fadd_rn(dh[i], xf[i]);
+                    }
+                    float gt[V];
+                    ld_nc_f32<TP, V>((const TP *)p.table.ptr[2] + r * p.table.stride[2] + col, gt);
+#pragma unroll
+                    for (int i = 0; i < V; ++i) gt[i] = __fmul_rn(xf[i], gt[i]);
+                    st_f32v<TA, V>((TA *)p.dy + row * p.dy_stride + col, gt);
+                }
+                st_f32v<TA, V>(dx + col, xf);
+            }
+    }
+}
+
+template <int MODE, class TA, class TP, class TI, int TPR>
+__device__ __forceinline__ void bwd_dx_generic(const kjit_adaln_bwd_params &p)
+{
+    constexpr int V = 16 / (int)sizeof(TA);
+    constexpr int WPR = TPR / 32;
+    __shared__ float red[2 * 2 * 32];
+    const int t = threadIdx.x;
+    const int tw = t >> 5;
+    int par = 0;
+    const int h = p.h;
+    const int G = (h + V - 1) / V;
+    const int IT = (G + TPR - 1) / TPR;
+    const TI *index = (const TI *)p.index.ptr;
+    const TP *wp = (const TP *)p.w;
+    const bool hw = wp != 0;
+    const bool hdh = MODE == 3 && p.dh != 0;
+    for (long long row = blockIdx.x; row < p.n; row += gridDim.x) {
+        const long long r = (long long)index[row];
+        if (index_bad<TI>(p.index, r)) {
+            if (t == 0) *p.index.err = 1;
+            continue;
+        }
+        const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
+        const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+        const TA *xr = (const TA *)p.x + row * p.x_stride;
+        const TA *dor = (const TA *)p.dout + row * p.dout_stride;
+        float sxx[V], sgx[V];
+        for (int i = 0; i < V; ++i) sxx[i] = sgx[i] = 0.0f;
+        for (int k = 0; k < IT; ++k) {
+            const int gi = k * TPR + t;
+            if (gi < G) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                    const int col = gi * V + i;
+                    if (col < h) {
+                        const float xf = ld_f32(xr + col);
+                        const float m = mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col));
+                        sxx[i] = __fmaf_rn(xf, xf, sxx[i]);
+                        sgx[i] = __fmaf_rn(__fmul_rn(ld_f32(dor + col), m), xf, sgx[i]);
+                    }
+                }
+            }
+        }
+        float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
+        row_reduce<2, WPR>(q, red, par, tw, 1);
+        const float rs = rstd_of(q[0], (float)h, p.eps);
+        const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)h), rs);
+        const TA *dhr = (const TA *)p.dh + row * p.dh_stride;
+        TA *dx = (TA *)p.dx + row * p.dx_stride;
+        TA *dy = (TA *)p.dy + row * p.dy_stride;
+        for (int col = t; col < h; col += TPR) {
+            const float xf = ld_f32(xr + col);
+            const float df = ld_f32(dor + col);
+            const float m = mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col));
+            const float xh = __fmul_rn(xf, rs);
+            const float gn = __fmul_rn(df, m);
+            float g = __fmul_rn(rs, __fmaf_rn(-xh, c2, gn));
+            if constexpr (MODE == 3) {
+                if (hdh) g = __fadd_rn(ld_f32(dhr + col), g);
+                st_f32(dy + col, __fmul_rn(g, ld_f32(gt + col)));
+            }
+            st_f32(dx + col, g);
+        }
+    }
+}
+} // namespace adaln
+} // namespace kjit
+
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
 __global__ void __launch_bounds__(TPR *RPC, (kjit::adaln::fwd_min_ctas<MODE, TA, TP, H, TPR, RPC>())) kjit_adaln_fwd(const __grid_constant__ kjit_adaln_fwd_params p)
 {
@@ -1264,4 +1430,25 @@ __global__ void __launch_bounds__(TPR, (kjit::adaln::bwd_min_ctas<MODE, TA, H, T
         kjit::adaln::bwd_generic<MODE, TA, TP, TI, TPR>(p);
     else
         kjit::adaln::bwd_fast<MODE, TA, TP, TI, H, TPR, PF, ACCS>(p);
+}
+
+// kjit_adaln_bwd_dx<MODE, TA, TP, TI, H, TPR>: MODE 1 or 3, the backward's
+// row gradients alone (dx; the fused op's dx = dres and dy), bitwise those
+// of kjit_adaln_bwd at the same TPR; no partition, no workspace.
+//   grid = any value in [1, n] (rows grid-stride), block = TPR, no dynamic
+//   shared memory. Reads x, dout (MODE 3: also dh, NULL = zeros), w, the
+//   scale table (MODE 3: the gate table); writes dx (MODE 3: also dy).
+//   Index checking as the forward's: a row whose index is out of range is
+//   skipped and raises p.index.err.
+template <int MODE, class TA, class TP, class TI, int H, int TPR>
+__global__ void __launch_bounds__(TPR) kjit_adaln_bwd_dx(const __grid_constant__ kjit_adaln_bwd_params p)
+{
+    kjit::grid_dep_sync();
+    static_assert(MODE == 1 || MODE == 3, "MODE: 1 norm_modulate, 3 fused (gated_residual's dy is dout * gate)");
+    static_assert(H >= 0 && H % 8 == 0 && H <= 16384, "fast path: H a multiple of 8 up to 16384 (0 = generic)");
+    static_assert(TPR >= 32 && TPR % 32 == 0 && TPR <= 1024, "TPR: a multiple of 32 up to 1024");
+    if constexpr (H == 0)
+        kjit::adaln::bwd_dx_generic<MODE, TA, TP, TI, TPR>(p);
+    else
+        kjit::adaln::bwd_dx_fast<MODE, TA, TP, TI, H, TPR>(p);
 }

@@ -198,6 +198,55 @@ static void adaln_args(kjit_ctx *ctx)
             CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
             CHECK(strstr(kjit_last_error(), "dweight") != NULL);
         }
+        /* The row gradients alone (norm ops): every parameter gradient
+         * NULL; some of them NULL is refused, naming the first missing. */
+        if (m != 1) {
+            a = g;
+            a.dshift = NULL;
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "dshift is NULL while other parameter gradients are given") != NULL);
+            a = g;
+            a.dscale = NULL;
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "dscale is NULL while") != NULL);
+            a = g;
+            a.dshift = a.dscale = a.dgate = NULL;
+            a.weight = a.dweight = mem; /* dweight alone */
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "dshift is NULL while") != NULL);
+            if (m == 2) {
+                a = g;
+                a.dgate = NULL;
+                CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+                CHECK(strstr(kjit_last_error(), "dgate is NULL while") != NULL);
+            }
+            kjit_adaln_args r = g;
+            r.dshift = r.dscale = r.dgate = NULL;
+            a = r;
+            a.dx = NULL;
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "dx") != NULL);
+            if (m == 2) {
+                a = r;
+                a.dy = NULL;
+                CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+                CHECK(strstr(kjit_last_error(), "dy") != NULL);
+            }
+            a = r;
+            a.n = 0; /* no parameter gradient to zero: nothing to do */
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_OK);
+            if (!kjit_ctx_has_device(ctx)) {
+                /* No workspace is used: a small one is not refused. */
+                CHECK_STATUS(bwds[m](ctx, &r, mem, 16, NULL), KJIT_ENODRIVER);
+                r.weight = mem; /* with a weight, without its gradient */
+                CHECK_STATUS(bwds[m](ctx, &r, NULL, 0, NULL), KJIT_ENODRIVER);
+            }
+        } else {
+            a = g;
+            a.dgate = NULL; /* gated_residual has no row-gradients-only backward */
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "dgate") != NULL);
+        }
         CHECK_STATUS(bwds[m](ctx, &g, mem, 16, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "workspace") != NULL);
         /* A misaligned workspace is refused with the other arguments,

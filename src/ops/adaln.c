@@ -59,6 +59,13 @@ static void bwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype
              vec ? c->accs : 0);
 }
 
+/* The backward's row gradients alone (modes 1 and 3; no parameter gradient). */
+static void bwd_dx_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype par, kjit_dtype idx, int h, int vec)
+{
+    snprintf(buf, len, "kjit_adaln_bwd_dx<%d, %s, %s, %s, %d, %d>", mode, kjit__dtype_cxx(act), kjit__dtype_cxx(par),
+             kjit__dtype_cxx(idx), vec ? h : 0, kjit__adaln_tpr(h, act));
+}
+
 static int fast_ok(int h) { return h % 8 == 0 && h <= FAST_MAX_HIDDEN; }
 
 /* The backward's fast path stages whole rows in shared memory; where even
@@ -78,9 +85,9 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
     kjit_adaln_config c;
     kjit__adaln_config_default(mode, hidden, act, &c);
     /* A count alone (what a request's check asks) formats no expression:
-     * per index dtype a forward, a training forward, a backward and an
-     * index check. */
-    if (max <= 0) return kjit__part_specs(m->name, par, out, max, 8);
+     * per index dtype a forward, a training forward, a backward, the row
+     * gradients' backward (norm ops) and an index check. */
+    if (max <= 0) return kjit__part_specs(m->name, par, out, max, mode == 2 ? 8 : 10);
     int n = 0;
     char e[224];
     for (int i = 0; i < 2; ++i) {
@@ -90,6 +97,10 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
         }
         bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, bwd_fast_ok(mode, hidden, act, &c), &c);
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
+        if (mode != 2) {
+            bwd_dx_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden));
+            n = kjit__spec_add(out, max, n, m->desc, "%s", e);
+        }
         n = kjit__spec_add(out, max, n, m->desc, "kjit_index_check<%s>", kjit__dtype_cxx(idx[i]));
         if (n <= max) out[n - 1].template_file = "index_check.cuh";
     }
@@ -119,10 +130,26 @@ static unsigned operands(int mode, int bwd)
                      : X | Y | GATE | SCALE | DOUT | DX | DY | DGATE | DSHIFT | DSCALE;
 }
 
+/* A norm op's backward asked for its row gradients alone: no table or
+ * weight gradient given. */
+static int rows_only(int mode, const kjit_adaln_args *a)
+{
+    return mode != 2 && !a->dshift && !a->dscale && !a->dweight && (mode == 1 || !a->dgate);
+}
+
 static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
 {
     const char *op = modes[mode].name;
-    const unsigned need = operands(mode, bwd);
+    unsigned need = operands(mode, bwd);
+    if (bwd && rows_only(mode, a)) need &= ~(unsigned)(DSHIFT | DSCALE | DGATE);
+    else if (bwd && mode != 2) {
+        /* Some parameter gradients given, not all: name the first missing. */
+        const char *miss = !a->dshift ? "dshift" : !a->dscale ? "dscale" : mode == 3 && !a->dgate ? "dgate" : NULL;
+        if (miss)
+            return kjit__fail(KJIT_EINVAL, "%s: %s is NULL while other parameter gradients are given (give dshift, "
+                              "dscale%s and optionally dweight, or none of them for the row gradients alone)",
+                              op, miss, mode == 3 ? ", dgate" : "");
+    }
     if (a->n < 0 || a->n > KJIT_MAX_ROWS)
         return kjit__fail(KJIT_EINVAL, "%s: n = %lld outside 0..%lld", op, (long long)a->n, KJIT_MAX_ROWS);
     if (a->hidden < 1 || a->hidden > KJIT_MAX_HIDDEN)
@@ -282,6 +309,36 @@ out:
     return rc;
 }
 
+/* The row gradients alone (no parameter gradient asked for): one
+ * row-parallel kernel, no partition, no workspace; the bits of the full
+ * backward's row gradients. */
+static int bwd_rows(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int vec, CUstream stream)
+{
+    const char *op = modes[mode].name;
+    if (a->n == 0) return KJIT_OK;
+    int pushed, rc;
+    if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
+    kjit_adaln_bwd_params p = {0};
+    if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
+    p.x = a->x, p.x_stride = a->x_stride;
+    p.y = a->y, p.y_stride = a->y_stride;
+    p.w = a->weight;
+    p.table = tables(a);
+    p.dout = a->dout, p.dout_stride = a->dout_stride;
+    p.dh = mode == 3 ? a->dh : NULL, p.dh_stride = a->dh_stride;
+    p.dx = a->dx, p.dx_stride = a->dx_stride;
+    p.dy = a->dy, p.dy_stride = a->dy_stride;
+    p.n = a->n, p.h = a->hidden, p.eps = a->eps;
+    char e[224];
+    bwd_dx_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec);
+    const long long grid = a->n < 2147483647LL ? a->n : 2147483647LL;
+    rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)grid, 1, 1, (unsigned)kjit__adaln_tpr(a->hidden, a->act_dtype),
+                   0, stream, &p);
+out:
+    kjit__ctx_leave(ctx, pushed);
+    return rc;
+}
+
 /* The backward; with a partition buffer (a training backward), the
  * partition a training forward built there (n > 0) is used, not built. */
 static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int train, const void *partb,
@@ -296,6 +353,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     kjit_part_plan pl;
     plan_of(mode, a, &pl);
     if (train && (rc = train_partition(op, "training backward", partb, partb_bytes, pl.off_partial))) return rc;
+    if (rows_only(mode, a)) return bwd_rows(ctx, mode, a, vec, stream);
     if ((rc = kjit__workspace_check(op, ws, ws_bytes, pl.bytes, "kjit_adaln_workspace"))) return rc;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
