@@ -836,7 +836,7 @@ class TorchEagerFunction(unittest.TestCase):
                                            allow_unused=True))
             return [None if t is None else next(got) for t in leaves]
 
-        def nm_bwd(dout, x, w, scale, index, eps, need_dw):
+        def nm_bwd(dout, x, w, scale, index, eps, need_dw, need_tables=True):
             sh = torch.zeros_like(scale)
             g = grads(lambda x_, sh_, sc_, w_: ref.norm_modulate(x_, w_, sh_, sc_, index, eps),
                       [x, sh, scale, w], [dout])
@@ -847,7 +847,7 @@ class TorchEagerFunction(unittest.TestCase):
             g = grads(lambda y_, gt_: ref.gated_residual(res, y_, gt_, index), [y, gate], [dout])
             return g[0], g[1]
 
-        def fu_bwd(dh, dout, h, y, gate, w, scale, index, eps, need_dw):
+        def fu_bwd(dh, dout, h, y, gate, w, scale, index, eps, need_dw, need_tables=True):
             # h = res + gate * y with res = h - gate * y: the same h, so the
             # same gradients through it.
             res = (h - gate.index_select(0, index) * y).detach()

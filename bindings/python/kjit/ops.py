@@ -307,11 +307,13 @@ def _adaln_fwd_launch(op, a, t, rows, train):
     return part
 
 
-def _adaln_bwd_launch(op, a, t, n, h, rows, part=None):
+def _adaln_bwd_launch(op, a, t, n, h, rows, part=None, rows_only=False):
     """Launches op's backward with argument block a on t's device and stream,
     with a workspace from torch's allocator (alive until the call returns);
-    with part (a training forward's partition), the training backward."""
-    ws, ws_arg = _workspace(_adaln_workspace(op, n, h, rows), t.device)
+    with part (a training forward's partition), the training backward.
+    rows_only: no table or weight gradient in a (the row gradients alone),
+    which needs no workspace."""
+    ws, ws_arg = (None, (None, 0)) if rows_only else _workspace(_adaln_workspace(op, n, h, rows), t.device)
     ctx, stream = _launch_on(t)
     if part is None:
         ctx._run(_BWD_FN[op], ctypes.byref(a), *ws_arg, stream)
@@ -625,28 +627,35 @@ def _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dsca
     a.scale, a.scale_stride = _rows(scale)
     a.dout, a.dout_stride = _rows(dout)
     a.dweight = dweight.data_ptr() if need_dweight else None
-    a.dshift, a.dshift_stride = _rows(dshift)
-    a.dscale, a.dscale_stride = _rows(dscale)
+    if dshift is not None:  # None: the row gradients alone
+        a.dshift, a.dshift_stride = _rows(dshift)
+        a.dscale, a.dscale_stride = _rows(dscale)
 
 
 def _norm_modulate_bwd_impl(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale: Tensor,
-                       index: Tensor, eps: float, need_dweight: bool
+                       index: Tensor, eps: float, need_dweight: bool, need_tables: bool = True
                        ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, None)
+    return _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, need_tables, None)
 
 
-def _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, part):
+def _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, need_tables, part):
+    """need_tables False and need_dweight False: dx alone (frozen tables and
+    weight), the library's row-gradients-only backward; dshift and dscale
+    are then empty placeholders."""
     n, h = x.shape
     rows = scale.shape[0]
+    rows_only = not (need_tables or need_dweight)
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     dweight = _param_grad(weight, n, h) if need_dweight else _placeholder(scale)
-    dshift, dscale = _param_grad(scale, n, rows, h), _param_grad(scale, n, rows, h)
+    dshift, dscale = ((_placeholder(scale), _placeholder(scale)) if rows_only
+                      else (_param_grad(scale, n, rows, h), _param_grad(scale, n, rows, h)))
     if n:
         a = _adaln_args(x, index, scale, eps)
         a.x, a.x_stride = _rows(x)
         a.dx, a.dx_stride = _rows(dx)
-        _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dscale)
-        _adaln_bwd_launch("norm_modulate", a, x, n, h, rows, part)
+        _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, None if rows_only else dshift,
+                         None if rows_only else dscale)
+        _adaln_bwd_launch("norm_modulate", a, x, n, h, rows, part, rows_only)
     return dx, dweight, dshift, dscale
 
 
@@ -654,9 +663,11 @@ _norm_modulate_bwd = torch.library.custom_op("kjit::norm_modulate_bwd", mutates_
                                               device_types="cuda")(_norm_modulate_bwd_impl)
 
 @_norm_modulate_bwd.register_fake
-def _(dout, x, weight, scale, index, eps, need_dweight):
+def _(dout, x, weight, scale, index, eps, need_dweight, need_tables=True):
     rows, h = scale.shape
     dweight = weight.new_empty((h,)) if need_dweight else _placeholder(scale)
+    if not (need_tables or need_dweight):
+        return x.new_empty(x.shape), dweight, _placeholder(scale), _placeholder(scale)
     return x.new_empty(x.shape), dweight, scale.new_empty((rows, h)), scale.new_empty((rows, h))
 
 
@@ -669,11 +680,14 @@ def _norm_modulate_setup(ctx, inputs, output):
 def _norm_modulate_backward(ctx, dout, bwd=None):
     x, weight, scale, index = ctx.saved_tensors
     need_dweight = weight is not None and ctx.needs_input_grad[1]
+    need_tables = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
     dout = _row_major(dout)
     if bwd is None:  # the torch.library op's backward
         bwd = (_norm_modulate_bwd_impl if _backward_direct(dout)
                else torch.ops.kjit.norm_modulate_bwd)
-    dx, dweight, dshift, dscale = bwd(dout, x, weight, scale, index, ctx.eps, need_dweight)
+    dx, dweight, dshift, dscale = bwd(dout, x, weight, scale, index, ctx.eps, need_dweight, need_tables)
+    if not need_tables:
+        dshift = dscale = None
     return dx, (dweight if need_dweight else None), dshift, dscale, None, None
 
 
@@ -860,16 +874,21 @@ def _(res, y, gate, weight, shift, scale, index, eps):
 
 def _fused_bwd_impl(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate: Tensor,
                weight: Optional[Tensor], scale: Tensor, index: Tensor, eps: float,
-               need_dweight: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, None)
+               need_dweight: bool, need_tables: bool = True
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, need_tables, None)
 
 
-def _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, part):
+def _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, need_tables, part):
+    """need_tables False and need_dweight False: dres and dy alone (frozen
+    tables and weight); dgate, dshift and dscale are then placeholders."""
     n, hidden = h.shape
     rows = scale.shape[0]
+    rows_only = not (need_tables or need_dweight)
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dgate, dshift, dscale = (_param_grad(scale, n, rows, hidden) for _ in range(3))
+    dgate, dshift, dscale = ((_placeholder(scale) if rows_only else _param_grad(scale, n, rows, hidden))
+                             for _ in range(3))
     dweight = _param_grad(weight, n, hidden) if need_dweight else _placeholder(scale)
     if n:
         a = _adaln_args(h, index, scale, eps)
@@ -880,9 +899,11 @@ def _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight
             a.dh, a.dh_stride = _rows(dh)
         a.dx, a.dx_stride = _rows(dres)
         a.dy, a.dy_stride = _rows(dy)
-        a.dgate, a.dgate_stride = _rows(dgate)
-        _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, dshift, dscale)
-        _adaln_bwd_launch("gated_residual_norm_modulate", a, h, n, hidden, rows, part)
+        if not rows_only:
+            a.dgate, a.dgate_stride = _rows(dgate)
+        _norm_bwd_fields(a, dout, weight, scale, dweight, need_dweight, None if rows_only else dshift,
+                         None if rows_only else dscale)
+        _adaln_bwd_launch("gated_residual_norm_modulate", a, h, n, hidden, rows, part, rows_only)
     return dres, dy, dgate, dweight, dshift, dscale
 
 
@@ -890,10 +911,12 @@ _fused_bwd = torch.library.custom_op("kjit::gated_residual_norm_modulate_bwd", m
                                       device_types="cuda")(_fused_bwd_impl)
 
 @_fused_bwd.register_fake
-def _(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight):
+def _(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, need_tables=True):
     rows, hidden = scale.shape
     dweight = weight.new_empty((hidden,)) if need_dweight else _placeholder(scale)
-    dgate, dshift, dscale = (scale.new_empty((rows, hidden)) for _ in range(3))
+    rows_only = not (need_tables or need_dweight)
+    dgate, dshift, dscale = ((_placeholder(scale) if rows_only else scale.new_empty((rows, hidden)))
+                             for _ in range(3))
     return h.new_empty(h.shape), y.new_empty(y.shape), dgate, dweight, dshift, dscale
 
 
@@ -906,13 +929,16 @@ def _fused_setup(ctx, inputs, output):
 def _fused_backward(ctx, dh, dout, bwd=None):
     h, y, gate, weight, scale, index = ctx.saved_tensors
     need_dweight = weight is not None and ctx.needs_input_grad[3]
+    need_tables = ctx.needs_input_grad[2] or ctx.needs_input_grad[4] or ctx.needs_input_grad[5]
     dout = _row_major(dout)
     if bwd is None:
         bwd = (_fused_bwd_impl if _backward_direct(dout)
                else torch.ops.kjit.gated_residual_norm_modulate_bwd)
     dres, dy, dgate, dweight, dshift, dscale = bwd(
         None if dh is None else _row_major(dh), dout, h, y, gate, weight, scale, index, ctx.eps,
-        need_dweight)
+        need_dweight, need_tables)
+    if not need_tables:
+        dgate = dshift = dscale = None
     return dres, dy, dgate, (dweight if need_dweight else None), dshift, dscale, None, None
 
 
