@@ -694,9 +694,17 @@ def _norm_modulate_backward(ctx, dout, bwd=None):
 _norm_modulate.register_autograd(_norm_modulate_backward, setup_context=_norm_modulate_setup)
 
 
+def _any_grad(*ts):
+    return any(t is not None and t.requires_grad for t in ts)
+
+
+# The training forward (which builds the backward's row partition) only when
+# a table or the weight will get a gradient: otherwise the backward computes
+# the row gradients alone and needs no partition.
 _NormModulateFn = _eager_function(
-    "_NormModulateFn", lambda *a: _norm_modulate_fwd(*a), _norm_modulate_setup,
-    _norm_modulate_backward, lambda *a: _norm_modulate_bwd_run(*a))
+    "_NormModulateFn",
+    lambda x, w, sh, sc, i, e, train: _norm_modulate_fwd(x, w, sh, sc, i, e, train and _any_grad(w, sh, sc)),
+    _norm_modulate_setup, _norm_modulate_backward, lambda *a: _norm_modulate_bwd_run(*a))
 
 
 def _check_norm_args(fn, x_named, weight, shift, scale, gate, index):
@@ -945,8 +953,10 @@ def _fused_backward(ctx, dh, dout, bwd=None):
 _fused.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 
-_FusedFn = _eager_function("_FusedFn", lambda *a: _fused_fwd(*a), _fused_setup,
-                           _fused_backward, lambda *a: _fused_bwd_run(*a))
+_FusedFn = _eager_function(
+    "_FusedFn",
+    lambda r, y, g, w, sh, sc, i, e, train: _fused_fwd(r, y, g, w, sh, sc, i, e, train and _any_grad(g, w, sh, sc)),
+    _fused_setup, _fused_backward, lambda *a: _fused_bwd_run(*a))
 
 
 def _check_fused(res, y, gate, weight, shift, scale, index, eps):
