@@ -272,7 +272,14 @@ KJIT_API int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tabl
  * gated_residual reads y, dout -> dx (= dres, may be NULL: it equals dout),
  * dy, dgate; the fused op reads x (= the h its forward returned), y, dh
  * (may be NULL: zeros), dout -> dx (= dres), dy, dgate, dweight, dshift,
- * dscale. dweight may be NULL (not computed) and must be NULL when weight is. */
+ * dscale. dweight may be NULL (not computed) and must be NULL when weight is.
+ * The row gradients alone (tables and weight frozen): norm_modulate and the
+ * fused op with every parameter gradient NULL (dshift, dscale, dweight and,
+ * fused, dgate) compute dx (fused: dx and dy) with one row-parallel kernel:
+ * no partition, no workspace (the workspace arguments are not used), the
+ * same bits as the full backward's row gradients, n = 0 writes nothing.
+ * Some of them NULL and others given is refused (KJIT_EINVAL naming the
+ * first missing). gated_residual always computes dgate. */
 typedef struct kjit_adaln_args {
     int64_t n;
     int hidden;
