@@ -708,6 +708,53 @@ template <int MODE> struct bwd_shape {
     static __device__ __forceinline__ int tab(int g) { return MODE == 2 ? 2 : g; }
 };
 
+// The norm's backward, per element and per row: one definition shared by
+// the full backward (bwd_fast, bwd_generic) and the row-gradients-only one
+// (bwd_dx_fast, bwd_dx_generic), so both compute the same bits.
+//   sums:  sxx += x * x, sgx += (dout * m) * x      (m = w * (1 + scale))
+//   stats: rs = rstd, c2 = mean(dout * m * xhat)    (the row's reduction)
+//   dx:    rs * (dout * m - xhat * c2), xhat = x * rs (returned in xh)
+__device__ __forceinline__ void dnorm_sums(float xf, float df, float m, float &sxx, float &sgx)
+{
+    sxx = __fmaf_rn(xf, xf, sxx);
+    sgx = __fmaf_rn(__fmul_rn(df, m), xf, sgx);
+}
+template <int V, int WPR>
+__device__ __forceinline__ void dnorm_stats(float (&sxx)[V], float (&sgx)[V], float *red, int &par, int tw, float h,
+                                            float eps, float &rs, float &c2)
+{
+    float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
+    row_reduce<2, WPR>(q, red, par, tw, 1);
+    rs = rstd_of(q[0], h, eps);
+    c2 = __fmul_rn(__fdiv_rn(q[1], h), rs);
+}
+__device__ __forceinline__ float dnorm_dx(float xf, float df, float m, float rs, float c2, float &xh)
+{
+    xh = __fmul_rn(xf, rs);
+    const float gn = __fmul_rn(df, m);
+    return __fmul_rn(rs, __fmaf_rn(-xh, c2, gn));
+}
+// The generic path's row sums: thread t's elements in granule order.
+template <class TA, class TP, int V, int TPR>
+__device__ __forceinline__ void dnorm_sums_generic(const TA *xr, const TA *dor, const TP *wp, const TP *sc, bool hw,
+                                                   int h, float (&sxx)[V], float (&sgx)[V])
+{
+    const int G = (h + V - 1) / V, IT = (G + TPR - 1) / TPR;
+    for (int i = 0; i < V; ++i) sxx[i] = sgx[i] = 0.0f;
+    for (int k = 0; k < IT; ++k) {
+        const int gi = k * TPR + (int)threadIdx.x;
+        if (gi < G) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const int col = gi * V + i;
+                if (col < h)
+                    dnorm_sums(ld_f32(xr + col), ld_f32(dor + col),
+                               mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col)), sxx[i], sgx[i]);
+            }
+        }
+    }
+}
+
 // Segment flags of table row r within chunk [b, e).
 struct seg_state {
     long long r;
@@ -929,15 +976,10 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     unpack(buf[1][k], df);
                     tab.get(0, k, m);
 #pragma unroll
-                    for (int i = 0; i < V; ++i) {
-                        sxx[i] = __fmaf_rn(xf[i], xf[i], sxx[i]);
-                        sgx[i] = __fmaf_rn(__fmul_rn(df[i], m[i]), xf[i], sgx[i]);
-                    }
+                    for (int i = 0; i < V; ++i) dnorm_sums(xf[i], df[i], m[i], sxx[i], sgx[i]);
                 }
-            float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
-            row_reduce<2, WPR>(q, red, par, tw, 1);
-            const float rs = rstd_of(q[0], (float)H, p.eps);
-            const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)H), rs); // mean(g * xhat)
+            float rs, c2;
+            dnorm_stats<V, WPR>(sxx, sgx, red, par, tw, (float)H, p.eps, rs, c2);
 #pragma unroll
             for (int k = 0; k < IT; ++k)
                 if (FULL || k * TPR + t < G) {
@@ -957,11 +999,10 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                     for (int j = 0; j < NACC; ++j) acc.get(j, k, a[j]);
 #pragma unroll
                     for (int i = 0; i < V; ++i) {
-                        const float xh = __fmul_rn(xf[i], rs);
-                        const float gn = __fmul_rn(df[i], m[i]);
+                        float xh;
                         a[0][i] = __fadd_rn(a[0][i], df[i]);
+                        xf[i] = dnorm_dx(xf[i], df[i], m[i], rs, c2, xh); // dx of the norm
                         a[1][i] = __fmaf_rn(df[i], xh, a[1][i]);
-                        xf[i] = __fmul_rn(rs, __fmaf_rn(-xh, c2, gn)); // dx of the norm
                     }
                     if constexpr (MODE == 3) {
                         float dh[V], yf[V], gt[V];
@@ -1023,8 +1064,6 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
     const int tw = t >> 5;
     int par = 0;
     const int h = p.h;
-    const int G = (h + V - 1) / V;
-    const int IT = (G + TPR - 1) / TPR;
     const long long c = blockIdx.x;
     const long long b = c * p.part.chunk;
     const long long total = ldg_i32(p.part.start + p.part.r);
@@ -1096,38 +1135,19 @@ __device__ __forceinline__ void bwd_generic(const kjit_adaln_bwd_params &p)
             }
         } else {
             const TA *xr = (const TA *)p.x + row * p.x_stride;
-            float sxx[V], sgx[V];
-            for (int i = 0; i < V; ++i) sxx[i] = sgx[i] = 0.0f;
-            for (int k = 0; k < IT; ++k) {
-                const int gi = k * TPR + t;
-                if (gi < G) {
-#pragma unroll
-                    for (int i = 0; i < V; ++i) {
-                        const int col = gi * V + i;
-                        if (col < h) {
-                            const float xf = ld_f32(xr + col);
-                            const float m = mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col));
-                            sxx[i] = __fmaf_rn(xf, xf, sxx[i]);
-                            sgx[i] = __fmaf_rn(__fmul_rn(ld_f32(dor + col), m), xf, sgx[i]);
-                        }
-                    }
-                }
-            }
-            float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
-            row_reduce<2, WPR>(q, red, par, tw, 1);
-            const float rs = rstd_of(q[0], (float)h, p.eps);
-            const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)h), rs);
+            float sxx[V], sgx[V], rs, c2;
+            dnorm_sums_generic<TA, TP, V, TPR>(xr, dor, wp, sc, hw, h, sxx, sgx);
+            dnorm_stats<V, WPR>(sxx, sgx, red, par, tw, (float)h, p.eps, rs, c2);
             const TA *dhr = (const TA *)p.dh + row * p.dh_stride;
             const TA *yr = (const TA *)p.y + row * p.y_stride;
             for (int col = t; col < h; col += TPR) {
                 const float xf = ld_f32(xr + col);
                 const float df = ld_f32(dor + col);
                 const float m = mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col));
-                const float xh = __fmul_rn(xf, rs);
-                const float gn = __fmul_rn(df, m);
+                float xh;
+                float g = dnorm_dx(xf, df, m, rs, c2, xh);
                 accp[col] = __fadd_rn(accp[col], df);
                 accp[(long long)h + col] = __fmaf_rn(df, xh, accp[(long long)h + col]);
-                float g = __fmul_rn(rs, __fmaf_rn(-xh, c2, gn));
                 if constexpr (MODE == 3) {
                     if (hdh) g = __fadd_rn(ld_f32(dhr + col), g);
                     float *a = accp + 2 * (long long)h + col;
@@ -1247,8 +1267,10 @@ __device__ __forceinline__ void bwd_dx_fast(const kjit_adaln_bwd_params &p)
     const bool hdh = MODE == 3 && p.dh != 0;
     for (long long row = blockIdx.x; row < p.n; row += gridDim.x) {
         const long long r = (long long)index[row];
-        if (index_bad<TI>(p.index, r)) {
-            if (t == 0) *p.index.err = 1;
+        // A bad index: the row is skipped whatever the checking (as the full
+        // backward's partition leaves it out); the flag only when checking.
+        if (r < 0 || r >= p.index.r) {
+            if (t == 0 && p.index.err != 0) *p.index.err = 1;
             continue;
         }
         const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
@@ -1268,7 +1290,7 @@ __device__ __forceinline__ void bwd_dx_fast(const kjit_adaln_bwd_params &p)
 #pragma unroll
                 for (int i = 0; i < V; ++i) m[k][i] = mod_of(hw, hw ? wf[i] : 1.0f, s1[i]);
             }
-        float sxx[V], sgx[V];
+        float sxx[V], sgx[V], rs, c2;
 #pragma unroll
         for (int i = 0; i < V; ++i) sxx[i] = sgx[i] = 0.0f;
 #pragma unroll
@@ -1278,15 +1300,9 @@ __device__ __forceinline__ void bwd_dx_fast(const kjit_adaln_bwd_params &p)
                 unpack(xa[k], xf);
                 unpack(da[k], df);
 #pragma unroll
-                for (int i = 0; i < V; ++i) {
-                    sxx[i] = __fmaf_rn(xf[i], xf[i], sxx[i]);
-                    sgx[i] = __fmaf_rn(__fmul_rn(df[i], m[k][i]), xf[i], sgx[i]);
-                }
+                for (int i = 0; i < V; ++i) dnorm_sums(xf[i], df[i], m[k][i], sxx[i], sgx[i]);
             }
-        float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
-        row_reduce<2, WPR>(q, red, par, tw, 1);
-        const float rs = rstd_of(q[0], (float)H, p.eps);
-        const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)H), rs);
+        dnorm_stats<V, WPR>(sxx, sgx, red, par, tw, (float)H, p.eps, rs, c2);
         TA *dx = (TA *)p.dx + row * p.dx_stride;
 #pragma unroll
         for (int k = 0; k < IT; ++k)
@@ -1297,9 +1313,8 @@ __device__ __forceinline__ void bwd_dx_fast(const kjit_adaln_bwd_params &p)
                 unpack(da[k], df);
 #pragma unroll
                 for (int i = 0; i < V; ++i) {
-                    const float xh = __fmul_rn(xf[i], rs);
-                    const float gn = __fmul_rn(df[i], m[k][i]);
-                    xf[i] = __fmul_rn(rs, __fmaf_rn(-xh, c2, gn));
+                    float xh;
+                    xf[i] = dnorm_dx(xf[i], df[i], m[k][i], rs, c2, xh);
                 }
                 if constexpr (MODE == 3) {
                     if (hdh) {
@@ -1331,43 +1346,25 @@ __device__ __forceinline__ void bwd_dx_generic(const kjit_adaln_bwd_params &p)
     const int tw = t >> 5;
     int par = 0;
     const int h = p.h;
-    const int G = (h + V - 1) / V;
-    const int IT = (G + TPR - 1) / TPR;
     const TI *index = (const TI *)p.index.ptr;
     const TP *wp = (const TP *)p.w;
     const bool hw = wp != 0;
     const bool hdh = MODE == 3 && p.dh != 0;
     for (long long row = blockIdx.x; row < p.n; row += gridDim.x) {
         const long long r = (long long)index[row];
-        if (index_bad<TI>(p.index, r)) {
-            if (t == 0) *p.index.err = 1;
+        // A bad index: the row is skipped whatever the checking (as the full
+        // backward's partition leaves it out); the flag only when checking.
+        if (r < 0 || r >= p.index.r) {
+            if (t == 0 && p.index.err != 0) *p.index.err = 1;
             continue;
         }
         const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
         const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
         const TA *xr = (const TA *)p.x + row * p.x_stride;
         const TA *dor = (const TA *)p.dout + row * p.dout_stride;
-        float sxx[V], sgx[V];
-        for (int i = 0; i < V; ++i) sxx[i] = sgx[i] = 0.0f;
-        for (int k = 0; k < IT; ++k) {
-            const int gi = k * TPR + t;
-            if (gi < G) {
-#pragma unroll
-                for (int i = 0; i < V; ++i) {
-                    const int col = gi * V + i;
-                    if (col < h) {
-                        const float xf = ld_f32(xr + col);
-                        const float m = mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col));
-                        sxx[i] = __fmaf_rn(xf, xf, sxx[i]);
-                        sgx[i] = __fmaf_rn(__fmul_rn(ld_f32(dor + col), m), xf, sgx[i]);
-                    }
-                }
-            }
-        }
-        float q[2] = {lane_fold<V>(sxx), lane_fold<V>(sgx)};
-        row_reduce<2, WPR>(q, red, par, tw, 1);
-        const float rs = rstd_of(q[0], (float)h, p.eps);
-        const float c2 = __fmul_rn(__fdiv_rn(q[1], (float)h), rs);
+        float sxx[V], sgx[V], rs, c2;
+        dnorm_sums_generic<TA, TP, V, TPR>(xr, dor, wp, sc, hw, h, sxx, sgx);
+        dnorm_stats<V, WPR>(sxx, sgx, red, par, tw, (float)h, p.eps, rs, c2);
         const TA *dhr = (const TA *)p.dh + row * p.dh_stride;
         TA *dx = (TA *)p.dx + row * p.dx_stride;
         TA *dy = (TA *)p.dy + row * p.dy_stride;
@@ -1375,9 +1372,8 @@ __device__ __forceinline__ void bwd_dx_generic(const kjit_adaln_bwd_params &p)
             const float xf = ld_f32(xr + col);
             const float df = ld_f32(dor + col);
             const float m = mod_of(hw, hw ? ld_f32(wp + col) : 1.0f, ld_f32(sc + col));
-            const float xh = __fmul_rn(xf, rs);
-            const float gn = __fmul_rn(df, m);
-            float g = __fmul_rn(rs, __fmaf_rn(-xh, c2, gn));
+            float xh;
+            float g = dnorm_dx(xf, df, m, rs, c2, xh);
             if constexpr (MODE == 3) {
                 if (hdh) g = __fadd_rn(ld_f32(dhr + col), g);
                 st_f32(dy + col, __fmul_rn(g, ld_f32(gt + col)));
@@ -1438,8 +1434,9 @@ __global__ void __launch_bounds__(TPR, (kjit::adaln::bwd_min_ctas<MODE, TA, H, T
 //   grid = any value in [1, n] (rows grid-stride), block = TPR, no dynamic
 //   shared memory. Reads x, dout (MODE 3: also dh, NULL = zeros), w, the
 //   scale table (MODE 3: the gate table); writes dx (MODE 3: also dy).
-//   Index checking as the forward's: a row whose index is out of range is
-//   skipped and raises p.index.err.
+//   A row whose index is outside [0, p.index.r) is skipped (the full
+//   backward's partition leaves it out too) and raises p.index.err when
+//   that is set (asynchronous checking).
 template <int MODE, class TA, class TP, class TI, int H, int TPR>
 __global__ void __launch_bounds__(TPR) kjit_adaln_bwd_dx(const __grid_constant__ kjit_adaln_bwd_params p)
 {

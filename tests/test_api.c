@@ -233,11 +233,23 @@ static void adaln_args(kjit_ctx *ctx)
                 CHECK(strstr(kjit_last_error(), "dy") != NULL);
             }
             a = r;
+            a.dweight = mem; /* without a weight: that is named first */
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "dweight given but weight is NULL") != NULL);
+            a = r;
             a.n = 0; /* no parameter gradient to zero: nothing to do */
             CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_OK);
+            /* The training backward reads no partition then, and checks none. */
+            CHECK_STATUS(kjit_adaln_train_bwd(ctx, (kjit_adaln_op)(m + 1), &a, NULL, 0, NULL, 0, NULL), KJIT_OK);
             if (!kjit_ctx_has_device(ctx)) {
-                /* No workspace is used: a small one is not refused. */
+                /* No workspace is used: a small one is not refused; nor is a
+                 * training backward without a partition, nor (fused) no y. */
                 CHECK_STATUS(bwds[m](ctx, &r, mem, 16, NULL), KJIT_ENODRIVER);
+                CHECK_STATUS(kjit_adaln_train_bwd(ctx, (kjit_adaln_op)(m + 1), &r, NULL, 0, NULL, 0, NULL),
+                             KJIT_ENODRIVER);
+                a = r;
+                a.y = NULL;
+                CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_ENODRIVER);
                 r.weight = mem; /* with a weight, without its gradient */
                 CHECK_STATUS(bwds[m](ctx, &r, NULL, 0, NULL), KJIT_ENODRIVER);
             }

@@ -141,10 +141,13 @@ static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
 {
     const char *op = modes[mode].name;
     unsigned need = operands(mode, bwd);
-    if (bwd && rows_only(mode, a)) need &= ~(unsigned)(DSHIFT | DSCALE | DGATE);
+    /* The row gradients alone read no y (the fused op's y only feeds dgate). */
+    if (bwd && rows_only(mode, a)) need &= ~(unsigned)(DSHIFT | DSCALE | DGATE | Y);
     else if (bwd && mode != 2) {
         /* Some parameter gradients given, not all: name the first missing. */
         const char *miss = !a->dshift ? "dshift" : !a->dscale ? "dscale" : mode == 3 && !a->dgate ? "dgate" : NULL;
+        if (miss && a->dweight && !a->weight)
+            return kjit__fail(KJIT_EINVAL, "%s: dweight given but weight is NULL", op);
         if (miss)
             return kjit__fail(KJIT_EINVAL, "%s: %s is NULL while other parameter gradients are given (give dshift, "
                               "dscale%s and optionally dweight, or none of them for the row gradients alone)",
@@ -349,11 +352,13 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s backward: %s is NULL", op, ctx ? "args" : "ctx");
     int vec, rc = validate(mode, 1, a, &vec);
     if (rc) return rc;
+    /* The row gradients alone need no partition: a training backward's
+     * buffer is not read, nor checked. */
+    if (rows_only(mode, a)) return bwd_rows(ctx, mode, a, vec, stream);
     const int ng = modes[mode].ng, with_w = mode != 2 && a->dweight;
     kjit_part_plan pl;
     plan_of(mode, a, &pl);
     if (train && (rc = train_partition(op, "training backward", partb, partb_bytes, pl.off_partial))) return rc;
-    if (rows_only(mode, a)) return bwd_rows(ctx, mode, a, vec, stream);
     if ((rc = kjit__workspace_check(op, ws, ws_bytes, pl.bytes, "kjit_adaln_workspace"))) return rc;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;

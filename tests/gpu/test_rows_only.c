@@ -1,14 +1,15 @@
 /* The row gradients alone: norm_modulate's and the fused op's backward with
  * every table and weight gradient NULL (kjit_adaln_bwd_dx) against the full
  * backward, bit for bit. Shapes on the fast path and the generic one
- * (hidden 13 and 1000), bf16, fp16 (fp32 tables) and fp32, int32 and int64
- * indices, tables as chunk(6) views, strided activations, with and without a
- * weight and (fused) dh; the plain and the training backward. Outputs are
- * poisoned before each call, so a row left unwritten differs. Also: a
- * captured CUDA graph replays it bitwise, and with asynchronous index
- * checking a row with a bad index is skipped (its dx keeps the poison) and
- * the flag is raised. The full backward is checked against fp64 by
- * test_adaln; equal bits here make the row-only path as accurate. */
+ * (hidden 13, and 1000 with rows not 16-byte aligned), bf16, fp16 (fp32
+ * tables) and fp32, int32 and int64 indices, 32 to 512 threads a row (1 to
+ * 16 warps), tables as chunk(6) views, strided activations, with and
+ * without a weight and (fused) dh; the plain and the training backward.
+ * Outputs are poisoned before each call, so a row left unwritten differs.
+ * Also: a captured CUDA graph replays it bitwise, and with asynchronous
+ * index checking a row with a bad index is skipped (its dx keeps the
+ * poison) and the flag is raised. The full backward is checked against
+ * fp64 by test_adaln; equal bits here make the row-only path as accurate. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,6 +201,7 @@ int main(void)
         {1000, 300, 1000, KJIT_F32, KJIT_F32, KJIT_I32, 1, 1, 3},
         {300, 1, 13, KJIT_BF16, KJIT_BF16, KJIT_I64, 1, 0, 3},
         {1, 5, 4096, KJIT_BF16, KJIT_F32, KJIT_I32, 0, 1, 0},
+        {64, 3, 16384, KJIT_F32, KJIT_F32, KJIT_I32, 1, 1, 0}, /* 512 threads a row: 16 warps */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
         for (int mode = 1; mode <= 3; mode += 2) run_shape(ctx, actx, stream, &g, &shapes[i], mode);
