@@ -276,8 +276,10 @@ KJIT_API int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tabl
  * The row gradients alone (tables and weight frozen): norm_modulate and the
  * fused op with every parameter gradient NULL (dshift, dscale, dweight and,
  * fused, dgate) compute dx (fused: dx and dy) with one row-parallel kernel:
- * no partition, no workspace (the workspace arguments are not used), the
- * same bits as the full backward's row gradients, n = 0 writes nothing.
+ * no partition, no workspace (the workspace and, for kjit_adaln_train_bwd,
+ * the partition arguments are not used; the fused op reads no y), the same
+ * bits as the full backward's row gradients (a row with an index outside
+ * [0, R) is skipped, as there), n = 0 writes nothing.
  * Some of them NULL and others given is refused (KJIT_EINVAL naming the
  * first missing). gated_residual always computes dgate. */
 typedef struct kjit_adaln_args {
