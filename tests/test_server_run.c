@@ -33,6 +33,7 @@ static char *json_of(const char *text)
 #define NM_RUN(tail) RUN(NM, NM_BUFS "," IDX, ",'event':4" tail)
 #define GR "'op':'gated_residual','hidden':5376,'dtype':'bf16','n':4097,'rows':9"
 #define GATHER "'op':'adaln_row_gather','hidden':5376,'dtype':'bf16','n':4097,'rows':9"
+#define FU "'op':'gated_residual_norm_modulate','hidden':5376,'dtype':'bf16','n':4097,'rows':9"
 #define SIN "'op':'timestep_sinusoid','hidden':256,'dtype':'fp32','n':64"
 
 typedef struct run_case {
@@ -155,6 +156,15 @@ static const struct {
                             "{'name':'dout','handle':0,'offset':64,'stride':5376},{'name':'dx','handle':2,'stride':"
                             "5376},{'name':'dshift','handle':1,'stride':5376},{'name':'dscale','handle':1,'stride':"
                             "5376},{'name':'weight','handle':2},{'name':'dweight','handle':2}," IDX, ",'event':4"),
+     320},
+    /* The row gradients alone: no parameter gradient (the fused op: no y). */
+    {RUN(NM ",'dir':'bwd'", "{'name':'x','handle':0,'stride':5376},{'name':'scale','handle':1,'stride':32256},"
+                            "{'name':'dout','handle':0,'offset':64,'stride':5376},{'name':'dx','handle':2,'stride':"
+                            "5376}," IDX, ""),
+     320},
+    {RUN(FU ",'dir':'bwd'", "{'name':'x','handle':0,'stride':5376},{'name':'gate','handle':1,'stride':32256},"
+                            "{'name':'scale','handle':1,'stride':32256},{'name':'dout','handle':0,'stride':5376},"
+                            "{'name':'dx','handle':2,'stride':5376},{'name':'dy','handle':2,'stride':5376}," IDX, ""),
      320},
     {RUN(GR, "{'name':'res','handle':0,'stride':5376},{'name':'y','handle':0,'stride':5376},{'name':'gate','handle':1,"
              "'stride':5376},{'name':'out','handle':2,'stride':5376}," IDX, ""), 256},

@@ -69,12 +69,15 @@ struct kjit_run_op {
     unsigned fields;
 };
 
-/* Mirrors the operands each op reads and writes (src/ops/adaln.c). */
+/* Mirrors the operands each op reads and writes (src/ops/adaln.c). The norm
+ * ops' parameter gradients are optional here: with none of them the
+ * backward computes the row gradients alone (the fused op then reads no y);
+ * with some but not all, the library refuses the call naming the missing
+ * one (bad_request on the GPU lane). */
 static const kjit_run_op ops[] = {
     {"norm_modulate", ADALN, 1, adaln_slots, 18,
-     {B(X) | B(SHIFT) | B(SCALE) | B(OUT) | B(AINDEX),
-      B(X) | B(SCALE) | B(DOUT) | B(DX) | B(DSHIFT) | B(DSCALE) | B(AINDEX)},
-     {B(W), B(W) | B(DW)},
+     {B(X) | B(SHIFT) | B(SCALE) | B(OUT) | B(AINDEX), B(X) | B(SCALE) | B(DOUT) | B(DX) | B(AINDEX)},
+     {B(W), B(W) | B(DW) | B(DSHIFT) | B(DSCALE)},
      KJIT_RUN_ROWS | KJIT_RUN_PARAM_DTYPE | KJIT_RUN_INDEX_DTYPE | KJIT_RUN_EPS},
     {"gated_residual", ADALN, 2, adaln_slots, 18,
      {B(RES) | B(Y) | B(GATE) | B(OUT) | B(AINDEX), B(Y) | B(GATE) | B(DOUT) | B(DY) | B(DGATE) | B(AINDEX)},
@@ -82,8 +85,8 @@ static const kjit_run_op ops[] = {
      KJIT_RUN_ROWS | KJIT_RUN_PARAM_DTYPE | KJIT_RUN_INDEX_DTYPE},
     {"gated_residual_norm_modulate", ADALN, 3, adaln_slots, 18,
      {B(RES) | B(Y) | B(GATE) | B(SHIFT) | B(SCALE) | B(OUT) | B(H) | B(AINDEX),
-      B(X) | B(Y) | B(GATE) | B(SCALE) | B(DOUT) | B(DX) | B(DY) | B(DGATE) | B(DSHIFT) | B(DSCALE) | B(AINDEX)},
-     {B(W), B(W) | B(DW) | B(DH)},
+      B(X) | B(GATE) | B(SCALE) | B(DOUT) | B(DX) | B(DY) | B(AINDEX)},
+     {B(W), B(W) | B(DW) | B(DH) | B(Y) | B(DGATE) | B(DSHIFT) | B(DSCALE)},
      KJIT_RUN_ROWS | KJIT_RUN_PARAM_DTYPE | KJIT_RUN_INDEX_DTYPE | KJIT_RUN_EPS},
     {"adaln_row_gather", GATHER, 0, gather_slots, 33,
      {B(GINDEX), B(GINDEX)},
