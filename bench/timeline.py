@@ -13,7 +13,8 @@ The stamps cost a few registers: times are close to, not equal to, the
 plain kernels' (compare bench_ops in the same run).
 
 Usage:
-  python3 bench/timeline.py --patch DIR       write the stamped templates (no GPU)
+  python3 bench/timeline.py --patch DIR       write the stamped templates (no GPU;
+                                              --templates DIR: others than this tree's)
   python3 bench/timeline.py [--rows N]...     run and summarise (GPU, torch)
   python3 bench/timeline.py --summarise FILE --rows N   summarise a saved run
                                               (--save DIR keeps each run's output)
@@ -77,14 +78,13 @@ def sub(s, old, new, what):
     return s.replace(old, new)
 
 
-def patch(dst):
-    """Copy kernel_templates to dst with the stamps added."""
-    src = os.path.join(ROOT, "kernel_templates")
-    if os.path.exists(dst):
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
-    p = os.path.join(dst, "adaln.cuh")
-    s = open(p).read()
+def patch(dst, src=os.path.join(ROOT, "kernel_templates")):
+    """Copy the templates in src to dst with the stamps added; dst is written
+    only once every stamp has found its place."""
+    try:
+        s = open(os.path.join(src, "adaln.cuh")).read()
+    except OSError as e:
+        sys.exit(f"timeline.py: --templates: {e.strerror}: {os.path.join(src, 'adaln.cuh')}")
     s = sub(s, "#include \"partition.cuh\"\n", "#include \"partition.cuh\"\n" + HELPERS, "the includes")
     # backward: per-CTA state
     s = sub(s, "    const int t = threadIdx.x;\n    const int tw = t >> 5;\n    int par = 0;\n    const long long c = blockIdx.x;\n",
@@ -127,7 +127,10 @@ def patch(dst):
     s = sub(s, "        kjit::adaln::fwd_rows<MODE, TA, TP, TI, H, TPR, RPC, PF>(p, blockIdx.x - 1, gridDim.x - 1);\n}\n",
             "        kjit::adaln::fwd_rows<MODE, TA, TP, TI, H, TPR, RPC, PF>(p, blockIdx.x - 1, gridDim.x - 1);\n" + done,
             "fwd_train end")
-    open(p, "w").write(s)
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    open(os.path.join(dst, "adaln.cuh"), "w").write(s)
 
 
 def drive(rows, steps):
@@ -204,6 +207,8 @@ def summarise(text, rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--patch", metavar="DIR", help="only write the stamped templates to DIR")
+    ap.add_argument("--templates", metavar="DIR", default=os.path.join(ROOT, "kernel_templates"),
+                    help="the templates to stamp (default: this tree's kernel_templates)")
     ap.add_argument("--rows", type=int, nargs="+", default=[4097])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--summarise", metavar="FILE", help="summarise a saved run of --rows (one value)")
@@ -211,7 +216,7 @@ def main():
     ap.add_argument("--drive", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.patch:
-        patch(a.patch)
+        patch(a.patch, a.templates)
         return
     if a.summarise:
         if len(a.rows) != 1:
@@ -227,7 +232,7 @@ def main():
         return
     with tempfile.TemporaryDirectory() as tmp:
         tpl = os.path.join(tmp, "templates")
-        patch(tpl)
+        patch(tpl, a.templates)
         env = dict(os.environ, KJIT_TEMPLATE_DIR=tpl)
         for rows in a.rows:
             r = subprocess.run([sys.executable, os.path.abspath(__file__), "--drive", str(rows), "--steps", str(a.steps)],

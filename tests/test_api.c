@@ -199,43 +199,28 @@ static void adaln_args(kjit_ctx *ctx)
             CHECK(strstr(kjit_last_error(), "dweight") != NULL);
         }
         /* The row gradients alone (norm ops): every parameter gradient
-         * NULL; some of them NULL is refused, naming the first missing. */
+         * NULL; some of them NULL is refused, naming the first missing, and
+         * nothing is written (every buffer here is mem, poisoned first). */
+        static char before[sizeof mem];
+        memset(mem, 0xA5, sizeof mem);
+#define REFUSED(stmt, word)                                                          \
+        do {                                                                         \
+            stmt;                                                                    \
+            memcpy(before, mem, sizeof mem);                                         \
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);              \
+            CHECK(strstr(kjit_last_error(), word) != NULL);                          \
+            CHECK(memcmp(before, mem, sizeof mem) == 0);                             \
+        } while (0)
+        kjit_adaln_args r = g;
+        r.dshift = r.dscale = r.dgate = NULL;
         if (m != 1) {
-            a = g;
-            a.dshift = NULL;
-            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
-            CHECK(strstr(kjit_last_error(), "dshift is NULL while other parameter gradients are given") != NULL);
-            a = g;
-            a.dscale = NULL;
-            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
-            CHECK(strstr(kjit_last_error(), "dscale is NULL while") != NULL);
-            a = g;
-            a.dshift = a.dscale = a.dgate = NULL;
-            a.weight = a.dweight = mem; /* dweight alone */
-            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
-            CHECK(strstr(kjit_last_error(), "dshift is NULL while") != NULL);
-            if (m == 2) {
-                a = g;
-                a.dgate = NULL;
-                CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
-                CHECK(strstr(kjit_last_error(), "dgate is NULL while") != NULL);
-            }
-            kjit_adaln_args r = g;
-            r.dshift = r.dscale = r.dgate = NULL;
-            a = r;
-            a.dx = NULL;
-            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
-            CHECK(strstr(kjit_last_error(), "dx") != NULL);
-            if (m == 2) {
-                a = r;
-                a.dy = NULL;
-                CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
-                CHECK(strstr(kjit_last_error(), "dy") != NULL);
-            }
-            a = r;
-            a.dweight = mem; /* without a weight: that is named first */
-            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
-            CHECK(strstr(kjit_last_error(), "dweight given but weight is NULL") != NULL);
+            REFUSED((a = g, a.dshift = NULL), "dshift is NULL while other parameter gradients are given");
+            REFUSED((a = g, a.dscale = NULL), "dscale is NULL while");
+            REFUSED((a = r, a.weight = a.dweight = mem), "dshift is NULL while"); /* dweight alone */
+            if (m == 2) REFUSED((a = g, a.dgate = NULL), "dgate is NULL while");
+            REFUSED((a = r, a.dx = NULL), "dx");
+            if (m == 2) REFUSED((a = r, a.dy = NULL), "dy");
+            REFUSED((a = r, a.dweight = mem), "dweight given but weight is NULL"); /* named first */
             a = r;
             a.n = 0; /* no parameter gradient to zero: nothing to do */
             CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_OK);
@@ -254,11 +239,10 @@ static void adaln_args(kjit_ctx *ctx)
                 CHECK_STATUS(bwds[m](ctx, &r, NULL, 0, NULL), KJIT_ENODRIVER);
             }
         } else {
-            a = g;
-            a.dgate = NULL; /* gated_residual has no row-gradients-only backward */
-            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
-            CHECK(strstr(kjit_last_error(), "dgate") != NULL);
+            REFUSED((a = g, a.dgate = NULL), "dgate"); /* gated_residual has no row-gradients-only backward */
         }
+#undef REFUSED
+        memset(mem, 0, sizeof mem);
         CHECK_STATUS(bwds[m](ctx, &g, mem, 16, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "workspace") != NULL);
         /* A misaligned workspace is refused with the other arguments,

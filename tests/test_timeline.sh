@@ -2,7 +2,8 @@
 # bench/timeline.py without a GPU: the stamped templates it writes compile
 # with NVRTC (kjit prewarm through KJIT_TEMPLATE_DIR, the fast and the
 # generic path), a saved run is summarised (the numbers checked against the
-# stamps written here), and bad input exits 1 with a message.
+# stamps written here), and bad input (a saved run without stamps, templates
+# whose text moved) exits 1 with a message, writing nothing.
 set -u
 PY=${PYTHON:-python3}
 S=$1 KJIT=$2
@@ -39,6 +40,7 @@ bad() { # expected-message args...
     shift
     out=$("$PY" "$S" "$@" 2>"$T/err"); rc=$?
     [ "$rc" = 1 ] || fail "timeline.py $*: exit $rc, want 1"
+    [ -z "$out" ] || fail "timeline.py $*: wrote to stdout: $out"
     grep -q -- "$msg" "$T/err" || fail "timeline.py $*: message '$(cat "$T/err")' lacks '$msg'"
 }
 : >"$T/empty.txt"
@@ -47,6 +49,13 @@ echo "STEP 0" >"$T/nobwd.txt"
 bad "no backward stamps" --summarise "$T/nobwd.txt" --rows 64
 bad "No such file" --summarise "$T/missing.txt" --rows 64
 bad "one --rows value" --summarise "$T/run.txt" --rows 64 128
+# Templates whose text moved: refused naming the stamp, no directory written.
+cp -r "$(dirname "$S")/../kernel_templates" "$T/old"
+sed -i 's/#include "partition.cuh"/#include "partition2.cuh"/' "$T/old/adaln.cuh"
+bad "the includes not found" --patch "$T/out" --templates "$T/old"
+[ ! -e "$T/out" ] || fail "--patch with moved templates wrote $T/out"
+bad "No such file" --patch "$T/out2" --templates "$T/missing"
+[ ! -e "$T/out2" ] || fail "--patch without templates wrote $T/out2"
 
 [ "$fails" = 0 ] && echo "test_timeline: all checks passed"
 exit $((fails > 0))
