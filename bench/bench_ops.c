@@ -376,6 +376,19 @@ static int parse_ops(const char *arg)
     return mask;
 }
 
+/* A second or third line under an op's (events) and in the graph table:
+ * forward + backward of another call pattern, against the same floor. */
+static void pair_line(const char *label, int64_t n, double us, double floor_us)
+{
+    printf("%-54s %6lld %10s %10.1f %10s %10s %9s %9.1f %7s %7.3f\n", label, (long long)n, "-", us, "", "", "",
+           floor_us, "", floor_us / us);
+}
+static void graph_pair_line(const char *label, int64_t n, double us, double floor_us)
+{
+    printf("graph %-48s %6lld %10s %10.1f %9s %9.1f %7s %7.3f\n", label, (long long)n, "-", us, "", floor_us, "",
+           floor_us / us);
+}
+
 int main(int argc, char **argv)
 {
     int op_mask = (1 << NOPS) - 1, do_sweep = 0, n_rows = 2, index_runs = 0;
@@ -533,15 +546,13 @@ int main(int argc, char **argv)
             if (op != OP_GATHER) {
                 t_plain[op][ni] = time_op(op, 2, n, sets[op], nsets[op]);
                 g_plain[op][ni] = time_graph(op, 2, n, sets[op], nsets[op], 0, NULL, NULL);
-                printf("%-54s %6lld %10s %10.1f %10s %10s %9s %9.1f %7s %7.3f\n", "  the same, plain fwd + bwd calls",
-                       (long long)n, "-", t_plain[op][ni], "", "", "", fb, "", fb / t_plain[op][ni]);
+                pair_line("  the same, plain fwd + bwd calls", n, t_plain[op][ni], fb);
                 fflush(stdout);
             }
             if (op == OP_NM || op == OP_FUSED) {
                 t_rows[op][ni] = time_op(op, 3, n, sets[op], nsets[op]);
                 g_rows[op][ni] = time_graph(op, 3, n, sets[op], nsets[op], 0, NULL, NULL);
-                printf("%-54s %6lld %10s %10.1f %10s %10s %9s %9.1f %7s %7.3f\n", "  the same, row gradients only",
-                       (long long)n, "-", t_rows[op][ni], "", "", "", fb, "", fb / t_rows[op][ni]);
+                pair_line("  the same, row gradients only", n, t_rows[op][ni], fb);
                 fflush(stdout);
             }
             if (do_sweep && op != OP_GATHER) sweep(op, n, sets[op], nsets[op]);
@@ -570,11 +581,9 @@ int main(int argc, char **argv)
             printf("graph %-48s %6lld %10.1f %10.1f %9.1f %9.1f %7.3f %7.3f\n", op_names[op], (long long)rows[ni],
                    g_fwd[op][ni], g_fb[op][ni], ff, fb, ff / g_fwd[op][ni], fb / g_fb[op][ni]);
             if (op != OP_GATHER)
-                printf("graph %-48s %6lld %10s %10.1f %9s %9.1f %7s %7.3f\n", "  the same, plain fwd + bwd calls",
-                       (long long)rows[ni], "-", g_plain[op][ni], "", fb, "", fb / g_plain[op][ni]);
+                graph_pair_line("  the same, plain fwd + bwd calls", rows[ni], g_plain[op][ni], fb);
             if (op == OP_NM || op == OP_FUSED)
-                printf("graph %-48s %6lld %10s %10.1f %9s %9.1f %7s %7.3f\n", "  the same, row gradients only",
-                       (long long)rows[ni], "-", g_rows[op][ni], "", fb, "", fb / g_rows[op][ni]);
+                graph_pair_line("  the same, row gradients only", rows[ni], g_rows[op][ni], fb);
         }
         const double fc = 2.0 * act_bytes(rows[ni]) / PEAK_BW * 1e6;
         printf("graph %-48s %6lld %10.1f %10s %9.1f %9s %7.3f\n", "copy reference (cuMemcpyDtoD)", (long long)rows[ni],

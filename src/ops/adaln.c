@@ -141,13 +141,13 @@ static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
 {
     const char *op = modes[mode].name;
     unsigned need = operands(mode, bwd);
+    if (bwd && mode != 2 && a->dweight && !a->weight)
+        return kjit__fail(KJIT_EINVAL, "%s: dweight given but weight is NULL", op);
     /* The row gradients alone read no y (the fused op's y only feeds dgate). */
     if (bwd && rows_only(mode, a)) need &= ~(unsigned)(DSHIFT | DSCALE | DGATE | Y);
     else if (bwd && mode != 2) {
         /* Some parameter gradients given, not all: name the first missing. */
         const char *miss = !a->dshift ? "dshift" : !a->dscale ? "dscale" : mode == 3 && !a->dgate ? "dgate" : NULL;
-        if (miss && a->dweight && !a->weight)
-            return kjit__fail(KJIT_EINVAL, "%s: dweight given but weight is NULL", op);
         if (miss)
             return kjit__fail(KJIT_EINVAL, "%s: %s is NULL while other parameter gradients are given (give dshift, "
                               "dscale%s and optionally dweight, or none of them for the row gradients alone)",
@@ -192,10 +192,7 @@ static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
     if (bwd && mode == 3 && a->dh && (rc = kjit__check_rows(op, "dh", a->dh, a->dh_stride, n, h, A, vec))) return rc;
     if (mode != 2) {
         if (a->weight && (rc = kjit__check_vector(op, "weight", a->weight, h, P, vec))) return rc;
-        if (bwd && a->dweight) {
-            if (!a->weight) return kjit__fail(KJIT_EINVAL, "%s: dweight given but weight is NULL", op);
-            if ((rc = kjit__check_vector(op, "dweight", a->dweight, h, P, vec))) return rc;
-        }
+        if (bwd && a->dweight && (rc = kjit__check_vector(op, "dweight", a->dweight, h, P, vec))) return rc;
     }
     return KJIT_OK;
 }
