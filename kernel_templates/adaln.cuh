@@ -1245,6 +1245,18 @@ __device__ __forceinline__ void fwd_rows(const kjit_adaln_fwd_params &p, long lo
 
 namespace kjit {
 namespace adaln {
+// A row's table index, or -1 for a bad one: such a row is skipped whatever
+// the checking (as the full backward's partition leaves it out); the flag
+// is raised only when checking.
+template <class TI>
+__device__ __forceinline__ long long dx_row_index(const kjit_adaln_bwd_params &p, long long row, int t)
+{
+    const long long r = (long long)((const TI *)p.index.ptr)[row];
+    if (r >= 0 && r < p.index.r) return r;
+    if (t == 0 && p.index.err != 0) *p.index.err = 1;
+    return -1;
+}
+
 // The row gradients alone (no table or weight gradient asked for): rows in
 // any order, no partition, each row's dx (and the fused op's dy) computed
 // with exactly the operations and order of bwd_fast / bwd_generic at the
@@ -1261,18 +1273,12 @@ __device__ __forceinline__ void bwd_dx_fast(const kjit_adaln_bwd_params &p)
     const int t = threadIdx.x;
     const int tw = t >> 5;
     int par = 0;
-    const TI *index = (const TI *)p.index.ptr;
     const bool hw = p.w != 0;
     const TP *wp = hw ? (const TP *)p.w : (const TP *)p.table.ptr[1];
     const bool hdh = MODE == 3 && p.dh != 0;
     for (long long row = blockIdx.x; row < p.n; row += gridDim.x) {
-        const long long r = (long long)index[row];
-        // A bad index: the row is skipped whatever the checking (as the full
-        // backward's partition leaves it out); the flag only when checking.
-        if (r < 0 || r >= p.index.r) {
-            if (t == 0 && p.index.err != 0) *p.index.err = 1;
-            continue;
-        }
+        const long long r = dx_row_index<TI>(p, row, t);
+        if (r < 0) continue;
         const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
         const TA *xr = (const TA *)p.x + row * p.x_stride;
         const TA *dor = (const TA *)p.dout + row * p.dout_stride;
@@ -1346,18 +1352,12 @@ __device__ __forceinline__ void bwd_dx_generic(const kjit_adaln_bwd_params &p)
     const int tw = t >> 5;
     int par = 0;
     const int h = p.h;
-    const TI *index = (const TI *)p.index.ptr;
     const TP *wp = (const TP *)p.w;
     const bool hw = wp != 0;
     const bool hdh = MODE == 3 && p.dh != 0;
     for (long long row = blockIdx.x; row < p.n; row += gridDim.x) {
-        const long long r = (long long)index[row];
-        // A bad index: the row is skipped whatever the checking (as the full
-        // backward's partition leaves it out); the flag only when checking.
-        if (r < 0 || r >= p.index.r) {
-            if (t == 0 && p.index.err != 0) *p.index.err = 1;
-            continue;
-        }
+        const long long r = dx_row_index<TI>(p, row, t);
+        if (r < 0) continue;
         const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
         const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
         const TA *xr = (const TA *)p.x + row * p.x_stride;
