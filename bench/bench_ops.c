@@ -24,8 +24,8 @@
  * forward+backward of norm_modulate, gated_residual and the fused op is the
  * training pair (kjit_adaln_train_fwd, kjit_adaln_train_bwd: the forward
  * builds the backward's partition); a second line times the plain calls, and
- * for norm_modulate and the fused op a third the plain calls with no table or
- * weight gradient (the row gradients alone, as with frozen tables). */
+ * a third the plain calls with no table or weight gradient (the row
+ * gradients alone, as with frozen tables). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -547,9 +547,6 @@ int main(int argc, char **argv)
                 t_plain[op][ni] = time_op(op, 2, n, sets[op], nsets[op]);
                 g_plain[op][ni] = time_graph(op, 2, n, sets[op], nsets[op], 0, NULL, NULL);
                 pair_line("  the same, plain fwd + bwd calls", n, t_plain[op][ni], fb);
-                fflush(stdout);
-            }
-            if (op == OP_NM || op == OP_FUSED) {
                 t_rows[op][ni] = time_op(op, 3, n, sets[op], nsets[op]);
                 g_rows[op][ni] = time_graph(op, 3, n, sets[op], nsets[op], 0, NULL, NULL);
                 pair_line("  the same, row gradients only", n, t_rows[op][ni], fb);
@@ -580,10 +577,10 @@ int main(int argc, char **argv)
             const double ff = bf / PEAK_BW * 1e6, fb = (bf + bb) / PEAK_BW * 1e6;
             printf("graph %-48s %6lld %10.1f %10.1f %9.1f %9.1f %7.3f %7.3f\n", op_names[op], (long long)rows[ni],
                    g_fwd[op][ni], g_fb[op][ni], ff, fb, ff / g_fwd[op][ni], fb / g_fb[op][ni]);
-            if (op != OP_GATHER)
+            if (op != OP_GATHER) {
                 graph_pair_line("  the same, plain fwd + bwd calls", rows[ni], g_plain[op][ni], fb);
-            if (op == OP_NM || op == OP_FUSED)
                 graph_pair_line("  the same, row gradients only", rows[ni], g_rows[op][ni], fb);
+            }
         }
         const double fc = 2.0 * act_bytes(rows[ni]) / PEAK_BW * 1e6;
         printf("graph %-48s %6lld %10.1f %10s %9.1f %9s %7.3f\n", "copy reference (cuMemcpyDtoD)", (long long)rows[ni],

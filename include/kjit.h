@@ -273,15 +273,16 @@ KJIT_API int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tabl
  * dy, dgate; the fused op reads x (= the h its forward returned), y, dh
  * (may be NULL: zeros), dout -> dx (= dres), dy, dgate, dweight, dshift,
  * dscale. dweight may be NULL (not computed) and must be NULL when weight is.
- * The row gradients alone (tables and weight frozen): norm_modulate and the
- * fused op with every parameter gradient NULL (dshift, dscale, dweight and,
- * fused, dgate) compute dx (fused: dx and dy) with one row-parallel kernel:
- * no partition, no workspace (the workspace and, for kjit_adaln_train_bwd,
- * the partition arguments are not used; the fused op reads no y), the same
- * bits as the full backward's row gradients (a row with an index outside
- * [0, R) is skipped, as there), n = 0 writes nothing.
+ * The row gradients alone (tables and weight frozen): every parameter
+ * gradient NULL (norm_modulate: dshift, dscale, dweight; gated_residual:
+ * dgate; fused: all four) computes dx (gated_residual: dy and, when given,
+ * dx; fused: dx and dy) with one row-parallel kernel: no partition, no
+ * workspace (the workspace and, for kjit_adaln_train_bwd, the partition
+ * arguments are not used; gated_residual and the fused op read no y), the
+ * same bits as the full backward's row gradients (a row with an index
+ * outside [0, R) is skipped, as there), n = 0 writes nothing.
  * Some of them NULL and others given is refused (KJIT_EINVAL naming the
- * first missing). gated_residual always computes dgate. */
+ * first missing). */
 typedef struct kjit_adaln_args {
     int64_t n;
     int hidden;

@@ -1342,6 +1342,47 @@ __device__ __forceinline__ void bwd_dx_fast(const kjit_adaln_bwd_params &p)
     }
 }
 
+// gated_residual's row gradients alone (no dgate): dy = dout * gate[i] with
+// the full backward's one rounding per element, dx (= dres) a copy of dout
+// when asked for. H = 0: any hidden size, an element per thread at a time.
+template <class TA, class TP, class TI, int H, int TPR>
+__device__ __forceinline__ void bwd_dy_gated(const kjit_adaln_bwd_params &p)
+{
+    constexpr int V = 16 / (int)sizeof(TA);
+    const int t = threadIdx.x;
+    const bool hdx = p.dx != 0;
+    for (long long row = blockIdx.x; row < p.n; row += gridDim.x) {
+        const long long r = dx_row_index<TI>(p, row, t);
+        if (r < 0) continue;
+        const TP *gr = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+        const TA *dor = (const TA *)p.dout + row * p.dout_stride;
+        TA *dx = (TA *)p.dx + row * p.dx_stride;
+        TA *dy = (TA *)p.dy + row * p.dy_stride;
+        if constexpr (H > 0) {
+            constexpr int G = H / V;
+#pragma unroll
+            for (int k = 0; k < (G + TPR - 1) / TPR; ++k)
+                if (G % TPR == 0 || k * TPR + t < G) {
+                    const int col = (k * TPR + t) * V;
+                    gran<TA, V> dg;
+                    float df[V], gt[V];
+                    ld_stream(dg, dor + col);
+                    ld_nc_f32<TP, V>(gr + col, gt);
+                    unpack(dg, df);
+                    if (hdx) st_gran(dx + col, dg);
+#pragma unroll
+                    for (int i = 0; i < V; ++i) gt[i] = __fmul_rn(df[i], gt[i]);
+                    st_f32v<TA, V>(dy + col, gt);
+                }
+        } else {
+            for (int col = t; col < p.h; col += TPR) {
+                if (hdx) dx[col] = dor[col];
+                st_f32(dy + col, __fmul_rn(ld_f32(dor + col), ld_f32(gr + col)));
+            }
+        }
+    }
+}
+
 template <int MODE, class TA, class TP, class TI, int TPR>
 __device__ __forceinline__ void bwd_dx_generic(const kjit_adaln_bwd_params &p)
 {
@@ -1428,12 +1469,15 @@ __global__ void __launch_bounds__(TPR, (kjit::adaln::bwd_min_ctas<MODE, TA, H, T
         kjit::adaln::bwd_fast<MODE, TA, TP, TI, H, TPR, PF, ACCS>(p);
 }
 
-// kjit_adaln_bwd_dx<MODE, TA, TP, TI, H, TPR>: MODE 1 or 3, the backward's
-// row gradients alone (dx; the fused op's dx = dres and dy), bitwise those
-// of kjit_adaln_bwd at the same TPR; no partition, no workspace.
+// kjit_adaln_bwd_dx<MODE, TA, TP, TI, H, TPR>: the backward's row gradients
+// alone (norm_modulate's dx; gated_residual's dy and optionally dx = dres;
+// the fused op's dx = dres and dy), bitwise those of kjit_adaln_bwd at the
+// same TPR; no partition, no workspace.
 //   grid = any value in [1, n] (rows grid-stride), block = TPR, no dynamic
-//   shared memory. Reads x, dout (MODE 3: also dh, NULL = zeros), w, the
-//   scale table (MODE 3: the gate table); writes dx (MODE 3: also dy).
+//   shared memory. MODE 1 and 3 read x, dout (MODE 3: also dh, NULL =
+//   zeros), w, the scale table (MODE 3: the gate table) and write dx (MODE
+//   3: also dy); MODE 2 reads dout and the gate table and writes dy (and dx
+//   when p.dx is set).
 //   A row whose index is outside [0, p.index.r) is skipped (the full
 //   backward's partition leaves it out too) and raises p.index.err when
 //   that is set (asynchronous checking).
@@ -1441,10 +1485,12 @@ template <int MODE, class TA, class TP, class TI, int H, int TPR>
 __global__ void __launch_bounds__(TPR) kjit_adaln_bwd_dx(const __grid_constant__ kjit_adaln_bwd_params p)
 {
     kjit::grid_dep_sync();
-    static_assert(MODE == 1 || MODE == 3, "MODE: 1 norm_modulate, 3 fused (gated_residual's dy is dout * gate)");
+    static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");
     static_assert(H >= 0 && H % 8 == 0 && H <= 16384, "fast path: H a multiple of 8 up to 16384 (0 = generic)");
     static_assert(TPR >= 32 && TPR % 32 == 0 && TPR <= 1024, "TPR: a multiple of 32 up to 1024");
-    if constexpr (H == 0)
+    if constexpr (MODE == 2)
+        kjit::adaln::bwd_dy_gated<TA, TP, TI, H, TPR>(p);
+    else if constexpr (H == 0)
         kjit::adaln::bwd_dx_generic<MODE, TA, TP, TI, TPR>(p);
     else
         kjit::adaln::bwd_dx_fast<MODE, TA, TP, TI, H, TPR>(p);

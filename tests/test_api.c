@@ -198,9 +198,9 @@ static void adaln_args(kjit_ctx *ctx)
             CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_EINVAL);
             CHECK(strstr(kjit_last_error(), "dweight") != NULL);
         }
-        /* The row gradients alone (norm ops): every parameter gradient
-         * NULL; some of them NULL is refused, naming the first missing, and
-         * nothing is written (every buffer here is mem, poisoned first). */
+        /* The row gradients alone: every parameter gradient NULL; some of
+         * them NULL is refused, naming the first missing, and nothing is
+         * written (every buffer here is mem, poisoned first). */
         static char before[sizeof mem];
         memset(mem, 0xA5, sizeof mem);
 #define REFUSED(stmt, word)                                                          \
@@ -219,7 +219,7 @@ static void adaln_args(kjit_ctx *ctx)
             REFUSED((a = r, a.weight = a.dweight = mem), "dshift is NULL while"); /* dweight alone */
             if (m == 2) REFUSED((a = g, a.dgate = NULL), "dgate is NULL while");
             REFUSED((a = r, a.dx = NULL), "dx");
-            if (m == 2) REFUSED((a = r, a.dy = NULL), "dy");
+            if (m == 2) REFUSED((a = r, a.dy = NULL), ": dy is NULL");
             REFUSED((a = r, a.dweight = mem), "dweight given but weight is NULL"); /* named first */
             a = r;
             a.n = 0; /* no parameter gradient to zero: nothing to do */
@@ -239,7 +239,22 @@ static void adaln_args(kjit_ctx *ctx)
                 CHECK_STATUS(bwds[m](ctx, &r, NULL, 0, NULL), KJIT_ENODRIVER);
             }
         } else {
-            REFUSED((a = g, a.dgate = NULL), "dgate"); /* gated_residual has no row-gradients-only backward */
+            /* gated_residual: dgate is its one parameter gradient; without
+             * it dy (and dx when given) alone, reading no y. */
+            REFUSED((a = g, a.y = NULL), ": y is NULL");
+            REFUSED((a = r, a.dy = NULL), ": dy is NULL");
+            REFUSED((a = r, a.gate = NULL), ": gate is NULL");
+            a = r;
+            a.n = 0;
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_OK);
+            CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_GATED_RESIDUAL, &a, NULL, 0, NULL, 0, NULL), KJIT_OK);
+            if (!kjit_ctx_has_device(ctx)) {
+                a = r;
+                a.y = a.dx = NULL;
+                CHECK_STATUS(bwds[m](ctx, &a, mem, 16, NULL), KJIT_ENODRIVER);
+                CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_GATED_RESIDUAL, &a, NULL, 0, NULL, 0, NULL),
+                             KJIT_ENODRIVER);
+            }
         }
 #undef REFUSED
         memset(mem, 0, sizeof mem);

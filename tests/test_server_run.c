@@ -157,7 +157,8 @@ static const struct {
                             "5376},{'name':'dshift','handle':1,'stride':5376},{'name':'dscale','handle':1,'stride':"
                             "5376},{'name':'weight','handle':2},{'name':'dweight','handle':2}," IDX, ",'event':4"),
      320},
-    /* The row gradients alone: no parameter gradient (the fused op: no y). */
+    /* The row gradients alone: no parameter gradient (gated_residual and the
+     * fused op: no y). */
     {RUN(NM ",'dir':'bwd'", "{'name':'x','handle':0,'stride':5376},{'name':'scale','handle':1,'stride':32256},"
                             "{'name':'dout','handle':0,'offset':64,'stride':5376},{'name':'dx','handle':2,'stride':"
                             "5376}," IDX, ""),
@@ -165,6 +166,9 @@ static const struct {
     {RUN(FU ",'dir':'bwd'", "{'name':'x','handle':0,'stride':5376},{'name':'gate','handle':1,'stride':32256},"
                             "{'name':'scale','handle':1,'stride':32256},{'name':'dout','handle':0,'stride':5376},"
                             "{'name':'dx','handle':2,'stride':5376},{'name':'dy','handle':2,'stride':5376}," IDX, ""),
+     320},
+    {RUN(GR ",'dir':'bwd'", "{'name':'gate','handle':1,'stride':32256},{'name':'dout','handle':0,'stride':5376},"
+                            "{'name':'dy','handle':2,'stride':5376}," IDX, ""),
      320},
     {RUN(GR, "{'name':'res','handle':0,'stride':5376},{'name':'y','handle':0,'stride':5376},{'name':'gate','handle':1,"
              "'stride':5376},{'name':'out','handle':2,'stride':5376}," IDX, ""), 256},

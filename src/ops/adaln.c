@@ -59,7 +59,7 @@ static void bwd_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype
              vec ? c->accs : 0);
 }
 
-/* The backward's row gradients alone (modes 1 and 3; no parameter gradient). */
+/* The backward's row gradients alone (no parameter gradient asked for). */
 static void bwd_dx_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dtype par, kjit_dtype idx, int h, int vec)
 {
     snprintf(buf, len, "kjit_adaln_bwd_dx<%d, %s, %s, %s, %d, %d>", mode, kjit__dtype_cxx(act), kjit__dtype_cxx(par),
@@ -86,8 +86,8 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
     kjit__adaln_config_default(mode, hidden, act, &c);
     /* A count alone (what a request's check asks) formats no expression:
      * per index dtype a forward, a training forward, a backward, the row
-     * gradients' backward (norm ops) and an index check. */
-    if (max <= 0) return kjit__part_specs(m->name, par, out, max, mode == 2 ? 8 : 10);
+     * gradients' backward and an index check. */
+    if (max <= 0) return kjit__part_specs(m->name, par, out, max, 10);
     int n = 0;
     char e[224];
     for (int i = 0; i < 2; ++i) {
@@ -97,10 +97,8 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
         }
         bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, bwd_fast_ok(mode, hidden, act, &c), &c);
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
-        if (mode != 2) {
-            bwd_dx_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden));
-            n = kjit__spec_add(out, max, n, m->desc, "%s", e);
-        }
+        bwd_dx_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden));
+        n = kjit__spec_add(out, max, n, m->desc, "%s", e);
         n = kjit__spec_add(out, max, n, m->desc, "kjit_index_check<%s>", kjit__dtype_cxx(idx[i]));
         if (n <= max) out[n - 1].template_file = "index_check.cuh";
     }
@@ -130,11 +128,12 @@ static unsigned operands(int mode, int bwd)
                      : X | Y | GATE | SCALE | DOUT | DX | DY | DGATE | DSHIFT | DSCALE;
 }
 
-/* A norm op's backward asked for its row gradients alone: no table or
- * weight gradient given. */
+/* A backward asked for its row gradients alone: no table or weight
+ * gradient given (gated_residual: no dgate). */
 static int rows_only(int mode, const kjit_adaln_args *a)
 {
-    return mode != 2 && !a->dshift && !a->dscale && !a->dweight && (mode == 1 || !a->dgate);
+    if (mode == 2) return !a->dgate;
+    return !a->dshift && !a->dscale && !a->dweight && (mode == 1 || !a->dgate);
 }
 
 static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
@@ -143,7 +142,7 @@ static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
     unsigned need = operands(mode, bwd);
     if (bwd && mode != 2 && a->dweight && !a->weight)
         return kjit__fail(KJIT_EINVAL, "%s: dweight given but weight is NULL", op);
-    /* The row gradients alone read no y (the fused op's y only feeds dgate). */
+    /* The row gradients alone read no y (y only feeds dgate). */
     if (bwd && rows_only(mode, a)) need &= ~(unsigned)(DSHIFT | DSCALE | DGATE | Y);
     else if (bwd && mode != 2) {
         /* Some parameter gradients given, not all: name the first missing. */
@@ -322,7 +321,7 @@ static int bwd_rows(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int vec, 
     if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
     p.x = a->x, p.x_stride = a->x_stride;
     p.y = a->y, p.y_stride = a->y_stride;
-    p.w = a->weight;
+    p.w = mode != 2 ? a->weight : NULL;
     p.table = tables(a);
     p.dout = a->dout, p.dout_stride = a->dout_stride;
     p.dh = mode == 3 ? a->dh : NULL, p.dh_stride = a->dh_stride;

@@ -69,19 +69,20 @@ struct kjit_run_op {
     unsigned fields;
 };
 
-/* Mirrors the operands each op reads and writes (src/ops/adaln.c). The norm
- * ops' parameter gradients are optional here: with none of them the
- * backward computes the row gradients alone (the fused op then reads no y);
- * with some but not all, the library refuses the call naming the missing
- * one (bad_request on the GPU lane). */
+/* Mirrors the operands each op reads and writes (src/ops/adaln.c). The
+ * parameter gradients are optional here: with none of them the backward
+ * computes the row gradients alone (gated_residual and the fused op then
+ * read no y); with some but not all, or y left out while they are given,
+ * the library refuses the call naming the missing one (bad_request on the
+ * GPU lane). */
 static const kjit_run_op ops[] = {
     {"norm_modulate", ADALN, 1, adaln_slots, 18,
      {B(X) | B(SHIFT) | B(SCALE) | B(OUT) | B(AINDEX), B(X) | B(SCALE) | B(DOUT) | B(DX) | B(AINDEX)},
      {B(W), B(W) | B(DW) | B(DSHIFT) | B(DSCALE)},
      KJIT_RUN_ROWS | KJIT_RUN_PARAM_DTYPE | KJIT_RUN_INDEX_DTYPE | KJIT_RUN_EPS},
     {"gated_residual", ADALN, 2, adaln_slots, 18,
-     {B(RES) | B(Y) | B(GATE) | B(OUT) | B(AINDEX), B(Y) | B(GATE) | B(DOUT) | B(DY) | B(DGATE) | B(AINDEX)},
-     {0, B(DX)},
+     {B(RES) | B(Y) | B(GATE) | B(OUT) | B(AINDEX), B(GATE) | B(DOUT) | B(DY) | B(AINDEX)},
+     {0, B(DX) | B(Y) | B(DGATE)},
      KJIT_RUN_ROWS | KJIT_RUN_PARAM_DTYPE | KJIT_RUN_INDEX_DTYPE},
     {"gated_residual_norm_modulate", ADALN, 3, adaln_slots, 18,
      {B(RES) | B(Y) | B(GATE) | B(SHIFT) | B(SCALE) | B(OUT) | B(H) | B(AINDEX),

@@ -761,6 +761,12 @@ class TorchArgumentBlocks(unittest.TestCase):
             want = self.core_call("gated_residual_bwd", d, a, p, i, None, y=y, gate=gt,
                                   dout=dout, dy=dy, dgate=dg)
             self.same((got[0], got[1], ()), (want[0], want[1], ()), f"gated_residual bwd {label}")
+            # A frozen gate: dy alone, reading no y, no dgate, no workspace.
+            dy, dg = ops._gated_residual_bwd_impl(dout, y, gt, idx, False)
+            got = self.last()
+            want = self.core_call("gated_residual_bwd", d, a, p, i, None, gate=gt, dout=dout, dy=dy)
+            self.same(got, want, f"gated_residual bwd, frozen gate {label}")
+            self.assertEqual((got[1]["y"], got[1]["dgate"], tuple(dg.shape)), (None, None, (0,)))
 
             h, out = ops._fused_impl(x, y, gt, w, sh, sc, idx, E)
             got = self.last()
@@ -842,10 +848,10 @@ class TorchEagerFunction(unittest.TestCase):
                       [x, sh, scale, w], [dout])
             return g[0], g[3] if need_dw else scale.new_empty((0,)), g[1], g[2]
 
-        def gr_bwd(dout, y, gate, index):
+        def gr_bwd(dout, y, gate, index, need_gate=True):
             res = torch.zeros_like(y)
             g = grads(lambda y_, gt_: ref.gated_residual(res, y_, gt_, index), [y, gate], [dout])
-            return g[0], g[1]
+            return g[0], g[1] if need_gate else gate.new_empty((0,))
 
         def fu_bwd(dh, dout, h, y, gate, w, scale, index, eps, need_dw, need_tables=True):
             # h = res + gate * y with res = h - gate * y: the same h, so the
@@ -923,6 +929,25 @@ class TorchEagerFunction(unittest.TestCase):
                                                                          idx, E), [x, y, table, w], 2)
         self.compare(lambda t: ops._GatherFn.apply(idx, *ch(t)),
                      lambda t: ref.adaln_row_gather(list(ch(t)), idx), [table], 6)
+
+    def test_frozen_gate(self):
+        # gated_residual with its gate frozen: the Function runs the plain
+        # forward (no partition) and asks the backward for dy alone; with
+        # the gate trainable, the training forward and every gradient.
+        ops, ref = self.ops, self.ref
+        x, y, table, w, idx = self.data(3)
+        seen = []
+        fwd, bwd = ops._gated_residual_fwd, ops._gated_residual_bwd_run
+        ops._gated_residual_fwd = lambda *a: (seen.append(("train", a[-1])), fwd(*a))[1]
+        ops._gated_residual_bwd_run = lambda *a: (seen.append(("need_gate", a[4])), bwd(*a))[1]
+        gate = table.chunk(6, 1)[5]
+        self.compare(lambda r, y_: ops._GatedResidualFn.apply(r, y_, gate, idx),
+                     lambda r, y_: ref.gated_residual(r, y_, gate, idx), [x, y], 1)
+        self.assertEqual(seen, [("train", False), ("need_gate", False)])
+        seen.clear()
+        self.compare(lambda r, y_, g: ops._GatedResidualFn.apply(r, y_, g, idx),
+                     lambda r, y_, g: ref.gated_residual(r, y_, g, idx), [x, y, gate], 1)
+        self.assertEqual(seen, [("train", True), ("need_gate", True)])
 
     def test_double_backward_raises(self):
         # The kernels' gradients have no autograd history. Under

@@ -431,9 +431,10 @@ class TorchIntegration(unittest.TestCase):
         self.assertTrue(torch.equal(res.grad, dout))
 
     def test_frozen_tables(self):
-        """Tables and weight frozen: the backward is the row-gradients-only
-        kernel (no partition, no finisher), its gradients bitwise those of
-        the full backward, and the frozen leaves get no gradient."""
+        """Tables and weight frozen (gated_residual: its gate): the backward
+        is the row-gradients-only kernel (no partition, no finisher), its
+        gradients bitwise those of the full backward, and the frozen leaves
+        get no gradient."""
         from torch.profiler import profile, ProfilerActivity
         for n, h in ((4097, 5376), (300, 1000)):
             m = make(n, h, seed=7)
@@ -447,11 +448,16 @@ class TorchIntegration(unittest.TestCase):
                 "norm_modulate": lambda: [kjit.norm_modulate(x, weight, ch()[0], ch()[1], idx)],
                 "fused": lambda: list(kjit.gated_residual_norm_modulate(x, y, ch()[2], weight, ch()[0], ch()[1],
                                                                          idx)),
+                "gated_residual": lambda: [kjit.gated_residual(x, y, ch()[5], idx)],
             }
             for name, call in calls.items():
-                ups = [dout] if name == "norm_modulate" else [dh, dout]
+                ups = [dh, dout] if name == "fused" else [dout]
                 leaves = [x] if name == "norm_modulate" else [x, y]
-                full = torch.autograd.grad(call(), leaves + [table, weight], ups)
+                if name == "gated_residual":  # no weight: the gate alone frozen
+                    full = torch.autograd.grad(call(), leaves + [table], ups)
+                    weight.requires_grad_(False)
+                else:
+                    full = torch.autograd.grad(call(), leaves + [table, weight], ups)
                 table.requires_grad_(False), weight.requires_grad_(False)
                 try:
                     torch.autograd.grad(call(), leaves, ups)  # warm-up: kernels loaded

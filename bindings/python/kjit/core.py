@@ -464,7 +464,9 @@ class Context:
 
     def gated_residual_bwd(self, n, hidden, *, act_dtype, param_dtype, index, eps=None,
                            workspace=None, stream=0, **tensors):
-        """Reads y, gate, dout; writes dx (= dres, optional), dy, dgate. eps: unused."""
+        """Reads y, gate, dout; writes dx (= dres, optional), dy, dgate. Without
+        dgate (a frozen gate): dy and dx alone, y not read, no workspace.
+        eps: unused."""
         self._adaln("kjit_gated_residual_bwd", n, hidden, act_dtype, param_dtype, index, 0.0,
                     tensors, stream, True, workspace)
 

@@ -768,24 +768,28 @@ def _(res, y, gate, index):
     return res.new_empty(res.shape)
 
 
-def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor
-                        ) -> tuple[Tensor, Tensor]:
-    return _gated_residual_bwd_run(dout, y, gate, index, None)
+def _gated_residual_bwd_impl(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor,
+                             need_gate: bool = True) -> tuple[Tensor, Tensor]:
+    return _gated_residual_bwd_run(dout, y, gate, index, need_gate, None)
 
 
-def _gated_residual_bwd_run(dout, y, gate, index, part):
+def _gated_residual_bwd_run(dout, y, gate, index, need_gate, part):
+    """need_gate False: dy alone (a frozen gate), the library's
+    row-gradients-only backward (no y read); dgate is then an empty
+    placeholder."""
     n, h = y.shape
     dy = torch.empty_like(y, memory_format=torch.contiguous_format)
-    dgate = _param_grad(gate, n, gate.shape[0], h)
+    dgate = _param_grad(gate, n, gate.shape[0], h) if need_gate else _placeholder(gate)
     if n:
         # dres is dout itself: dx stays NULL and no copy is made.
         a = _adaln_args(y, index, gate)
-        a.y, a.y_stride = _rows(y)
         a.gate, a.gate_stride = _rows(gate)
         a.dout, a.dout_stride = _rows(dout)
         a.dy, a.dy_stride = _rows(dy)
-        a.dgate, a.dgate_stride = _rows(dgate)
-        _adaln_bwd_launch("gated_residual", a, y, n, h, gate.shape[0], part)
+        if need_gate:
+            a.y, a.y_stride = _rows(y)
+            a.dgate, a.dgate_stride = _rows(dgate)
+        _adaln_bwd_launch("gated_residual", a, y, n, h, gate.shape[0], part, not need_gate)
     return dy, dgate
 
 
@@ -793,8 +797,9 @@ _gated_residual_bwd = torch.library.custom_op("kjit::gated_residual_bwd", mutate
                                                device_types="cuda")(_gated_residual_bwd_impl)
 
 @_gated_residual_bwd.register_fake
-def _(dout, y, gate, index):
-    return y.new_empty(y.shape), gate.new_empty((gate.shape[0], y.shape[1]))
+def _(dout, y, gate, index, need_gate=True):
+    dgate = gate.new_empty((gate.shape[0], y.shape[1])) if need_gate else _placeholder(gate)
+    return y.new_empty(y.shape), dgate
 
 
 def _gated_residual_setup(ctx, inputs, output):
@@ -806,19 +811,21 @@ def _gated_residual_backward(ctx, dout, bwd=None):
     if not ctx.needs_input_grad[1] and not ctx.needs_input_grad[2]:
         return dout, None, None, None  # dres is dout: nothing to launch
     y, gate, index = ctx.saved_tensors
+    need_gate = ctx.needs_input_grad[2]
     dout = _row_major(dout)
     if bwd is None:
         bwd = (_gated_residual_bwd_impl if _backward_direct(dout)
                else torch.ops.kjit.gated_residual_bwd)
-    dy, dgate = bwd(dout, y, gate, index)
-    return dout, dy, dgate, None
+    dy, dgate = bwd(dout, y, gate, index, need_gate)
+    return dout, dy, (dgate if need_gate else None), None
 
 
 _gated_residual.register_autograd(_gated_residual_backward, setup_context=_gated_residual_setup)
 
 
 _GatedResidualFn = _eager_function(
-    "_GatedResidualFn", lambda *a: _gated_residual_fwd(*a), _gated_residual_setup,
+    "_GatedResidualFn", lambda r, y, g, i, train: _gated_residual_fwd(r, y, g, i, train and _any_grad(g)),
+    _gated_residual_setup,
     _gated_residual_backward, lambda *a: _gated_residual_bwd_run(*a))
 
 
