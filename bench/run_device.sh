@@ -66,6 +66,10 @@ for s in $stages; do
     done ;;
   python)
     python_env
+    # The binding's CPU tests with torch present (the CI machines have none,
+    # so their torch parts skip there).
+    section test_core; python3 tests/python/test_core.py >>"$LOG" 2>&1
+    summary+=("python core tests, with torch rc=$?")
     section test_torch_gpu; python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1
     summary+=("python gpu tests rc=$?")
     section "test_torch_gpu, KJIT_EAGER=custom_op"; KJIT_EAGER=custom_op python3 tests/python/test_torch_gpu.py >>"$LOG" 2>&1

@@ -1485,7 +1485,7 @@ template <int MODE, class TA, class TP, class TI, int H, int TPR>
 __global__ void __launch_bounds__(TPR) kjit_adaln_bwd_dx(const __grid_constant__ kjit_adaln_bwd_params p)
 {
     kjit::grid_dep_sync();
-    static_assert(MODE >= 1 && MODE <= 3, "MODE: 1 norm_modulate, 2 gated_residual, 3 fused");
+    static_assert(MODE >= 1 && MODE <= 3, "MODE of the row gradients: 1 norm_modulate, 2 gated_residual, 3 fused");
     static_assert(H >= 0 && H % 8 == 0 && H <= 16384, "fast path: H a multiple of 8 up to 16384 (0 = generic)");
     static_assert(TPR >= 32 && TPR % 32 == 0 && TPR <= 1024, "TPR: a multiple of 32 up to 1024");
     if constexpr (MODE == 2)

@@ -518,8 +518,8 @@ class TorchRefusals(unittest.TestCase):
             nm = kjit.norm_modulate
             for eps, err, msg in ((None, TypeError, "eps must be a real number, got NoneType"),
                                   ("1e-5", TypeError, "eps must be a real number, got str"),
-                                  (float("nan"), ValueError, "eps nan must be finite and >= 0"),
-                                  (-1.0, ValueError, "eps -1.0 must be finite and >= 0")):
+                                  (float("nan"), ValueError, r"eps nan must be finite \(a float32\) and >= 0"),
+                                  (-1.0, ValueError, r"eps -1.0 must be finite \(a float32\) and >= 0")):
                 with self.assertRaisesRegex(err, msg):
                     nm(x, None, sh, sc, idx, eps=eps)
                 with self.assertRaisesRegex(err, msg):
@@ -631,21 +631,30 @@ class TorchFakes(unittest.TestCase):
         self.assertEqual((tuple(emb.shape), emb.dtype), ((self.N, 256), torch.bfloat16))
         self.assertTrue(nm.is_contiguous())
 
-    def test_meta_autograd_shapes(self):
-        m = dict(device="meta", dtype=torch.bfloat16)
-        x = torch.empty(self.N, self.H, **m, requires_grad=True)
-        table = torch.empty(self.R, 6 * self.H, **m, requires_grad=True)
-        w = torch.empty(self.H, **m, requires_grad=True)
-        idx = torch.zeros(self.N, dtype=torch.int64, device="meta")
-        ch = table.chunk(6, 1)
-        h, out = torch.ops.kjit.gated_residual_norm_modulate(x, x, ch[2], w, ch[0], ch[1], idx,
-                                                             1e-5)
-        rows = torch.ops.kjit.adaln_row_gather(list(ch), idx)
-        loss = torch.ops.kjit.gated_residual(h, out, ch[5], idx).sum() + rows[3].sum()
-        loss.backward()
-        self.assertEqual(tuple(table.grad.shape), (self.R, 6 * self.H))
-        self.assertEqual(tuple(x.grad.shape), (self.N, self.H))
-        self.assertEqual(tuple(w.grad.shape), (self.H,))
+    def test_fake_autograd_shapes(self):
+        # Under FakeTensorMode on CUDA tensors (as torch.compile traces; meta
+        # tensors are refused as every non-CUDA one is): the backward ops'
+        # fakes give each gradient its shape, and a frozen gate none.
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            m = dict(device="cuda", dtype=torch.bfloat16)
+            x = torch.empty(self.N, self.H, **m, requires_grad=True)
+            table = torch.empty(self.R, 6 * self.H, **m, requires_grad=True)
+            w = torch.empty(self.H, **m, requires_grad=True)
+            idx = torch.zeros(self.N, dtype=torch.int64, device="cuda")
+            ch = table.chunk(6, 1)
+            h, out = torch.ops.kjit.gated_residual_norm_modulate(x, x, ch[2], w, ch[0], ch[1], idx,
+                                                                 1e-5)
+            rows = torch.ops.kjit.adaln_row_gather(list(ch), idx)
+            loss = torch.ops.kjit.gated_residual(h, out, ch[5], idx).sum() + rows[3].sum()
+            loss.backward()
+            self.assertEqual(tuple(table.grad.shape), (self.R, 6 * self.H))
+            self.assertEqual(tuple(x.grad.shape), (self.N, self.H))
+            self.assertEqual(tuple(w.grad.shape), (self.H,))
+            y = torch.empty(self.N, self.H, **m, requires_grad=True)
+            frozen = torch.empty(self.R, self.H, **m)
+            torch.ops.kjit.gated_residual(x.detach(), y, frozen, idx).sum().backward()
+            self.assertEqual((tuple(y.grad.shape), frozen.grad), ((self.N, self.H), None))
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
