@@ -9,7 +9,11 @@ uniform, constant, sorted, reversed or two-valued). For each draw:
   - outputs and every gradient vs the float64 reference (SPEC.md contract 4);
   - a few rows again in a batch of their own, shuffled: outputs and row
     gradients bitwise equal (contract 1);
-  - the whole call again: parameter gradients bitwise equal (contract 2).
+  - the whole call again: parameter gradients bitwise equal (contract 2);
+  - in a quarter of the norm ops' and gated_residual's draws the tables and
+    weight are frozen (no gradient asked for: the row-gradients-only
+    backward), and the row gradients must equal, bit for bit, those of the
+    same call with every gradient.
 Runs draws until --seconds have passed (each new shape compiles first).
 
     KJIT_LIBRARY=build-gpu/libkjit.so python3 tests/python/fuzz_torch_gpu.py [--seed S] [--seconds T]
@@ -89,7 +93,8 @@ def draw(rng):
                 idx=rng.choice((torch.int32, torch.int64)),
                 pattern=rng.choice(("uniform", "constant", "sorted", "reversed", "two", "cyclic")),
                 x_pad=rng.choice((0, 0, 8, 5)), table=rng.choice(("chunk", "separate", "strided")),
-                weight=rng.choice((True, True, False)), seed=rng.randrange(1 << 30))
+                weight=rng.choice((True, True, False)), frozen=op != "adaln_row_gather" and rng.random() < 0.25,
+                seed=rng.randrange(1 << 30))
 
 
 def rows_of(buf_rows, h, pad, dtype, g, scale=1.0):
@@ -137,6 +142,9 @@ def inputs(c):
     tabs, _ = tables_of(c, g)
     w = ((0.5 + torch.rand(c["h"], device=DEV, generator=g)).to(c["param"]).requires_grad_()
          if c["weight"] else None)
+    if c.get("frozen"):  # the same layouts (views of one storage), no gradient
+        tabs = [t.detach() for t in tabs]
+        w = None if w is None else w.detach()
     return dict(x=x, y=y, tabs=tabs, w=w, index=index_of(c, g))
 
 
@@ -162,13 +170,13 @@ def used(op):
 def grads(op, m, outs, ups):
     names, chunks = used(op)
     wrt = [m[k] for k in names if m[k] is not None] + [m["tabs"][k] for k in chunks]
-    return list(torch.autograd.grad(outs, wrt, ups))
+    return list(torch.autograd.grad(outs, [t for t in wrt if t.requires_grad], ups))
 
 
 def double(m):
-    d = {k: (v.detach().double().requires_grad_() if torch.is_tensor(v) and v.is_floating_point() else v)
-         for k, v in m.items() if k != "tabs"}
-    d["tabs"] = [t.detach().double().requires_grad_() for t in m["tabs"]]
+    d = {k: (v.detach().double().requires_grad_(v.requires_grad) if torch.is_tensor(v) and v.is_floating_point()
+             else v) for k, v in m.items() if k != "tabs"}
+    d["tabs"] = [t.detach().double().requires_grad_(t.requires_grad) for t in m["tabs"]]
     d["h_dtype"] = m["x"].dtype
     return d
 
@@ -206,6 +214,16 @@ def check(c, inject=False):
     for k, (a, b) in enumerate(zip(outs + gs, outs2 + gs2)):
         if not torch.equal(a, b):
             fails.append(f"tensor {k} differs on a second call")
+    if c.get("frozen"):
+        # The row gradients alone against the full backward's, bit for bit:
+        # the same tables (each a leaf over the same storage and strides)
+        # and weight, now asking for their gradients.
+        full = dict(m, tabs=[t.detach().requires_grad_() for t in m["tabs"]],
+                    w=None if m["w"] is None else m["w"].detach().requires_grad_())
+        gfull = grads(op, full, call(kjit, op, full), ups)
+        for k, (a, b) in enumerate(zip(gs, gfull)):
+            if not torch.equal(a, b):
+                fails.append(f"row gradient {k} with frozen tables differs from the full backward's")
     # Batch invariance: a few rows, shuffled, in a batch of their own.
     n = c["n"]
     rng = random.Random(c["seed"])
@@ -232,7 +250,7 @@ def describe(c):
         return " ".join(f"{k}={v}" for k, v in c.items())
     return (f"{c['op']} n={c['n']} h={c['h']} r={c['r']} act={str(c['act'])[6:]} param={str(c['param'])[6:]} "
             f"idx={str(c['idx'])[6:]} {c['pattern']} x_pad={c['x_pad']} table={c['table']} weight={c['weight']} "
-            f"seed={c['seed']}")
+            f"frozen={c.get('frozen', False)} seed={c['seed']}")
 
 
 def main():
