@@ -352,8 +352,10 @@ KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64
  * the backward after a successful training forward on its stream, and
  * leave the partition buffer unchanged in between: a partition of another
  * op or shape passes the size check and gives wrong gradients (or faults).
- * The partition buffer is checked for any n; with n = 0 the forward writes
- * nothing, and the backward writes zero gradients and does not read it. Bitwise the same outputs and gradients as the plain calls. */
+ * The partition buffer is checked for any n (except by a backward asked for
+ * the row gradients alone, which does not use it); with n = 0 the forward
+ * writes nothing, and the backward writes zero gradients and does not read
+ * it. Bitwise the same outputs and gradients as the plain calls. */
 KJIT_API int kjit_adaln_partition_bytes(kjit_adaln_op op, int64_t n, int hidden, int64_t rows, size_t *bytes);
 KJIT_API int kjit_adaln_train_fwd(kjit_ctx *ctx, kjit_adaln_op op, const kjit_adaln_args *a, void *partition,
                                   size_t partition_bytes, CUstream stream);

@@ -244,6 +244,9 @@ static void adaln_args(kjit_ctx *ctx)
             REFUSED((a = g, a.y = NULL), ": y is NULL");
             REFUSED((a = r, a.dy = NULL), ": dy is NULL");
             REFUSED((a = r, a.gate = NULL), ": gate is NULL");
+            REFUSED((a = r, a.dout = NULL), ": dout is NULL");
+            REFUSED((a = r, a.dx = mem + 1), "dx (dres) is not aligned"); /* optional, checked when given */
+            REFUSED((a = r, a.dx_stride = 10), "dx (dres) row stride 10 < hidden 64");
             a = r;
             a.n = 0;
             CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_OK);

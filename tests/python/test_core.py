@@ -651,10 +651,13 @@ class TorchFakes(unittest.TestCase):
             self.assertEqual(tuple(table.grad.shape), (self.R, 6 * self.H))
             self.assertEqual(tuple(x.grad.shape), (self.N, self.H))
             self.assertEqual(tuple(w.grad.shape), (self.H,))
-            y = torch.empty(self.N, self.H, **m, requires_grad=True)
-            frozen = torch.empty(self.R, self.H, **m)
-            torch.ops.kjit.gated_residual(x.detach(), y, frozen, idx).sum().backward()
-            self.assertEqual((tuple(y.grad.shape), frozen.grad), ((self.N, self.H), None))
+            # gated_residual's backward op: dgate of the gate's shape, or an
+            # empty placeholder for a frozen gate (need_gate False).
+            y, dout, gate = (torch.empty(self.N, self.H, **m), torch.empty(self.N, self.H, **m),
+                             torch.empty(self.R, self.H, **m))
+            for need_gate, dgate_shape in ((True, (self.R, self.H)), (False, (0,))):
+                dy, dgate = torch.ops.kjit.gated_residual_bwd(dout, y, gate, idx, need_gate)
+                self.assertEqual((tuple(dy.shape), tuple(dgate.shape)), ((self.N, self.H), dgate_shape))
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
@@ -895,8 +898,15 @@ class TorchEagerFunction(unittest.TestCase):
 
         ops._norm_modulate_fwd = lambda x, w, sh, sc, i, e, train: (ref.norm_modulate(x, w, sh, sc, i, e), token)
         ops._norm_modulate_bwd_run = with_part(nm_bwd)
-        ops._gated_residual_fwd = lambda r, y, g, i, train: (ref.gated_residual(r, y, g, i), token)
-        ops._gated_residual_bwd_run = with_part(gr_bwd)
+        # gated_residual's as the real ones pair them: a partition only from
+        # a training forward, none for a frozen gate's backward.
+        ops._gated_residual_fwd = lambda r, y, g, i, train: (ref.gated_residual(r, y, g, i), token if train else None)
+
+        def gr_run(*a):  # (dout, y, gate, index, need_gate, part)
+            self.assertIs(a[-1], token if a[4] else None)
+            return gr_bwd(*a[:-1])
+
+        ops._gated_residual_bwd_run = gr_run
         ops._fused_fwd = lambda *a: (tuple(ref.gated_residual_norm_modulate(*a[:-1])), token)
         ops._fused_bwd_run = with_part(fu_bwd)
 
