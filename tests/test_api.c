@@ -222,22 +222,8 @@ static void adaln_args(kjit_ctx *ctx)
             if (m == 2) REFUSED((a = r, a.dy = NULL), ": dy is NULL");
             REFUSED((a = r, a.dweight = mem), "dweight given but weight is NULL"); /* named first */
             a = r;
-            a.n = 0; /* no parameter gradient to zero: nothing to do */
-            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_OK);
-            /* The training backward reads no partition then, and checks none. */
-            CHECK_STATUS(kjit_adaln_train_bwd(ctx, (kjit_adaln_op)(m + 1), &a, NULL, 0, NULL, 0, NULL), KJIT_OK);
-            if (!kjit_ctx_has_device(ctx)) {
-                /* No workspace is used: a small one is not refused; nor is a
-                 * training backward without a partition, nor (fused) no y. */
-                CHECK_STATUS(bwds[m](ctx, &r, mem, 16, NULL), KJIT_ENODRIVER);
-                CHECK_STATUS(kjit_adaln_train_bwd(ctx, (kjit_adaln_op)(m + 1), &r, NULL, 0, NULL, 0, NULL),
-                             KJIT_ENODRIVER);
-                a = r;
-                a.y = NULL;
-                CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_ENODRIVER);
-                r.weight = mem; /* with a weight, without its gradient */
-                CHECK_STATUS(bwds[m](ctx, &r, NULL, 0, NULL), KJIT_ENODRIVER);
-            }
+            a.weight = mem; /* with a weight, without its gradient */
+            if (!kjit_ctx_has_device(ctx)) CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_ENODRIVER);
         } else {
             /* gated_residual: dgate is its one parameter gradient; without
              * it dy (and dx when given) alone, reading no y. */
@@ -247,19 +233,25 @@ static void adaln_args(kjit_ctx *ctx)
             REFUSED((a = r, a.dout = NULL), ": dout is NULL");
             REFUSED((a = r, a.dx = mem + 1), "dx (dres) is not aligned"); /* optional, checked when given */
             REFUSED((a = r, a.dx_stride = 10), "dx (dres) row stride 10 < hidden 64");
-            a = r;
-            a.n = 0;
-            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_OK);
-            CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_GATED_RESIDUAL, &a, NULL, 0, NULL, 0, NULL), KJIT_OK);
-            if (!kjit_ctx_has_device(ctx)) {
-                a = r;
-                a.y = a.dx = NULL;
-                CHECK_STATUS(bwds[m](ctx, &a, mem, 16, NULL), KJIT_ENODRIVER);
-                CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_GATED_RESIDUAL, &a, NULL, 0, NULL, 0, NULL),
-                             KJIT_ENODRIVER);
-            }
         }
 #undef REFUSED
+        a = r;
+        a.n = 0; /* no parameter gradient to zero: nothing to do */
+        CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_OK);
+        /* The training backward reads no partition then, and checks none. */
+        CHECK_STATUS(kjit_adaln_train_bwd(ctx, (kjit_adaln_op)(m + 1), &a, NULL, 0, NULL, 0, NULL), KJIT_OK);
+        if (!kjit_ctx_has_device(ctx)) {
+            /* No workspace is used: a small one is not refused; nor is a
+             * training backward without a partition, nor no y (it only
+             * feeds dgate), nor (gated_residual) no dx. */
+            CHECK_STATUS(bwds[m](ctx, &r, mem, 16, NULL), KJIT_ENODRIVER);
+            CHECK_STATUS(kjit_adaln_train_bwd(ctx, (kjit_adaln_op)(m + 1), &r, NULL, 0, NULL, 0, NULL),
+                         KJIT_ENODRIVER);
+            a = r;
+            a.y = NULL;
+            if (m == 1) a.dx = NULL;
+            CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_ENODRIVER);
+        }
         memset(mem, 0, sizeof mem);
         CHECK_STATUS(bwds[m](ctx, &g, mem, 16, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "workspace") != NULL);
