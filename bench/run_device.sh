@@ -23,7 +23,9 @@
 # the fastest plain kernels for the ops' bytes; KJIT_SOL_ROWS), normp
 # (bench/norm_probe: plain norm_modulate forwards beside kjit's), timeline
 # (bench/timeline.py: per-CTA stamps of norm_modulate's training pair;
-# KJIT_TIMELINE_ROWS).
+# KJIT_TIMELINE_ROWS), ab (a template switch at several values: bits,
+# optional gpu tests and bench_ops per value; KJIT_AB_MACRO, KJIT_AB_VALUES,
+# KJIT_AB_CTEST, KJIT_AB_ROUNDS, KJIT_AB_BENCH).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
@@ -63,6 +65,46 @@ for s in $stages; do
   bench)
     for cmd in "$B/bench/bench_jit" "python3 bench/peers_sinusoid.py" "$B/bench/bench_ops" "python3 bench/peers_ops.py"; do
       section "$cmd"; $cmd 2>&1 | tee -a "$LOG"
+    done ;;
+  ab)
+    # A/B of a template switch: KJIT_AB_MACRO (a macro a template defines
+    # under #ifndef, e.g. KJIT_L2_HINT) at each of KJIT_AB_VALUES (the first
+    # is the reference). Each variant is a copy of kernel_templates with the
+    # default changed, used through KJIT_TEMPLATE_DIR with a cache of its own:
+    # bench/bits_hash.py compared bit for bit with the first variant's, the
+    # gpu tests KJIT_AB_CTEST names (a ctest regex, optional), then
+    # KJIT_AB_ROUNDS (2) rounds of bench_ops $KJIT_AB_BENCH over the variants.
+    python_env
+    m=${KJIT_AB_MACRO:?KJIT_AB_MACRO}
+    vals=${KJIT_AB_VALUES:?KJIT_AB_VALUES}
+    ref=""
+    for v in $vals; do
+      d=/tmp/kjit-ab/$m-$v
+      rm -rf "$d" && mkdir -p "$d" && cp -r kernel_templates/. "$d/"
+      hits=$(grep -rl "^#define $m " "$d")
+      [ -n "$hits" ] || { summary+=("ab: no template defines $m"); break; }
+      sed -i "s/^#define $m .*/#define $m $v/" $hits
+      export_ab() { KJIT_TEMPLATE_DIR=$d KJIT_CACHE_DIR=/tmp/kjit-ab-cache/$m-$v "$@"; }
+      section "ab bits, $m=$v"
+      export_ab python3 bench/bits_hash.py --out "$OUT/bits_$m-$v.txt" >>"$LOG" 2>&1
+      summary+=("ab bits $m=$v rc=$?")
+      if [ -z "$ref" ]; then ref=$v
+      elif cmp -s "$OUT/bits_$m-$ref.txt" "$OUT/bits_$m-$v.txt"; then summary+=("ab bits $m=$v: equal to $m=$ref")
+      else summary+=("ab bits $m=$v: DIFFER from $m=$ref"); fi
+      if [ -n "${KJIT_AB_CTEST:-}" ]; then
+        section "ab ctest, $m=$v"
+        export_ab ctest --test-dir $B -L gpu -R "$KJIT_AB_CTEST" --output-on-failure >>"$LOG" 2>&1
+        summary+=("ab ctest $m=$v rc=$?")
+      fi
+    done
+    for r in $(seq "${KJIT_AB_ROUNDS:-2}"); do
+      for v in $vals; do
+        section "ab bench_ops, $m=$v, round $r"
+        echo "== $m=$v round $r" | tee -a "$LOG"
+        KJIT_TEMPLATE_DIR=/tmp/kjit-ab/$m-$v KJIT_CACHE_DIR=/tmp/kjit-ab-cache/$m-$v \
+          $B/bench/bench_ops ${KJIT_AB_BENCH:---ops norm_modulate --rows 4097,32768} 2>&1 | tee -a "$LOG" |
+          grep -E "^(graph )?(norm_modulate|gated_residual|adaln_row_gather|copy)" | grep -v "^$"
+      done
     done ;;
   python)
     python_env

@@ -125,6 +125,7 @@
 #pragma once
 #include "common/kjit_types.cuh"
 #include "common/kjit_params.h"
+#include "common/kjit_l2.cuh"
 #include "partition.cuh"
 
 namespace kjit {
@@ -907,7 +908,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
 #pragma unroll
                             for (int i = 0; i < V; ++i) dw[i] = __fadd_rn(old[i], dw[i]);
                         }
-                        st_f32v<float, V>(pw, dw);
+                        st_partial16(pw, dw, V); // kept in the L2 for the finisher
                     }
                     if (hw) {
 #pragma unroll
@@ -922,7 +923,7 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
                 } else {
 #pragma unroll
                     for (int g = 0; g < NG; ++g)
-                        st_f32v<float, V>(part_slot(p.partial, c, slot, NG, g, H) + col, out[g]);
+                        st_partial16(part_slot(p.partial, c, slot, NG, g, H) + col, out[g], V);
                 }
             }
         if (MODE != 2) wfirst = false;

@@ -40,6 +40,7 @@
 
 #include "common/kjit_types.cuh"
 #include "common/kjit_params.h"
+#include "common/kjit_l2.cuh"
 #include "partition.cuh"
 
 namespace kjit {
@@ -80,8 +81,7 @@ template <class T> struct gcell<T, true> {
     static __device__ __forceinline__ void st_round(T *p, const float *acc) { st_vec(p, f32_to_vec<T>(acc)); }
     static __device__ __forceinline__ void st_partial(float *p, const float *acc)
     {
-#pragma unroll
-        for (int i = 0; i < width; i += 4) st_vec(p + i, f32_to_vec<float>(acc + i));
+        st_partial16(p, acc, width); // kept in the L2 for the finisher
     }
 };
 

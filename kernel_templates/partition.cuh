@@ -104,6 +104,7 @@
 
 #include "common/kjit_types.cuh"
 #include "common/kjit_params.h"
+#include "common/kjit_l2.cuh"
 
 #define KJIT_SEG_HEAD 0
 #define KJIT_SEG_TAIL 1
@@ -687,6 +688,12 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
                     const long long k = m - a < KJIT_COLSUM_GROUP ? m - a : KJIT_COLSUM_GROUP;
                     const float *q = p.partial_w + a * p.h + col;
                     grp[j][lane] = kjit::sum_strided(q + p.h, k - 1, p.h, kjit::ldg_f32(q));
+                    if ((KJIT_L2_HINT & 2) && p.h % 32 == 0) {
+                        // Each line of partial_w is read here once, by this
+                        // warp; a lane drops each.
+                        __syncwarp();
+                        for (long long u = lane; u < k; u += 32) kjit::l2_discard_line(q - lane + u * p.h);
+                    }
                 }
             __syncthreads();
             if (warp == 0 && col < p.h) {
@@ -738,6 +745,19 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
                     acc = kjit::sum_strided(q, heads, cstride, acc);
                 }
                 kjit::st_f32(out + rr * os + col, acc);
+                if ((KJIT_L2_HINT & 2) && heads >= 0 && p.h % 32 == 0) {
+                    // With h % 32 == 0 the warp read whole lines (its 32
+                    // columns from cb), each slot's only reader; a lane
+                    // drops each: u = 0 the tail, u > 0 head u - 1.
+                    __syncwarp();
+                    const int lane = threadIdx.x & 31;
+                    const long long cb = col - lane;
+                    for (int u = lane; u <= heads; u += 32)
+                        kjit::l2_discard_line(
+                            p.partial +
+                            ((u == 0 ? c0 * 2 + KJIT_SEG_TAIL : (c0 + u) * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h +
+                            cb);
+                }
             }
         }
         __syncthreads();

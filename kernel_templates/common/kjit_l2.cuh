@@ -1,0 +1,75 @@
+// L2 residency hints for data with a known lifetime (sm_80+; plain accesses
+// before). A hint moves bytes between the L2 and DRAM, never a value: every
+// kernel computes the same bits with or without it.
+//
+// A backward's fp32 partials are written by its main kernel and read once by
+// the finisher launched right after it, while the main kernel's other CTAs
+// still stream their rows through the L2. KJIT_L2_HINT, a bit mask:
+//   1  the partials are stored with the evict_last policy, so that they are
+//      still in the L2 when the finisher reads them;
+//   2  the finisher drops each partial line after its one read (discard: no
+//      write-back of bytes nobody reads again, and no evict_last line left
+//      behind in the caller's L2).
+// Default 0 (plain stores). 1 alone made the 4097-row backwards 1-3 us
+// faster but left its lines pinned: the gather's forward timed after it in
+// a graph lost 2 us. 1 | 2 is the candidate; docs/PERF_NOTES.md ("partials
+// kept in the L2"). A/B: `run_device.sh ab` with KJIT_AB_MACRO=KJIT_L2_HINT.
+#pragma once
+
+#include "common/kjit_types.cuh"
+
+#ifndef KJIT_L2_HINT
+#define KJIT_L2_HINT 0
+#endif
+
+namespace kjit {
+
+typedef unsigned long long l2_policy;
+
+__device__ __forceinline__ l2_policy l2_evict_last()
+{
+    l2_policy p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+
+// 16-byte store with an L2 policy.
+__device__ __forceinline__ void st_vec_hint(void *p, const vec16 &v, l2_policy pol)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, %5;" ::"l"(p), "r"(v.w[0]), "r"(v.w[1]),
+                 "r"(v.w[2]), "r"(v.w[3]), "l"(pol)
+                 : "memory");
+#else
+    (void)pol;
+    st_vec(p, v);
+#endif
+}
+
+// The 128-byte L2 line at p (128-byte aligned) holds nothing anyone reads
+// again: drop it without a write-back. Every read of it must be complete
+// (its value used) in every thread that read it.
+__device__ __forceinline__ void l2_discard_line(const void *p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("discard.global.L2 [%0], 128;" ::"l"(p) : "memory");
+#else
+    (void)p;
+#endif
+}
+
+// n fp32 partials (n % 4 == 0, 16-byte aligned): kept in the L2 under
+// KJIT_L2_HINT, plain stores otherwise.
+__device__ __forceinline__ void st_partial16(float *p, const float *f, int n)
+{
+    const l2_policy pol = (KJIT_L2_HINT & 1) ? l2_evict_last() : 0;
+    for (int i = 0; i < n; i += 4) {
+        const vec16 v = f32_to_vec<float>(f + i);
+        if (KJIT_L2_HINT & 1) st_vec_hint(p + i, v, pol);
+        else st_vec(p + i, v);
+    }
+}
+
+} // namespace kjit
