@@ -69,27 +69,36 @@ for s in $stages; do
   ab)
     # A/B of a template switch: KJIT_AB_MACRO (a macro a template defines
     # under #ifndef, e.g. KJIT_L2_HINT) at each of KJIT_AB_VALUES (the first
-    # is the reference). Each variant is a copy of kernel_templates with the
-    # default changed, used through KJIT_TEMPLATE_DIR with a cache of its own:
-    # bench/bits_hash.py compared bit for bit with the first variant's, the
-    # gpu tests KJIT_AB_CTEST names (a ctest regex, optional), then
-    # KJIT_AB_ROUNDS (2) rounds of bench_ops $KJIT_AB_BENCH over the variants.
+    # is the reference; each a word of letters, digits and _). Each variant
+    # is a copy of kernel_templates with the default changed, used through
+    # KJIT_TEMPLATE_DIR (the cache key hashes the templates, so variants
+    # never share a cubin): bench/bits_hash.py compared bit for bit with the
+    # first variant's, the gpu tests KJIT_AB_CTEST names (a ctest regex,
+    # optional), then KJIT_AB_ROUNDS (2) rounds of bench_ops $KJIT_AB_BENCH
+    # interleaved over the variants.
     python_env
-    m=${KJIT_AB_MACRO:?KJIT_AB_MACRO}
-    vals=${KJIT_AB_VALUES:?KJIT_AB_VALUES}
-    ref=""
+    m=${KJIT_AB_MACRO:-} vals=${KJIT_AB_VALUES:-}
+    if ! [[ $m =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || [ -z "$vals" ]; then
+      summary+=("ab: set KJIT_AB_MACRO (a macro name) and KJIT_AB_VALUES"); continue
+    fi
+    ref="" ab_ok=1
     for v in $vals; do
+      [[ $v =~ ^[A-Za-z0-9_]+$ ]] || { summary+=("ab: value '$v' is not a word"); ab_ok=0; break; }
       d=/tmp/kjit-ab/$m-$v
       rm -rf "$d" && mkdir -p "$d" && cp -r kernel_templates/. "$d/"
       hits=$(grep -rl "^#define $m " "$d")
-      [ -n "$hits" ] || { summary+=("ab: no template defines $m"); break; }
+      [ -n "$hits" ] || { summary+=("ab: no template defines $m"); ab_ok=0; break; }
       sed -i "s/^#define $m .*/#define $m $v/" $hits
       export_ab() { KJIT_TEMPLATE_DIR=$d KJIT_CACHE_DIR=/tmp/kjit-ab-cache/$m-$v "$@"; }
       section "ab bits, $m=$v"
-      export_ab python3 bench/bits_hash.py --out "$OUT/bits_$m-$v.txt" >>"$LOG" 2>&1
-      summary+=("ab bits $m=$v rc=$?")
-      if [ -z "$ref" ]; then ref=$v
-      elif cmp -s "$OUT/bits_$m-$ref.txt" "$OUT/bits_$m-$v.txt"; then summary+=("ab bits $m=$v: equal to $m=$ref")
+      bits=$OUT/bits_$m-$v.txt
+      rm -f "$bits"
+      export_ab python3 bench/bits_hash.py --out "$bits" >>"$LOG" 2>&1
+      rc=$?
+      summary+=("ab bits $m=$v rc=$rc")
+      if [ "$rc" != 0 ]; then :
+      elif [ -z "$ref" ]; then ref=$v
+      elif cmp -s "$OUT/bits_$m-$ref.txt" "$bits"; then summary+=("ab bits $m=$v: equal to $m=$ref")
       else summary+=("ab bits $m=$v: DIFFER from $m=$ref"); fi
       if [ -n "${KJIT_AB_CTEST:-}" ]; then
         section "ab ctest, $m=$v"
@@ -97,13 +106,16 @@ for s in $stages; do
         summary+=("ab ctest $m=$v rc=$?")
       fi
     done
+    [ "$ab_ok" = 1 ] || continue
     for r in $(seq "${KJIT_AB_ROUNDS:-2}"); do
       for v in $vals; do
         section "ab bench_ops, $m=$v, round $r"
         echo "== $m=$v round $r" | tee -a "$LOG"
         KJIT_TEMPLATE_DIR=/tmp/kjit-ab/$m-$v KJIT_CACHE_DIR=/tmp/kjit-ab-cache/$m-$v \
           $B/bench/bench_ops ${KJIT_AB_BENCH:---ops norm_modulate --rows 4097,32768} 2>&1 | tee -a "$LOG" |
-          grep -E "^(graph )?(norm_modulate|gated_residual|adaln_row_gather|copy)" | grep -v "^$"
+          grep -E "^(graph )?(norm_modulate|gated_residual|adaln_row_gather|copy)"
+        rc=${PIPESTATUS[0]}
+        [ "$rc" = 0 ] || summary+=("ab bench_ops $m=$v round $r rc=$rc")
       done
     done ;;
   python)

@@ -7,9 +7,11 @@
 // still stream their rows through the L2. KJIT_L2_HINT, a bit mask:
 //   1  the partials are stored with the evict_last policy, so that they are
 //      still in the L2 when the finisher reads them;
-//   2  the finisher drops each partial line after its one read (discard: no
+//   2  where h % 32 == 0 (a warp's 32 columns are whole 128-byte lines),
+//      the finisher drops each partial line after its one read (discard: no
 //      write-back of bytes nobody reads again, and no evict_last line left
-//      behind in the caller's L2).
+//      behind in the caller's L2); other hidden sizes keep their lines.
+//      The partials are then indeterminate after kjit_part_finish.
 // Default 0 (plain stores). 1 alone made the 4097-row backwards 1-3 us
 // faster but left its lines pinned: the gather's forward timed after it in
 // a graph lost 2 us. 1 | 2 is the candidate; docs/PERF_NOTES.md ("partials
