@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bench/cubin_text_diff.py without a GPU: two caches prewarmed from the same
+# kernels (the templates as they are, and a copy with a comment added) hold
+# the same code (exit 0); a copy whose L2 hint switch is on changes the
+# backward (exit 1, the kernel named); a damaged entry, an empty cache and
+# bad usage exit 2 with a message naming the problem.
+set -u
+PY=${PYTHON:-python3}
+S=$1 KJIT=$2 TPL=$3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+command -v "$PY" >/dev/null || { echo "SKIP: no $PY"; exit 77; }
+
+warm() { # templates cache
+  KJIT_TEMPLATE_DIR=$1 "$KJIT" prewarm --ops norm_modulate --hidden 1000 --dtype bf16 --arch sm_90 \
+    --cache-dir "$2" --json >"$T/prewarm.json" 2>&1 || fail "prewarm from $1 exited $?: $(cat "$T/prewarm.json")"
+}
+cp -r "$TPL" "$T/same" && echo "// a comment changes no kernel" >>"$T/same/adaln.cuh"
+cp -r "$TPL" "$T/hint" && sed -i 's/^#define KJIT_L2_HINT .*/#define KJIT_L2_HINT 1/' "$T/hint/common/kjit_l2.cuh"
+warm "$TPL" "$T/a"; warm "$T/same" "$T/b"; warm "$T/hint" "$T/c"
+
+out=$("$PY" "$S" "$T/a" "$T/b" 2>&1); rc=$?
+[ "$rc" = 0 ] || fail "same kernels: exit $rc: $out"
+echo "$out" | grep -q "; 0 differ, 0 only in the first, 0 only in the second" || fail "same kernels: $out"
+echo "$out" | grep -q "kernels: [1-9]" || fail "no kernels counted: $out"
+
+out=$("$PY" "$S" "$T/a" "$T/c" --list 2>&1); rc=$?
+[ "$rc" = 1 ] || fail "hint on: exit $rc, want 1: $out"
+echo "$out" | grep -q "differs: sm_90 _Z14kjit_adaln_bwd" || fail "hint on: the backward not named: $out"
+echo "$out" | grep -q "differs: .*kjit_adaln_fwd" && fail "hint on: a forward named: $out"
+
+bad() { # expected-message args...
+  local msg=$1 out rc
+  shift
+  out=$("$PY" "$S" "$@" 2>"$T/err"); rc=$?
+  [ "$rc" = 2 ] || fail "cubin_text_diff.py $*: exit $rc, want 2"
+  [ -z "$out" ] || fail "cubin_text_diff.py $*: wrote to stdout: $out"
+  grep -q -- "$msg" "$T/err" || fail "cubin_text_diff.py $*: message '$(cat "$T/err")' lacks '$msg'"
+}
+mkdir -p "$T/empty" "$T/cut"
+bad "no kernel in any cache entry" "$T/a" "$T/empty"
+f=$(ls "$T/a"/*.cubin | head -1)
+head -c 200 "$f" >"$T/cut/$(basename "$f")"
+bad "$(basename "$f"): has header lengths" "$T/a" "$T/cut"
+bad "not a directory" "$T/a" "$T/missing"
+bad "usage" "$T/a"
+[ "$fails" = 0 ] && echo "test_cubin_text_diff: all checks passed"
