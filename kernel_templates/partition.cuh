@@ -138,9 +138,11 @@ __device__ __forceinline__ int ldg_i32(const int *p)
 {
     return __ldg(p);
 }
-__device__ __forceinline__ float ldg_f32(const float *p)
+// A backward's fp32 partial (written before this grid's wait; read once).
+__device__ __forceinline__ float ld_partial(const float *p)
 {
-    return __ldg(p);
+    if constexpr ((KJIT_L2_HINT & 4) != 0) return ldg_f32_hint(p, l2_evict_first());
+    else return __ldg(p);
 }
 // From the L2 (the point of coherence), never a line an L1 kept: for reads
 // made before a grid's dependency wait (volatile: it stays behind its guard).
@@ -641,14 +643,14 @@ __device__ __forceinline__ float sum_strided(const float *q, long long m, long l
     for (; m >= U; m -= U, q += U * stride) {
         float v[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = ldg_f32(q + u * stride);
+        for (int u = 0; u < U; ++u) v[u] = ld_partial(q + u * stride);
 #pragma unroll
         for (int u = 0; u < U; ++u) acc += v[u];
     }
     if (m > 0) {
         float v[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = u < m ? ldg_f32(q + u * stride) : 0.f;
+        for (int u = 0; u < U; ++u) v[u] = u < m ? ld_partial(q + u * stride) : 0.f;
 #pragma unroll
         for (int u = 0; u < U; ++u)
             if (u < m) acc += v[u];
@@ -691,7 +693,7 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
                     const long long a = (long long)j * KJIT_COLSUM_GROUP;
                     const long long k = m - a < KJIT_COLSUM_GROUP ? m - a : KJIT_COLSUM_GROUP;
                     const float *q = p.partial_w + a * p.h + col;
-                    grp[j][lane] = kjit::sum_strided(q + p.h, k - 1, p.h, kjit::ldg_f32(q));
+                    grp[j][lane] = kjit::sum_strided(q + p.h, k - 1, p.h, kjit::ld_partial(q));
                     if ((KJIT_L2_HINT & 2) && p.h % 32 == 0) {
                         // Each line of partial_w is read here once, by this
                         // warp; a lane drops each.
@@ -744,7 +746,7 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
             for (int col = col0; col < p.h; col += cstep) {
                 float acc = 0.f;
                 if (heads >= 0) {
-                    acc = kjit::ldg_f32(p.partial + ((c0 * 2 + KJIT_SEG_TAIL) * p.ng + g) * (long long)p.h + col);
+                    acc = kjit::ld_partial(p.partial + ((c0 * 2 + KJIT_SEG_TAIL) * p.ng + g) * (long long)p.h + col);
                     const float *q = p.partial + (((c0 + 1) * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h + col;
                     acc = kjit::sum_strided(q, heads, cstride, acc);
                 }

@@ -11,11 +11,15 @@
 //      the finisher drops each partial line after its one read (discard: no
 //      write-back of bytes nobody reads again, and no evict_last line left
 //      behind in the caller's L2); other hidden sizes keep their lines.
-//      The partials are then indeterminate after kjit_part_finish.
+//      The partials are then indeterminate after kjit_part_finish;
+//   4  the finisher reads the partials with the evict_first policy (their
+//      lines demoted as they are read, without the discard's instructions).
 // Default 0 (plain stores). 1 alone made the 4097-row backwards 1-3 us
 // faster but left its lines pinned: the gather's forward timed after it in
-// a graph lost 2 us. 1 | 2 is the candidate; docs/PERF_NOTES.md ("partials
-// kept in the L2"). A/B: `run_device.sh ab` with KJIT_AB_MACRO=KJIT_L2_HINT.
+// a graph lost 2 us. 1 | 2 and 1 | 4 are the candidates; docs/PERF_NOTES.md
+// ("partials kept in the L2"). A/B: `run_device.sh ab` with
+// KJIT_AB_MACRO=KJIT_L2_HINT; bench/cubin_text_diff.py shows which kernels a
+// setting changes.
 #pragma once
 
 #include "common/kjit_types.cuh"
@@ -28,13 +32,37 @@ namespace kjit {
 
 typedef unsigned long long l2_policy;
 
+// A policy is a value: not volatile, so the compiler makes it once per
+// kernel however many stores use it.
 __device__ __forceinline__ l2_policy l2_evict_last()
 {
     l2_policy p = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
 #endif
     return p;
+}
+__device__ __forceinline__ l2_policy l2_evict_first()
+{
+    l2_policy p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+
+// Read-only fp32 load with an L2 policy (volatile: it stays behind the
+// guard that keeps it in bounds).
+__device__ __forceinline__ float ldg_f32_hint(const float *p, l2_policy pol)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float v;
+    asm volatile("ld.global.nc.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(p), "l"(pol));
+    return v;
+#else
+    (void)pol;
+    return __ldg(p);
+#endif
 }
 
 // 16-byte store with an L2 policy.
