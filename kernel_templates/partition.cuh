@@ -141,7 +141,7 @@ __device__ __forceinline__ int ldg_i32(const int *p)
 // A backward's fp32 partial (written before this grid's wait; read once).
 __device__ __forceinline__ float ld_partial(const float *p)
 {
-    if constexpr ((KJIT_L2_HINT & 4) != 0) return ldg_f32_hint(p, l2_evict_first());
+    if constexpr ((KJIT_L2_HINT & 8) != 0) return ldg_f32_hint(p, l2_evict_first());
     else return __ldg(p);
 }
 // From the L2 (the point of coherence), never a line an L1 kept: for reads

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bench/cubin_text_diff.py without a GPU: two caches prewarmed from the same
 # kernels (the templates as they are, and a copy with a comment added) hold
-# the same code (exit 0); a copy whose L2 hint switch is on changes the
-# backward (exit 1, the kernel named); a damaged entry, an empty cache and
-# bad usage exit 2 with a message naming the problem.
+# the same kernels (exit 0); a copy whose L2 hint switch is on changes the
+# backward's code (exit 1, the kernel named); an entry whose register count
+# alone is raised differs in its attributes; a damaged entry, an empty
+# cache, one kernel in two entries and bad usage exit 2 with a message
+# naming the problem.
 set -u
 PY=${PYTHON:-python3}
 S=$1 KJIT=$2 TPL=$3
@@ -23,13 +25,44 @@ warm "$TPL" "$T/a"; warm "$T/same" "$T/b"; warm "$T/hint" "$T/c"
 
 out=$("$PY" "$S" "$T/a" "$T/b" 2>&1); rc=$?
 [ "$rc" = 0 ] || fail "same kernels: exit $rc: $out"
-echo "$out" | grep -q "; 0 differ, 0 only in the first, 0 only in the second" || fail "same kernels: $out"
+echo "$out" | grep -q "; 0 differ in code or attributes, 0 only in their module's data, 0 only in the first, 0 only in the second" ||
+  fail "same kernels: $out"
 echo "$out" | grep -q "kernels: [1-9]" || fail "no kernels counted: $out"
 
 out=$("$PY" "$S" "$T/a" "$T/c" --list 2>&1); rc=$?
 [ "$rc" = 1 ] || fail "hint on: exit $rc, want 1: $out"
-echo "$out" | grep -q "differs: sm_90 _Z14kjit_adaln_bwd" || fail "hint on: the backward not named: $out"
-echo "$out" | grep -q "differs: .*kjit_adaln_fwd" && fail "hint on: a forward named: $out"
+echo "$out" | grep -q "code: sm_90 _Z14kjit_adaln_bwd" || fail "hint on: the backward not named: $out"
+echo "$out" | grep -q "code: .*kjit_adaln_fwd" && fail "hint on: a forward named: $out"
+
+# The same code with one more register: an attribute the driver reads.
+cp -r "$T/a" "$T/reg"
+f=$(ls "$T/reg"/*.cubin | head -1)
+"$PY" - "$S" "$f" <<'PYEOF' || fail "could not raise the register count of $f"
+import struct, sys
+sys.path.insert(0, __import__("os").path.dirname(sys.argv[1]))
+import cubin_text_diff as t
+path = sys.argv[2]
+raw = bytearray(open(path, "rb").read())
+e = t.Elf(t.entry_image(bytes(raw)))
+base = len(raw) - len(e.img)
+i = next(i for i, s in enumerate(e.sec) if s["name"] == ".nv.info")
+d, p = e.data(i), 0
+while p + 4 <= len(d):
+    if d[p] == 4:
+        n = struct.unpack_from("<H", d, p + 2)[0]
+        if d[p + 1] == 0x2F and n == 8:  # EIATTR_REGCOUNT: symbol, count
+            at = base + e.sec[i]["off"] + p + 8
+            struct.pack_into("<I", raw, at, struct.unpack_from("<I", raw, at)[0] + 8)
+            open(path, "wb").write(raw)
+            sys.exit(0)
+        p += 4 + n
+    else:
+        p += 4
+sys.exit(1)
+PYEOF
+out=$("$PY" "$S" "$T/a" "$T/reg" 2>&1); rc=$?
+[ "$rc" = 1 ] || fail "register count raised: exit $rc, want 1: $out"
+echo "$out" | grep -q "; 1 differ in code or attributes, 0 only in their module's data" || fail "register count raised: $out"
 
 bad() { # expected-message args...
   local msg=$1 out rc
@@ -45,5 +78,8 @@ f=$(ls "$T/a"/*.cubin | head -1)
 head -c 200 "$f" >"$T/cut/$(basename "$f")"
 bad "$(basename "$f"): has header lengths" "$T/a" "$T/cut"
 bad "not a directory" "$T/a" "$T/missing"
+cp -r "$T/a" "$T/twice"
+cp "$f" "$T/twice/$(basename "$f" | sed 's/\.[0-9a-f]\{32\}\./.00000000000000000000000000000000./')"
+bad "in two entries" "$T/a" "$T/twice"
 bad "usage" "$T/a"
 [ "$fails" = 0 ] && echo "test_cubin_text_diff: all checks passed"

@@ -12,11 +12,13 @@
 //      write-back of bytes nobody reads again, and no evict_last line left
 //      behind in the caller's L2); other hidden sizes keep their lines.
 //      The partials are then indeterminate after kjit_part_finish;
-//   4  the finisher reads the partials with the evict_first policy (their
-//      lines demoted as they are read, without the discard's instructions).
+//   8  the finisher reads the partials with the evict_first policy (meant
+//      to demote their lines as they are read, without the discard's
+//      instructions; unmeasured). (Bit 4, the rows' own loads and stores
+//      evict_first, was measured and removed: 20-40 us slower at 32768 rows.)
 // Default 0 (plain stores). 1 alone made the 4097-row backwards 1-3 us
 // faster but left its lines pinned: the gather's forward timed after it in
-// a graph lost 2 us. 1 | 2 and 1 | 4 are the candidates; docs/PERF_NOTES.md
+// a graph lost 2 us. 1 | 2 and 1 | 8 are the candidates; docs/PERF_NOTES.md
 // ("partials kept in the L2"). A/B: `run_device.sh ab` with
 // KJIT_AB_MACRO=KJIT_L2_HINT; bench/cubin_text_diff.py shows which kernels a
 // setting changes.
