@@ -9,16 +9,8 @@ ERR=$(mktemp)
 trap 'rm -f "$ERR"' EXIT
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-bad() { # expected-message args...
-    local want=$1
-    shift
-    local out err rc
-    out=$("$B" "$@" 2>"$ERR"); rc=$?
-    err=$(cat "$ERR")
-    [ "$rc" = 2 ] || fail "bench_spills $*: exit $rc, want 2"
-    [ -z "$out" ] || fail "bench_spills $*: wrote to stdout: $out"
-    case "$err" in *"$want"*) ;; *) fail "bench_spills $*: message '$err' lacks '$want'" ;; esac
-}
+. "$(dirname "$0")/refused.sh"
+bad() { expect_refused 2 "$1" "$B" "${@:2}"; } # expected-message args...
 bad "'bogus' is not an AdaLN op" --ops bogus
 bad "'0' is not a hidden size" --hidden 0
 bad "'16385' is not a hidden size" --hidden 16385

@@ -64,14 +64,8 @@ out=$("$PY" "$S" "$T/a" "$T/reg" 2>&1); rc=$?
 [ "$rc" = 1 ] || fail "register count raised: exit $rc, want 1: $out"
 echo "$out" | grep -q "; 1 differ in code or attributes, 0 only in their module's data" || fail "register count raised: $out"
 
-bad() { # expected-message args...
-  local msg=$1 out rc
-  shift
-  out=$("$PY" "$S" "$@" 2>"$T/err"); rc=$?
-  [ "$rc" = 2 ] || fail "cubin_text_diff.py $*: exit $rc, want 2"
-  [ -z "$out" ] || fail "cubin_text_diff.py $*: wrote to stdout: $out"
-  grep -q -- "$msg" "$T/err" || fail "cubin_text_diff.py $*: message '$(cat "$T/err")' lacks '$msg'"
-}
+. "$(dirname "$0")/refused.sh"
+bad() { expect_refused 2 "$1" "$PY" "$S" "${@:2}"; } # expected-message args...
 mkdir -p "$T/empty" "$T/cut"
 bad "no kernel in any cache entry" "$T/a" "$T/empty"
 f=$(ls "$T/a"/*.cubin | head -1)

@@ -12,14 +12,8 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-bad() { # want-rc expected-message args...
-    local want=$1 msg=$2 out rc
-    shift 2
-    out=$("$PY" "$S" "$@" 2>"$T/err"); rc=$?
-    [ "$rc" = "$want" ] || fail "ncu_top $*: exit $rc, want $want"
-    [ -z "$out" ] || fail "ncu_top $*: wrote to stdout: $out"
-    grep -q -- "$msg" "$T/err" || fail "ncu_top $*: message '$(cat "$T/err")' lacks '$msg'"
-}
+. "$(dirname "$0")/refused.sh"
+bad() { expect_refused "$1" "$2" "$PY" "$S" "${@:3}"; } # want-rc expected-message args...
 H='"Address","Source","Instructions Executed","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","stall_long_sb","stall_barrier"'
 { echo '==PROF== Connected to process'; echo '"Kernel Name","kjit_adaln_bwd"'; echo "$H"
   echo '"0x0","LDG.E.128 R4, [R2.64]","100","30","10","25","0"'

@@ -35,14 +35,8 @@ for want in "2 CTAs" "forward, 1 CTAs: span 30.00 us" "backward span 50.00 us" "
   echo "$out" | grep -q -- "$want" || fail "summary lacks '$want': $out"
 done
 
-bad() { # expected-message args...
-    local msg=$1 out rc
-    shift
-    out=$("$PY" "$S" "$@" 2>"$T/err"); rc=$?
-    [ "$rc" = 1 ] || fail "timeline.py $*: exit $rc, want 1"
-    [ -z "$out" ] || fail "timeline.py $*: wrote to stdout: $out"
-    grep -q -- "$msg" "$T/err" || fail "timeline.py $*: message '$(cat "$T/err")' lacks '$msg'"
-}
+. "$(dirname "$0")/refused.sh"
+bad() { expect_refused 1 "$1" "$PY" "$S" "${@:2}"; } # expected-message args...
 : >"$T/empty.txt"
 bad "no STEP line" --summarise "$T/empty.txt" --rows 64
 echo "STEP 0" >"$T/nobwd.txt"

@@ -10,13 +10,10 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/refused.sh"
 bad() { # file expected-message
-    local out rc
-    out=$("$PY" "$S" "$1" 2>"$T/err"); rc=$?
-    [ "$rc" = 1 ] || fail "tune_table $1: exit $rc, want 1"
-    [ -z "$out" ] || fail "tune_table $1: wrote to stdout: $out"
-    grep -q -- "$2" "$T/err" || fail "tune_table $1: message '$(cat "$T/err")' lacks '$2'"
-    grep -q -- "$1" "$T/err" || fail "tune_table $1: message does not name the file"
+    expect_refused 1 "$2" "$PY" "$S" "$1"
+    case "$REFUSED_ERR" in *"$1"*) ;; *) fail "tune_table $1: message does not name the file" ;; esac
 }
 result() { # op hidden ok default_fwd_us tuned_fwd_us
     printf '{"op":"%s","hidden":%s,"dtype":"bf16","ok":%s,"rows":[32768],' "$1" "$2" "$3"
