@@ -70,7 +70,8 @@ for s in $stages; do
     # A/B of a template switch: KJIT_AB_MACRO (a macro a template defines
     # under #ifndef, e.g. KJIT_L2_HINT) at each of KJIT_AB_VALUES (the first
     # is the reference; each a word of letters, digits and _). Each variant
-    # is a copy of kernel_templates with the default changed, used through
+    # is a copy of kernel_templates with the default changed
+    # (bench/template_variant.sh, whose refusals end the stage), used through
     # KJIT_TEMPLATE_DIR (the cache key hashes the templates, so variants
     # never share a cubin): bench/bits_hash.py compared bit for bit with the
     # first variant's, the gpu tests KJIT_AB_CTEST names (a ctest regex,
@@ -78,22 +79,17 @@ for s in $stages; do
     # interleaved over the variants.
     python_env
     m=${KJIT_AB_MACRO:-} vals=${KJIT_AB_VALUES:-}
-    if ! [[ $m =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || [ -z "$vals" ]; then
-      summary+=("ab: set KJIT_AB_MACRO (a macro name) and KJIT_AB_VALUES"); continue
-    fi
+    [ -n "$m" ] && [ -n "$vals" ] || { summary+=("ab: set KJIT_AB_MACRO and KJIT_AB_VALUES"); continue; }
+    # The variant of value $1 runs the rest of the line.
+    ab_env() { local v=$1; shift; KJIT_TEMPLATE_DIR=/tmp/kjit-ab/$m-$v KJIT_CACHE_DIR=/tmp/kjit-ab-cache/$m-$v "$@"; }
     ref="" ab_ok=1
     for v in $vals; do
-      [[ $v =~ ^[A-Za-z0-9_]+$ ]] || { summary+=("ab: value '$v' is not a word"); ab_ok=0; break; }
-      d=/tmp/kjit-ab/$m-$v
-      rm -rf "$d" && mkdir -p "$d" && cp -r kernel_templates/. "$d/"
-      hits=$(grep -rl "^#define $m " "$d")
-      [ -n "$hits" ] || { summary+=("ab: no template defines $m"); ab_ok=0; break; }
-      sed -i "s/^#define $m .*/#define $m $v/" $hits
-      export_ab() { KJIT_TEMPLATE_DIR=$d KJIT_CACHE_DIR=/tmp/kjit-ab-cache/$m-$v "$@"; }
+      rm -rf "/tmp/kjit-ab/$m-$v"
+      err=$(bench/template_variant.sh "/tmp/kjit-ab/$m-$v" "$m" "$v" 2>&1) || { summary+=("ab: $err"); ab_ok=0; break; }
       section "ab bits, $m=$v"
       bits=$OUT/bits_$m-$v.txt
       rm -f "$bits"
-      export_ab python3 bench/bits_hash.py --out "$bits" >>"$LOG" 2>&1
+      ab_env "$v" python3 bench/bits_hash.py --out "$bits" >>"$LOG" 2>&1
       rc=$?
       summary+=("ab bits $m=$v rc=$rc")
       if [ "$rc" != 0 ]; then :
@@ -102,7 +98,7 @@ for s in $stages; do
       else summary+=("ab bits $m=$v: DIFFER from $m=$ref"); fi
       if [ -n "${KJIT_AB_CTEST:-}" ]; then
         section "ab ctest, $m=$v"
-        export_ab ctest --test-dir $B -L gpu -R "$KJIT_AB_CTEST" --output-on-failure >>"$LOG" 2>&1
+        ab_env "$v" ctest --test-dir $B -L gpu -R "$KJIT_AB_CTEST" --output-on-failure >>"$LOG" 2>&1
         summary+=("ab ctest $m=$v rc=$?")
       fi
     done
@@ -111,8 +107,7 @@ for s in $stages; do
       for v in $vals; do
         section "ab bench_ops, $m=$v, round $r"
         echo "== $m=$v round $r" | tee -a "$LOG"
-        KJIT_TEMPLATE_DIR=/tmp/kjit-ab/$m-$v KJIT_CACHE_DIR=/tmp/kjit-ab-cache/$m-$v \
-          $B/bench/bench_ops ${KJIT_AB_BENCH:---ops norm_modulate --rows 4097,32768} 2>&1 | tee -a "$LOG" |
+        ab_env "$v" $B/bench/bench_ops ${KJIT_AB_BENCH:---ops norm_modulate --rows 4097,32768} 2>&1 | tee -a "$LOG" |
           grep -E "^(graph )?(norm_modulate|gated_residual|adaln_row_gather|copy)"
         rc=${PIPESTATUS[0]}
         [ "$rc" = 0 ] || summary+=("ab bench_ops $m=$v round $r rc=$rc")
