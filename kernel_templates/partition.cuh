@@ -195,6 +195,10 @@ __device__ __forceinline__ float *part_slot(float *partial, long long c, int slo
 {
     return partial + ((c * 2 + slot) * ng + g) * (long long)h;
 }
+__device__ __forceinline__ const float *part_slot(const float *partial, long long c, int slot, int ng, int g, int h)
+{
+    return partial + ((c * 2 + slot) * ng + g) * (long long)h;
+}
 
 // One segment of one chunk, see the head comment.
 struct seg {
@@ -746,8 +750,8 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
             for (int col = col0; col < p.h; col += cstep) {
                 float acc = 0.f;
                 if (heads >= 0) {
-                    acc = kjit::ld_partial(p.partial + ((c0 * 2 + KJIT_SEG_TAIL) * p.ng + g) * (long long)p.h + col);
-                    const float *q = p.partial + (((c0 + 1) * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h + col;
+                    acc = kjit::ld_partial(kjit::part_slot(p.partial, c0, KJIT_SEG_TAIL, p.ng, g, p.h) + col);
+                    const float *q = kjit::part_slot(p.partial, c0 + 1, KJIT_SEG_HEAD, p.ng, g, p.h) + col;
                     acc = kjit::sum_strided(q, heads, cstride, acc);
                 }
                 kjit::st_f32(out + rr * os + col, acc);
@@ -759,10 +763,8 @@ __global__ void kjit_part_finish(const __grid_constant__ kjit_finish_params p)
                     const int lane = threadIdx.x & 31;
                     const long long cb = col - lane;
                     for (int u = lane; u <= heads; u += 32)
-                        kjit::l2_discard_line(
-                            p.partial +
-                            ((u == 0 ? c0 * 2 + KJIT_SEG_TAIL : (c0 + u) * 2 + KJIT_SEG_HEAD) * p.ng + g) * (long long)p.h +
-                            cb);
+                        kjit::l2_discard_line(kjit::part_slot(p.partial, c0 + u, u == 0 ? KJIT_SEG_TAIL : KJIT_SEG_HEAD,
+                                                              p.ng, g, p.h) + cb);
                 }
             }
         }

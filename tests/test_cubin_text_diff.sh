@@ -20,7 +20,7 @@ warm() { # templates cache
     --cache-dir "$2" --json >"$T/prewarm.json" 2>&1 || fail "prewarm from $1 exited $?: $(cat "$T/prewarm.json")"
 }
 cp -r "$TPL" "$T/same" && echo "// a comment changes no kernel" >>"$T/same/adaln.cuh"
-cp -r "$TPL" "$T/hint" && sed -i 's/^#define KJIT_L2_HINT .*/#define KJIT_L2_HINT 1/' "$T/hint/common/kjit_l2.cuh"
+"$(dirname "$S")/template_variant.sh" "$T/hint" KJIT_L2_HINT 1 "$TPL" || fail "no KJIT_L2_HINT 1 variant"
 warm "$TPL" "$T/a"; warm "$T/same" "$T/b"; warm "$T/hint" "$T/c"
 
 out=$("$PY" "$S" "$T/a" "$T/b" 2>&1); rc=$?
@@ -44,21 +44,13 @@ import cubin_text_diff as t
 path = sys.argv[2]
 raw = bytearray(open(path, "rb").read())
 e = t.Elf(t.entry_image(bytes(raw)))
-base = len(raw) - len(e.img)
-i = next(i for i, s in enumerate(e.sec) if s["name"] == ".nv.info")
-d, p = e.data(i), 0
-while p + 4 <= len(d):
-    if d[p] == 4:
-        n = struct.unpack_from("<H", d, p + 2)[0]
-        if d[p + 1] == 0x2F and n == 8:  # EIATTR_REGCOUNT: symbol, count
-            at = base + e.sec[i]["off"] + p + 8
-            struct.pack_into("<I", raw, at, struct.unpack_from("<I", raw, at)[0] + 8)
-            open(path, "wb").write(raw)
-            sys.exit(0)
-        p += 4 + n
-    else:
-        p += 4
-sys.exit(1)
+sec = next(s for s in e.sec if s["name"] == ".nv.info")
+p = e.data(e.sec.index(sec)).find(b"\x04\x2f\x08\x00")  # EIATTR_REGCOUNT: symbol, count
+if p < 0 or p % 4:
+    sys.exit(1)
+at = len(raw) - len(e.img) + sec["off"] + p + 8
+struct.pack_into("<I", raw, at, struct.unpack_from("<I", raw, at)[0] + 8)
+open(path, "wb").write(raw)
 PYEOF
 out=$("$PY" "$S" "$T/a" "$T/reg" 2>&1); rc=$?
 [ "$rc" = 1 ] || fail "register count raised: exit $rc, want 1: $out"

@@ -4,7 +4,7 @@
 # there), through KJIT_TEMPLATE_DIR and kjit prewarm, so that a switch the
 # default leaves off does not rot. No GPU needed.
 set -u
-KJIT=$1 TPL=$2
+KJIT=$1 TPL=$2 VARIANT=$3
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0
@@ -12,9 +12,8 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 grep -q '^#define KJIT_L2_HINT 0$' "$TPL/common/kjit_l2.cuh" || fail "kjit_l2.cuh: the default is not 0"
 for v in 1 2 8 11; do
-  rm -rf "$T/tpl" && cp -r "$TPL" "$T/tpl"
-  sed -i "s/^#define KJIT_L2_HINT .*/#define KJIT_L2_HINT $v/" "$T/tpl/common/kjit_l2.cuh"
-  grep -q "^#define KJIT_L2_HINT $v\$" "$T/tpl/common/kjit_l2.cuh" || { fail "KJIT_L2_HINT $v not set"; continue; }
+  rm -rf "$T/tpl"
+  "$VARIANT" "$T/tpl" KJIT_L2_HINT "$v" "$TPL" || { fail "KJIT_L2_HINT $v not set"; continue; }
   out=$(KJIT_TEMPLATE_DIR=$T/tpl "$KJIT" prewarm --ops norm_modulate,gated_residual,fused,adaln_row_gather \
         --hidden 5376 --dtype bf16 --arch sm_90,sm_75 --cache-dir "$T/cache$v" --json 2>&1) ||
     fail "KJIT_L2_HINT $v: prewarm exited $?: $out"
