@@ -106,8 +106,8 @@ KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
 /* Creates a context on a device's primary CUDA context (made current on the
  * calling thread if that thread has none, as the CUDA runtime does). Without
  * a CUDA driver the context is created compile-only (prewarm works) and every
- * op call with valid arguments returns KJIT_ENODRIVER, except a forward with
- * n = 0, which has nothing to do and returns KJIT_OK. opts may be NULL (defaults, device 0).
+ * op call with valid arguments returns KJIT_ENODRIVER, except a forward, or a
+ * backward asking for row gradients only, with n = 0: nothing to do, KJIT_OK. opts may be NULL (defaults, device 0).
  * When $KJIT_SERVER (read here) names a socket, a kernel found neither in
  * memory nor on disk is asked of the `kjit serve` there first, and compiled
  * in process when no server answers, the server refuses, its cache key

@@ -3,8 +3,9 @@
 //   backward  dtable_k[r] = sum_{index[n] = r} dout_k[n], fp32 in sorted-row
 //             order over the partition of partition.cuh, rounded once.
 //
-// Template parameters: TP = kjit::bf16 | kjit::f16 | kjit::f32 (tables, out,
-// dout, dtable), TI = int | long long (index), VEC = true when H % (16 /
+// Template parameters: TP = kjit::bf16 | kjit::f32 (tables, out, dout,
+// dtable: the table dtypes the host accepts; kjit::f16 instantiates too,
+// unused), TI = int | long long (index), VEC = true when H % (16 /
 // sizeof(TP)) == 0 and every base pointer and row stride (tables, out, dout,
 // dtable, and partial) is 16-byte aligned; VEC = false works for any H and
 // alignment. VEC changes no bit (forward is a copy; backward sums each column

@@ -94,7 +94,12 @@ out=$("$KJIT" cache verify --cache-dir "$C"); rc=$?
 echo "$out" | grep -q "$(basename "$victim")" || fail "verify does not name $(basename "$victim"): $out"
 j3=$("$KJIT" prewarm $OPS --cache-dir "$C" --json) || fail "prewarm after corruption: $j3"
 [ "$(echo "$j3" | field compiled)" = 1 ] || fail "prewarm did not rebuild exactly the bad entry: $j3"
+[ "$(echo "$j3" | field bad_entries)" = 1 ] || fail "prewarm --json does not count the replaced entry: $j3"
 "$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify after rebuild"
+# ... and the text output says so too (a note: exit 0).
+victim=$(ls "$C"/*.cubin | head -1); : >"$victim"
+out=$("$KJIT" prewarm $OPS --cache-dir "$C" 2>&1) || fail "prewarm after truncation: $out"
+echo "$out" | grep -q "note: 1 damaged cache entry was replaced" || fail "prewarm does not report the replaced entry: $out"
 
 # 8 processes prewarming one empty cache at once.
 C=$T/c2
@@ -146,6 +151,10 @@ for f in "$C"/*.cubin; do rm "$f"; mkdir -p "$f/x"; done
 out=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$C" 2>&1); rc=$?
 [ $rc = 1 ] || fail "prewarm that stored nothing exited $rc, want 1: $out"
 echo "$out" | grep -q "could not be written to $C" || fail "prewarm that stored nothing: $out"
+echo "$out" | grep -q "a directory under an entry's name" || fail "prewarm does not name the directory case: $out"
+out=$(KJIT_LOG=1 "$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$C" 2>&1)
+echo "$out" | grep -q "left alone, so this kernel cannot be stored" && ! echo "$out" | grep -q "removing it" \
+  || fail "the log claims a directory under an entry's name is removed: $out"
 j=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$C" --json 2>/dev/null)
 [ "$(echo "$j" | field not_stored)" = 1 ] || fail "--json not_stored: $j"
 out=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "" 2>&1); rc=$?
@@ -185,17 +194,23 @@ KJIT_CACHE_MAX_MB=abc "$KJIT" cache stats --cache-dir "$T/c1" >/dev/null || fail
 # Temp files and non-files are not entries: stats counts them apart, ls
 # marks them; an mtime localtime cannot convert prints as seconds.
 n0=$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)
-head -c 5000 /dev/zero >"$T/c1/.tmp.op.Ab12Cd"
+b0=$("$KJIT" cache stats --cache-dir "$T/c1" --json | field bytes)
+head -c 5000 /dev/zero >"$T/c1/.tmp.op.Ab12Cd"; touch -d '-20 minutes' "$T/c1/.tmp.op.Ab12Cd"
+head -c 100 /dev/zero >"$T/c1/.tmp.op.Fresh1"
 mkdir "$T/c1/dir.cubin"
+# A *.cubin of a name kjit does not write is not an entry either.
+head -c 300000 /dev/zero >"$T/c1/libfoo.cubin"
 j=$("$KJIT" cache stats --cache-dir "$T/c1" --json)
-[ "$(echo "$j" | field entries)" = "$n0" ] && [ "$(echo "$j" | field other_files)" = 2 ] \
-  || fail "stats counted a temp file or a directory as an entry: $j"
-"$KJIT" cache stats --cache-dir "$T/c1" | grep -q "and 2 temp or other files, not counted" \
+[ "$(echo "$j" | field entries)" = "$n0" ] && [ "$(echo "$j" | field bytes)" = "$b0" ] \
+  && [ "$(echo "$j" | field other_files)" = 4 ] \
+  || fail "stats counted a temp file, a directory or a foreign *.cubin as an entry: $j"
+"$KJIT" cache stats --cache-dir "$T/c1" | grep -q "and 4 temp or other files, not counted" \
   || fail "stats text: $("$KJIT" cache stats --cache-dir "$T/c1")"
 out=$("$KJIT" cache ls --cache-dir "$T/c1")
 echo "$out" | grep -q "\.tmp\.op\.Ab12Cd  # temp file" || fail "ls does not mark the temp file: $out"
 echo "$out" | grep -q "dir\.cubin  # not a regular file" || fail "ls does not mark the directory: $out"
-victim=$(ls "$T/c1"/*.cubin | grep -v dir.cubin | head -1)
+echo "$out" | grep -q "libfoo\.cubin  # not kjit's (name)" || fail "ls does not mark the foreign *.cubin: $out"
+victim=$(ls "$T/c1"/timestep_sinusoid.*.cubin | head -1)
 # (A file system may clamp the time: then ls prints a date, and must not crash either way.)
 if touch -d @9223372036854775807 "$victim" 2>/dev/null; then
   out=$("$KJIT" cache ls --cache-dir "$T/c1" 2>&1) || fail "ls with an mtime localtime cannot convert: $out"
@@ -203,11 +218,14 @@ if touch -d @9223372036854775807 "$victim" 2>/dev/null; then
   [ "$(stat -c %Y "$victim")" = 9223372036854775807 ] && ! echo "$out" | grep -q "@9223372036854775807" \
     && fail "ls did not print the unconvertible mtime as seconds: $out"
 fi
-# clear leaves a directory named like an entry alone and removes the rest.
+# clear leaves a directory named like an entry, a foreign *.cubin and a
+# write in progress (a temp file younger than 10 minutes) alone, and
+# removes the rest.
 "$KJIT" cache clear --cache-dir "$T/c1" >/dev/null || fail "clear"
 [ "$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)" = 0 ] || fail "entries after clear"
-[ -d "$T/c1/dir.cubin" ] && [ ! -e "$T/c1/.tmp.op.Ab12Cd" ] || fail "clear removed the directory or kept the temp file"
-rmdir "$T/c1/dir.cubin"
+[ -d "$T/c1/dir.cubin" ] && [ ! -e "$T/c1/.tmp.op.Ab12Cd" ] || fail "clear removed the directory or kept the old temp file"
+[ -e "$T/c1/.tmp.op.Fresh1" ] && [ -e "$T/c1/libfoo.cubin" ] || fail "clear removed a fresh temp file or a foreign *.cubin"
+rmdir "$T/c1/dir.cubin"; rm "$T/c1/.tmp.op.Fresh1" "$T/c1/libfoo.cubin"
 
 # kjit serve's usage errors name the argument (exit 2, nothing started).
 for args in "--bogus|unknown option '--bogus'" "--socket|--socket needs a value" \
@@ -271,6 +289,39 @@ jc=$("$KJIT" prewarm --ops timestep_sinusoid,adaln_row_gather --hidden 8 --arch 
   || fail "prewarm of two ops: $jc"
 [ "$(echo "$jb" | field kernels)" = "$(echo "$jc" | field kernels)" ] || fail "repeated ops or archs: $jb vs $jc"
 [ "$(echo "$ja" | field kernels)" -lt "$(echo "$jc" | field kernels)" ] || fail "two ops vs one: $ja vs $jc"
+
+# A cache directory that cannot be created: the message gives mkdir's own
+# reason, not that of a stat after it.
+if [ "$(id -u)" != 0 ]; then
+  mkdir -m 500 "$T/ro"; nodir=$T/ro/sub/c; want="Permission denied"
+else
+  nodir=/sys/kjit-test-$$/c; want=$(mkdir /sys/kjit-test-$$ 2>&1 | sed 's/.*: //')
+fi
+if [ -n "$want" ] && [ "$want" != "No such file or directory" ]; then
+  out=$("$KJIT" prewarm $OPS --cache-dir "$nodir" 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "cannot create cache directory.*: $want" || fail "mkdir failure: $rc $out (want $want)"
+fi
+
+# An option's value is never the next option; numbers are plain digits.
+for args in "prewarm --cache-dir --json|--cache-dir needs a value" "prewarm --ops --hidden 256|--ops needs a value" \
+            "prewarm --hidden +256|'+256' is not a size" "prewarm --hidden _256|' 256' is not a size" \
+            "prewarm --jobs --json|--jobs needs a value" "tune --device --json|--device needs a value" \
+            "cache stats --cache-dir --json|--cache-dir needs a value" "call --socket --events {}|--socket needs a value" \
+            "serve --max-clients --socket x|--max-clients needs a value" "serve --idle-timeout _5|expected seconds"; do
+  a=${args%%|*}; want=${args#*|}
+  # (_: a leading space in the value)
+  case "$a" in
+    *" _256") out=$("$KJIT" prewarm --hidden " 256" --cache-dir "$T/never2" 2>&1) ;;
+    *" _5") out=$(timeout 10 "$KJIT" serve --idle-timeout " 5" 2>&1) ;;
+    *) out=$(timeout 10 "$KJIT" $a 2>&1) ;;
+  esac
+  rc=$?
+  [ $rc = 2 ] && echo "$out" | grep -qF -- "$want" || fail "kjit $a: $rc $out"
+done
+[ -e "$T/never2" ] || [ -e ./--json ] && fail "a refused option value created a directory"
+# kjit help CMD is kjit CMD --help.
+[ "$("$KJIT" help prewarm)" = "$("$KJIT" prewarm --help)" ] || fail "kjit help prewarm"
+"$KJIT" help | grep -q "kjit help <command>" || fail "kjit help"
 
 [ $fails = 0 ] && echo "test_cli: all checks passed" || echo "test_cli: $fails check(s) FAILED"
 [ $fails = 0 ]

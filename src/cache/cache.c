@@ -259,7 +259,13 @@ static int disk_load(kjit_cache *c, const char *name, kjit_cache_key key, kjit__
         d->disk_hits++;
         return 1;
     }
-    if (rc == KJIT_EBADENTRY) {
+    if (rc == KJIT_EBADENTRY && S_ISDIR(st.st_mode)) {
+        /* Not kjit's to remove (clear leaves it too): the kernel is built
+         * and used, and its store fails on the rename, until someone
+         * removes the directory. */
+        kjit__log("cache: %s/%s %s; left alone, so this kernel cannot be stored until it is removed; "
+                  "rebuilding", c->dir, name, why);
+    } else if (rc == KJIT_EBADENTRY) {
         kjit__log("cache: bad entry %s/%s %s; removing it and rebuilding", c->dir, name, why);
         d->bad_entries++;
         kjit__unlink_same(c->dfd, name, &st);

@@ -146,6 +146,9 @@ typedef struct kjit_cache_entry_info {
                            counts it bad only once older than 10 minutes */
     int regular;        /* 0: not a regular file (a directory or link named
                            like an entry), which no lookup takes */
+    int owned;          /* 0: a *.cubin whose name is not the shape kjit
+                           writes: no lookup takes it, the size cap does not
+                           count it, clear and eviction leave it alone */
 } kjit_cache_entry_info;
 /* Visits entries (*.cubin) and temp files in name order; the info is valid
  * during the call only. verify reads and checks each entry fully, including
@@ -153,7 +156,8 @@ typedef struct kjit_cache_entry_info {
  * bad ones. */
 typedef void (*kjit_cache_visit_fn)(void *arg, const kjit_cache_entry_info *e);
 int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *arg, int *n_bad);
-/* Removes entries, temp files and the lock files of builds not in progress;
+/* Removes entries, temp files older than 10 minutes (a younger one is a
+ * write in progress) and the lock files of builds not in progress;
  * *removed counts the entries and temp files removed, also when one could
  * not be (the call then fails naming it). A directory named like an entry
  * is not kjit's and is left alone. */

@@ -65,10 +65,14 @@ static int mkdir_p(const char *path)
         char saved = *s;
         *s = '\0';
         struct stat st;
-        if (mkdir(p, 0700) < 0 && errno != EEXIST && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
-            int rc = kjit__fail(errno == EACCES ? KJIT_EPERM : KJIT_EIO,
-                                "cannot create cache directory %s (at %s): %s", path, p,
-                                strerror(errno));
+        /* mkdir's errno is the reason: the stat that follows (a directory
+         * made by someone else, or a name mkdir may not see as existing,
+         * such as one in a read-only parent) must not replace it. */
+        const int made = mkdir(p, 0700) == 0;
+        const int e = errno;
+        if (!made && e != EEXIST && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
+            int rc = kjit__fail(e == EACCES || e == EPERM || e == EROFS ? KJIT_EPERM : KJIT_EIO,
+                                "cannot create cache directory %s (at %s): %s", path, p, strerror(e));
             free(p);
             return rc;
         }
@@ -434,7 +438,7 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         kjit_cache_entry_info e = {v[i].name, (uint64_t)v[i].st.st_size, (int64_t)v[i].st.st_mtime,
-                                   1, NULL, v[i].temp, S_ISREG(v[i].st.st_mode)};
+                                   1, NULL, v[i].temp, S_ISREG(v[i].st.st_mode), v[i].owned};
         char why[256];
         kjit_cache_key key;
         if (verify && v[i].temp) {
@@ -514,10 +518,13 @@ int kjit__cache_clear(const char *dir, uint64_t *removed)
     if (rc != KJIT_OK)
         return rc;
     uint64_t count = 0;
+    const time_t now = time(NULL);
     for (size_t i = 0; i < n; i++) {
         /* A directory named like an entry, or a *.cubin of a name kjit
-         * does not write, is not kjit's: left alone. */
-        if (S_ISDIR(v[i].st.st_mode) || !v[i].owned)
+         * does not write, is not kjit's: left alone. A temp file younger
+         * than the stale age is a write in progress (its writer renames it
+         * next, and would fail): spared, as held locks are. */
+        if (S_ISDIR(v[i].st.st_mode) || !v[i].owned || (v[i].temp && !stale(&v[i].st, now)))
             continue;
         if (unlinkat(dfd, v[i].name, 0) == 0)
             count++;

@@ -21,7 +21,13 @@ int kjit_cli_split(char *list, char **items, int max);
 /* kjit_cli_split of option opt's value; a bad list prints "kjit <cmd>: <opt>:
  * expected a comma list of at most <max> <what>" and returns -1. */
 int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char *list, char **items, int max);
-/* Parses a positive int in [lo, hi]; -1 on error. */
+/* The value of the option argv[*i]: argv[*i + 1], with *i advanced. NULL,
+ * after printing "kjit <cmd>: <option> needs a value", when there is none or
+ * the next word is itself an option ("--..."): `--cache-dir --json` is a
+ * missing value, not a directory named "--json". */
+char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i);
+/* Parses a decimal integer in [lo, hi] (digits, an optional leading '-');
+ * -1 on error. */
 int kjit_cli_int(const char *s, long lo, long hi, long *out);
 /* Prints "kjit <cmd>: <msg>" and a hint to use --help; returns KJIT_EXIT_USAGE. */
 int kjit_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

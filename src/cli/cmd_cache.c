@@ -17,7 +17,8 @@ static const char help[] =
     "  stats    number of entries and bytes on disk\n"
     "  ls       every entry: file, bytes, last use (temp files and non-files marked)\n"
     "  verify   check every entry's header and checksum; exit 1 naming each bad one\n"
-    "  clear    remove every entry, temp file and lock\n"
+    "  clear    remove every entry, and the temp files and locks of no write in\n"
+    "           progress (temp files younger than 10 minutes are spared)\n"
     "\n"
     "  --cache-dir DIR  default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit\n"
     "  --json           machine-readable output\n";
@@ -32,14 +33,17 @@ static void on_entry(void *arg, const kjit_cache_entry_info *e)
 {
     visit *v = arg;
     /* Entries are what lookups can take and what the size cap counts. */
-    const int entry = !e->temp && e->regular;
+    const int entry = !e->temp && e->regular && e->owned;
     if (entry) {
         v->entries++;
         v->bytes += e->bytes;
     } else {
         v->others++;
     }
-    const char *kind = e->temp ? "temp file" : e->regular ? NULL : "not a regular file";
+    const char *kind = e->temp      ? "temp file"
+                     : !e->regular ? "not a regular file"
+                     : !e->owned   ? "not kjit's (name)"
+                                   : NULL;
     if (v->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "file", e->file);
@@ -77,8 +81,7 @@ int kjit_cli_cache(int argc, char **argv)
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (!strcmp(argv[i], "--cache-dir")) {
-            if (i + 1 >= argc) return kjit_cli_usage_error("cache", "--cache-dir needs a value");
-            dir = argv[++i];
+            if (!(dir = kjit_cli_value("cache", argc, argv, &i))) return KJIT_EXIT_USAGE;
         } else if (!sub && argv[i][0] != '-') {
             sub = argv[i];
         } else {
@@ -110,8 +113,9 @@ int kjit_cli_cache(int argc, char **argv)
         /* Idempotent: a cache that was never created has nothing to clear. */
         const int absent = lstat(path, &st) != 0 && errno == ENOENT;
         if (!absent && kjit__cache_clear(path, &removed)) {
-            fprintf(stderr, "kjit cache clear: %s (removed %llu other files)\n", kjit_last_error(),
-                    (unsigned long long)removed);
+            fprintf(stderr, "kjit cache clear: %s", kjit_last_error());
+            if (removed) fprintf(stderr, " (%llu other files were removed)", (unsigned long long)removed);
+            fputc('\n', stderr);
             return KJIT_EXIT_FAIL;
         }
         if (json) {

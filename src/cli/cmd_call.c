@@ -43,8 +43,8 @@ int kjit_cli_call(int argc, char **argv)
         } else if (!strcmp(a, "--events")) {
             events = 1;
         } else if (!strcmp(a, "--socket") || !strcmp(a, "--payload-out") || !strcmp(a, "--timeout")) {
-            if (i + 1 >= argc) return kjit_cli_usage_error("call", "%s needs a value", a);
-            const char *v = argv[++i];
+            const char *v = kjit_cli_value("call", argc, argv, &i);
+            if (!v) return KJIT_EXIT_USAGE;
             if (!strcmp(a, "--socket") && !*v) return kjit_cli_usage_error("call", "--socket '': expected a path");
             if (!strcmp(a, "--socket")) socket = v;
             else if (!strcmp(a, "--payload-out")) payload_out = v;

@@ -124,12 +124,12 @@ int kjit_cli_prewarm(int argc, char **argv)
         } else if (!strcmp(a, "--space")) {
             space = 1;
         } else if (!strcmp(a, "--jobs")) {
-            if (i + 1 >= argc) return kjit_cli_usage_error("prewarm", "--jobs needs a value");
-            if (kjit_cli_int(argv[++i], 1, 1024, &jobs_n))
-                return kjit_cli_usage_error("prewarm", "--jobs '%s': expected an integer in 1..1024", argv[i]);
+            const char *v = kjit_cli_value("prewarm", argc, argv, &i);
+            if (!v) return KJIT_EXIT_USAGE;
+            if (kjit_cli_int(v, 1, 1024, &jobs_n))
+                return kjit_cli_usage_error("prewarm", "--jobs '%s': expected an integer in 1..1024", v);
         } else if (target) {
-            if (i + 1 >= argc) return kjit_cli_usage_error("prewarm", "%s needs a value", a);
-            *target = argv[++i];
+            if (!(*target = kjit_cli_value("prewarm", argc, argv, &i))) return KJIT_EXIT_USAGE;
         } else {
             return kjit_cli_usage_error("prewarm", "unknown option '%s'", a);
         }
@@ -302,6 +302,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         cJSON_AddNumberToObject(o_, "cached", (double)atomic_load(&p.cached));
         cJSON_AddNumberToObject(o_, "failed", (double)failed);
         cJSON_AddNumberToObject(o_, "not_stored", (double)cc.store_failures);
+        cJSON_AddNumberToObject(o_, "bad_entries", (double)cc.bad_entries);
         cJSON_AddNumberToObject(o_, "evicted", (double)cc.evictions);
         cJSON_AddNumberToObject(o_, "seconds", secs);
         cJSON_AddNumberToObject(o_, "jobs", (double)jobs_n);
@@ -330,8 +331,14 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
                kjit_ctx_cache_dir(ctx));
     }
     if (cc.store_failures)
-        fprintf(stderr, "kjit prewarm: %llu compiled kernel(s) could not be written to %s (full disk or no write "
-                "permission? KJIT_LOG=1 says why)\n", (unsigned long long)cc.store_failures, kjit_ctx_cache_dir(ctx));
+        fprintf(stderr, "kjit prewarm: %llu compiled kernel(s) could not be written to %s (a full disk, no write "
+                "permission, or a directory under an entry's name, which kjit cache verify names; KJIT_LOG=1 says "
+                "why)\n", (unsigned long long)cc.store_failures, kjit_ctx_cache_dir(ctx));
+    /* A note, not a failure: each damaged entry was replaced by a fresh
+     * compile; the count says the disk or another writer damaged some. */
+    if (cc.bad_entries)
+        fprintf(stderr, "kjit prewarm: note: %llu damaged cache entr%s replaced (KJIT_LOG=1 names them)\n",
+                (unsigned long long)cc.bad_entries, cc.bad_entries == 1 ? "y was" : "ies were");
     /* A note, not a failure: the scan evicts the oldest entries first,
      * usually earlier runs' in a full cache, not this run's. */
     if (cc.evictions)

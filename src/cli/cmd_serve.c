@@ -72,8 +72,8 @@ int kjit_cli_serve(int argc, char **argv)
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= !strcmp(a, with_value[k]);
         if (!known)
             return kjit_cli_usage_error("serve", a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
-        if (i + 1 >= argc) return kjit_cli_usage_error("serve", "%s needs a value", a);
-        char *v = argv[++i];
+        char *v = kjit_cli_value("serve", argc, argv, &i);
+        if (!v) return KJIT_EXIT_USAGE;
         long n;
         int rc = 0;
         if (!strcmp(a, "--socket")) {
@@ -90,7 +90,7 @@ int kjit_cli_serve(int argc, char **argv)
         } else if (!strcmp(a, "--idle-timeout")) {
             char *end;
             double s = strtod(v, &end);
-            if (!*v || *end || !(s >= 0 && s <= 86400))
+            if (!((*v >= '0' && *v <= '9') || *v == '.') || *end || !(s >= 0 && s <= 86400))
                 return kjit_cli_usage_error("serve", "--idle-timeout '%s': expected seconds in 0..86400", v);
             cfg.idle_timeout_s = s;
         } else if (!strcmp(a, "--allow-uid")) {

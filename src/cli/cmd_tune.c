@@ -92,9 +92,11 @@ static int show(const char *cache_dir, int json)
     } else {
         if (st == KJIT_TUNE_FILE_MISSING) {
             printf("no tuning file at %s (run kjit tune on a GPU)\n", dir[0] ? path : "(memory-only cache)");
+        } else if (st == KJIT_TUNE_FILE_DAMAGED) {
+            printf("tuning file %s is damaged: ignored, rebuilt by the next kjit tune (KJIT_LOG=1 says why)\n", path);
         } else if (st != KJIT_TUNE_FILE_OK) {
-            printf("tuning file %s is %s: ignored, rebuilt by the next kjit tune (KJIT_LOG=1 says why)\n", path,
-                   st == KJIT_TUNE_FILE_DAMAGED ? "damaged" : "of another format");
+            printf("tuning file %s is of a format this kjit does not read: ignored, and left as it is (kjit tune "
+                   "will not save into it; KJIT_LOG=1 says why)\n", path);
         } else {
             printf("tuning file %s (kjit %s): %zu entr%s", path, KJIT_VERSION_STRING, l.n, l.n == 1 ? "y" : "ies");
             if (n_bad) printf(", %d invalid skipped", n_bad);
@@ -156,12 +158,12 @@ int kjit_cli_tune(int argc, char **argv)
         } else if (!strcmp(a, "--show")) {
             do_show = 1;
         } else if (!strcmp(a, "--device")) {
-            if (i + 1 >= argc) return kjit_cli_usage_error("tune", "--device needs a value");
-            if (kjit_cli_int(argv[++i], 0, 1024, &device))
-                return kjit_cli_usage_error("tune", "--device '%s': expected an ordinal in 0..1024", argv[i]);
+            const char *v = kjit_cli_value("tune", argc, argv, &i);
+            if (!v) return KJIT_EXIT_USAGE;
+            if (kjit_cli_int(v, 0, 1024, &device))
+                return kjit_cli_usage_error("tune", "--device '%s': expected an ordinal in 0..1024", v);
         } else if (target) {
-            if (i + 1 >= argc) return kjit_cli_usage_error("tune", "%s needs a value", a);
-            *target = argv[++i];
+            if (!(*target = kjit_cli_value("tune", argc, argv, &i))) return KJIT_EXIT_USAGE;
         } else {
             return kjit_cli_usage_error("tune", "unknown option '%s'", a);
         }

@@ -17,10 +17,14 @@ static const char usage[] =
     "  call      send one request to a running server, print the reply\n"
     "  tune      time the AdaLN ops' launch configs on this GPU, store the fastest\n"
     "\n"
-    "kjit <command> --help shows each command's options.\n";
+    "kjit <command> --help (or kjit help <command>) shows each command's options.\n";
 
 int main(int argc, char **argv)
 {
+    /* `kjit help CMD` is `kjit CMD --help`. */
+    static char help_opt[] = "--help";
+    char *help_argv[] = {argv[0], argc > 2 ? argv[2] : NULL, help_opt, NULL};
+    if (argc == 3 && !strcmp(argv[1], "help")) argv = help_argv;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? KJIT_EXIT_USAGE : 0;

@@ -27,12 +27,26 @@ int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char 
     return n;
 }
 
+char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i)
+{
+    const char *opt = argv[*i];
+    if (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2)) {
+        kjit_cli_usage_error(cmd, "%s needs a value", opt);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
 int kjit_cli_int(const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;
+    /* Digits, with a '-' before them at most: strtol would also take
+     * leading white space and a '+'. */
+    const char *d = s[0] == '-' ? s + 1 : s;
+    if (*d < '0' || *d > '9') return -1;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) return -1;
+    if (*end || errno || v < lo || v > hi) return -1;
     *out = v;
     return 0;
 }

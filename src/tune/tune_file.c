@@ -287,7 +287,7 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
         if (s == KJIT_TUNE_FILE_DAMAGED)
             kjit__log("tuning file %s is damaged (%s): ignored, rebuilt on the next save", path, why);
         else if (s == KJIT_TUNE_FILE_FOREIGN)
-            kjit__log("tuning file %s is of another format (%s): ignored, replaced on the next save", path, why);
+            kjit__log("tuning file %s is of another format (%s): ignored, and left as it is by saves", path, why);
     }
     free(buf);
     return s;
@@ -420,7 +420,17 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
     }
     kjit_tune_list l = {0};
     int n_bad = 0;
-    kjit__tune_file_read(dir, &l, &n_bad); /* damaged / foreign: start afresh */
+    /* Damaged: start afresh. Of a format this kjit does not read (a newer
+     * kjit's): left as it is, since rewriting it would drop every entry of
+     * the kjit that wrote it. */
+    if (kjit__tune_file_read(dir, &l, &n_bad) == KJIT_TUNE_FILE_FOREIGN) {
+        kjit__tune_list_free(&l);
+        close(lfd);
+        return kjit__fail(KJIT_EIO,
+                          "tuning file %s is of a format this kjit (%s) does not read: left as it is, this "
+                          "result not saved (move the file away, or tune into another cache directory)",
+                          path, KJIT_VERSION_STRING);
+    }
     int rc = KJIT_OK;
     for (size_t i = 0; !rc && i < n_add; ++i) {
         char why[256];

@@ -60,7 +60,7 @@ typedef enum kjit_tune_file_state {
     KJIT_TUNE_FILE_OK = 0,      /* read (some entries may have been skipped: n_bad) */
     KJIT_TUNE_FILE_MISSING = 1, /* no file (or memory-only cache) */
     KJIT_TUNE_FILE_DAMAGED = 2, /* unreadable, not JSON, wrong shape: ignored */
-    KJIT_TUNE_FILE_FOREIGN = 3  /* another format: ignored */
+    KJIT_TUNE_FILE_FOREIGN = 3  /* another format (a newer kjit's): ignored, never overwritten */
 } kjit_tune_file_state;
 
 /* Parses a file's text into out (appending valid entries; a later entry
@@ -72,8 +72,9 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
  * content: problems are logged and give DAMAGED / FOREIGN with no entries. */
 kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, int *n_bad);
 /* Merges entries into <dir>/tune.json (same key: replaced) as described
- * above. KJIT_EINVAL for an empty dir, KJIT_EIO (message) when the file
- * cannot be written; the old file is then unchanged. */
+ * above; a damaged file is replaced. KJIT_EINVAL for an empty dir, KJIT_EIO
+ * (message) when the file cannot be written or is of a format this kjit
+ * does not read (FOREIGN); the old file is then unchanged. */
 int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n_add);
 /* The file's JSON text of a list (malloc'd; NULL when out of memory). */
 char *kjit__tune_print(const kjit_tune_list *l);

@@ -397,6 +397,17 @@ class CoreChecks(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "kjit_dtype"):
             core.dtype_code(7)
 
+    def test_bad_dtypes_name_their_argument(self):
+        kw = dict(act_dtype="bf16", param_dtype="bf16", index=(0x3000, "int64", 9))
+        for arg, bad, err in (("act_dtype", "bfloat8", kjit.InvalidArgument),
+                              ("param_dtype", "fp8", kjit.InvalidArgument), ("act_dtype", 7, ValueError),
+                              ("index", (0x3000, "int16", 9), kjit.InvalidArgument)):
+            want = "index dtype" if arg == "index" else arg
+            with self.subTest(arg=arg, bad=bad), self.assertRaisesRegex(err, "^" + want + "[ :]"):
+                self.ctx.norm_modulate_fwd(8, 64, **dict(kw, **{arg: bad}))
+        with self.assertRaisesRegex(kjit.InvalidArgument, "^out_dtype "):
+            self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, out_dtype="float64")
+
     def test_pointer_types(self):
         with self.assertRaisesRegex(TypeError, "^t: expected an int, got float"):
             self.ctx.timestep_sinusoid(1.5, 4, 256, 0x2000)
@@ -577,6 +588,16 @@ class TorchRefusals(unittest.TestCase):
         for eps, scale in ((1e-5, 1.0), (2e-5, 3.0), (3e-6, 0.5)):
             self.assertAlmostEqual(cf(x, eps, scale)[0].item(), eps * scale, delta=1e-9)
 
+    def test_context_refusals_name_the_device(self):
+        from kjit import ops
+        before = dict(ops._contexts)
+        for bad, err, msg in (("bogus", ValueError, "device 'bogus'"), ("meta", ValueError, "meta is not a CUDA device"),
+                              (-1, ValueError, "device -1"), (1.5, TypeError, "device: expected"),
+                              (True, TypeError, "device: expected")):
+            with self.subTest(device=bad), self.assertRaisesRegex(err, "kjit.context: " + msg):
+                ops.context(bad)
+        self.assertEqual(ops._contexts, before)
+
     def test_types(self):
         with self.assertRaisesRegex(TypeError, "kjit.norm_modulate: x must be a torch.Tensor"):
             kjit.norm_modulate([1.0], None, self.x, self.x, self.idx)
@@ -636,6 +657,12 @@ class TorchFakes(unittest.TestCase):
         # tensors are refused as every non-CUDA one is): the backward ops'
         # fakes give each gradient its shape, and a frozen gate none.
         from torch._subclasses.fake_tensor import FakeTensorMode
+        try:  # a CUDA build of torch on a machine without a GPU cannot
+            with FakeTensorMode():  # run any backward on fake CUDA tensors
+                x = torch.empty(3, device="cuda", requires_grad=True)
+                (x * 2).sum().backward()
+        except RuntimeError as e:
+            self.skipTest(f"this torch runs no backward on fake CUDA tensors here: {e}")
         with FakeTensorMode():
             m = dict(device="cuda", dtype=torch.bfloat16)
             x = torch.empty(self.N, self.H, **m, requires_grad=True)

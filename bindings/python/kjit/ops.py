@@ -106,11 +106,22 @@ def context(device=None):
     if ctx is not None and ctx._handle is not None:
         return ctx
     key = device
-    device = torch.device("cuda", torch.cuda.current_device()) if device is None else \
-        torch.device(device)
-    if device.type != "cuda":
+    if device is not None and not isinstance(device, (int, str, torch.device)) or isinstance(device, bool):
+        raise TypeError(f"kjit.context: device: expected an index, a str, a torch.device or None, "
+                        f"got {type(device).__name__}")
+    try:
+        device = torch.device(device) if device is not None else None
+    except RuntimeError as e:  # torch's own words for a bad name or index
+        raise ValueError(f"kjit.context: device {key!r}: {e}") from None
+    if device is not None and device.type != "cuda":
         raise ValueError(f"kjit.context: {device} is not a CUDA device")
-    ordinal = torch.cuda.current_device() if device.index is None else device.index
+    if device is None or device.index is None:
+        try:
+            ordinal = torch.cuda.current_device()
+        except (RuntimeError, AssertionError) as e:  # no driver, or a torch without CUDA
+            raise RuntimeError(f"kjit.context: no current CUDA device ({e})") from None
+    else:
+        ordinal = device.index
     ctx = _contexts.get(ordinal)
     if ctx is None or ctx._handle is None:
         with _contexts_lock:
