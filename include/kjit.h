@@ -212,7 +212,7 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
                                     int64_t out_stride, kjit_dtype out_dtype,
                                     const kjit_sinusoid_opts *opts, CUstream stream);
 
-/* ---- AdaLN ops (SPEC.md) ------------------------------------------------ *
+/* ---- AdaLN ops (docs/SPEC.md) ------------------------------------------- *
  * Activations bf16, fp16 or fp32; tables and weight bf16 or fp32; indices
  * int32 or int64; fp32 compute, one rounding per output. Every 2-D argument
  * has its own row stride (elements), so the chunk(6) views of one (R, 6H)
@@ -342,8 +342,8 @@ KJIT_API int kjit_adaln_workspace(kjit_adaln_op op, int64_t n, int hidden, int64
  * beside the rows, or, for a persistent grid with programmatic dependent
  * launch (sm_90+), a one-block build launched after the forward runs
  * beside it on the SM the grid leaves free (same stream order for what
- * follows: it completes after the forward); otherwise the three build
- * launches run before the forward. kjit_adaln_train_bwd computes the
+ * follows: it completes after the forward); otherwise the usual build (one
+ * launch, or three past its one-block limits) runs before the forward. kjit_adaln_train_bwd computes the
  * backward exactly as kjit_*_bwd from that partition, without building it
  * (workspace as there: kjit_adaln_workspace bytes, or NULL for the
  * context's; the partition buffer may be the first bytes of that same
@@ -366,7 +366,7 @@ KJIT_API int kjit_adaln_train_bwd(kjit_ctx *ctx, kjit_adaln_op op, const kjit_ad
 /* ---- Launch configurations and the tuner -------------------------------- *
  * norm_modulate, gated_residual and gated_residual_norm_modulate launch with
  * a config per (op, hidden, activation dtype) that changes speed only: every
- * config gives bitwise the same outputs and gradients (SPEC.md contract 3).
+ * config gives bitwise the same outputs and gradients (docs/SPEC.md contract 3).
  * What fixes the arithmetic (threads per row, the backward's partition)
  * depends on hidden and dtype alone and is not tunable. The config in use is,
  * in order: a tuned one (kjit_tune, or the context's tune option on first
