@@ -229,7 +229,8 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * aligned, as cuMemAlloc's are); pass NULL to use one owned by the context (grown on demand: one stream at a
  * time, and the first call that grows it cannot be graph-captured; a buffer
  * it outgrows stays allocated until kjit_ctx_destroy, so a graph that
- * captured it stays valid). n = 0: a forward writes nothing; a backward
+ * captured it stays valid, up to the 48 most recent: at the 49th growth,
+ * each at least 1.5x the last, the oldest is freed). n = 0: a forward writes nothing; a backward
  * writes the table and weight gradients, zeros (sums over no rows), and no
  * row gradient. Once an
  * op's kernels are loaded, calls allocate, synchronize and read back nothing
