@@ -349,6 +349,22 @@ static void adaln_args(kjit_ctx *ctx)
     b = r, b.table[3] = NULL;
     CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "table[3]") != NULL);
+    /* Sizes out of range, and rows whose offsets overflow, each named. */
+    b = r, b.n = -1;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "n = -1 outside") != NULL);
+    b = r, b.n = 2147483648LL;
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "n = 2147483648 outside") != NULL);
+    b = r, b.hidden = 0;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "hidden 0 outside") != NULL);
+    b = r, b.hidden = 65537;
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "hidden 65537 outside") != NULL);
+    b = r, b.n = 2147483647LL, b.out_stride[2] = 1LL << 33;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "out[2]") && strstr(kjit_last_error(), "overflow 64-bit offsets"));
     b = r, b.dtable_stride[5] = 1;
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "dtable[5]") != NULL);
