@@ -1000,6 +1000,50 @@ static void test_sigterm(const char *cache)
     CHECK(access(sock, F_OK) != 0);
 }
 
+/* Requests pipelined behind a `shutdown` in one write are each answered
+ * (shutting_down), beyond the pending cap too (4 here: the rest are
+ * answered as replies are written), then the connection closes; an idle
+ * connection just closes. Before, the requests after the shutdown got no
+ * reply. */
+static void test_shutdown_pipelined(const char *cache)
+{
+    char sock[4200];
+    snprintf(sock, sizeof sock, "%s/pipe/kjit.sock", tmp);
+    const char *extra[] = {"--max-pending", "4", NULL};
+    pid_t pid = kjit_test_serve(sock, cache, extra);
+    int idle = greeted(sock), fd = greeted(sock);
+    char buf[4096];
+    size_t len = 0;
+    for (int id = 5; id < 15; ++id) {
+        char json[96];
+        const int n = snprintf(json, sizeof json, "{\"id\":%d,\"type\":\"%s\"}", id,
+                               id == 5 ? "shutdown" : id % 2 ? "stats" : "ping");
+        kjit__frame_encode((uint8_t *)buf + len, (uint32_t)n, 0);
+        memcpy(buf + len + KJIT_FRAME_HEADER, json, (size_t)n);
+        len += KJIT_FRAME_HEADER + (size_t)n;
+    }
+    CHECK(write(fd, buf, len) == (ssize_t)len);
+    int ok = 0, refused = 0, next = 5;
+    cJSON *r;
+    while ((r = kjit_test_reply(fd, 20000))) {
+        CHECK_EQ_INT(kjit_test_num(r, "id"), next);
+        next++;
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok"))) ok++;
+        else refused += !strcmp(kjit_test_err_code(r), "shutting_down");
+        cJSON_Delete(r);
+    }
+    printf("shutdown pipelined: %d ok, %d shutting_down of 1 + 9\n", ok, refused);
+    CHECK_EQ_INT(ok, 1);
+    CHECK_EQ_INT(refused, 9);
+    char b;
+    CHECK(recv(idle, &b, 1, 0) == 0);
+    close(idle);
+    close(fd);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
+}
+
 /* SIGTERM with a connection's kernel requests queued: every one answered,
  * those not started with "shutting_down" (they were all compiled first). */
 static void test_sigterm_kernels(const char *cache)
@@ -1463,6 +1507,7 @@ int main(void)
     snprintf(cache, sizeof cache, "%s/cache-term", tmp);
     test_sigterm(cache);
     test_sigterm_kernels(cache);
+    test_shutdown_pipelined(cache);
     snprintf(cache, sizeof cache, "%s/cache-memo", tmp);
     test_memo_bound(cache);
     test_prewarm_share(cache);

@@ -134,7 +134,10 @@ static void on_write(uv_write_t *req, int status)
         c->srv->in_flight--;
     }
     if (c->close_after_write) {
-        if (!c->writes) kjit__conn_close(c);
+        /* Stopping: the frames the pending cap held back are answered as
+         * replies are written. */
+        if (c->drain_answer) process(c);
+        if (!c->closing && !c->writes) kjit__conn_close(c);
         return;
     }
     resume(c);
@@ -227,6 +230,7 @@ void kjit__conn_fatal(kjit_conn *c, const char *code, const char *fmt, ...)
     if (c->closing) return;
     pause_reading(c);
     c->close_after_write = 1;
+    c->drain_answer = 0; /* nothing more is answered after a fatal error */
     c->last_activity = uv_now(&c->srv->loop);
 }
 
@@ -257,12 +261,39 @@ void kjit__conn_unpark(kjit_conn *c, uint64_t id)
 
 /* Runs every complete frame in the buffer, up to the pending cap; what is
  * left (a partial frame, or frames beyond the cap) waits in the buffer. */
+static void process_frames(kjit_conn *c);
+
+/* Not reentered: the server's stop, run from a request dispatched here,
+ * leaves this loop to answer the frames after it. */
 static void process(kjit_conn *c)
+{
+    if (c->in_process) return;
+    c->in_process = 1;
+    process_frames(c);
+    c->in_process = 0;
+    if (c->drain_answer && !c->closing && !c->writes) kjit__conn_close(c);
+}
+
+void kjit__conn_drain(kjit_conn *c, int force)
+{
+    if (c->closing) return;
+    if (force) {
+        kjit__conn_close(c);
+        return;
+    }
+    if (!c->close_after_write) c->drain_answer = 1; /* a fatal error's close stays as it was */
+    c->close_after_write = 1;
+    pause_reading(c);
+    process(c); /* returns at once inside c's own loop, which then goes on */
+    if (!c->in_process && !c->closing && !c->writes) kjit__conn_close(c);
+}
+
+static void process_frames(kjit_conn *c)
 {
     kjit_server *s = c->srv;
     size_t off = 0;
     int partial = 0;
-    while (!c->closing && !c->close_after_write && c->pending < (uint32_t)s->cfg.max_pending) {
+    while (!c->closing && (!c->close_after_write || c->drain_answer) && c->pending < (uint32_t)s->cfg.max_pending) {
         size_t have = c->rlen - off;
         if (have < KJIT_FRAME_HEADER) {
             partial = have > 0;

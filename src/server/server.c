@@ -74,8 +74,7 @@ void kjit__server_drain_check(kjit_server *s)
     if (!s->drain_deadline) s->drain_deadline = now + DRAIN_WRITE_MS;
     for (kjit_conn *c = s->conns, *next; c; c = next) {
         next = c->next;
-        if (!c->writes || now >= s->drain_deadline) kjit__conn_close(c);
-        else c->close_after_write = 1;
+        kjit__conn_drain(c, now >= s->drain_deadline);
     }
     s->in_drain_check = 0;
     maybe_finish(s);

@@ -47,7 +47,9 @@ typedef struct kjit_conn {
     gid_t gid;
     int refs;               /* 1 for the open handle + 1 per waiter/prewarm */
     int closing;            /* uv_close called: no more frames in or out */
-    int close_after_write;  /* a fatal error was sent: close once written */
+    int close_after_write;  /* a fatal error was sent, or the server is stopping: close once written */
+    int drain_answer;       /* the server is stopping: still answer the frames already read (shutting_down) */
+    int in_process;         /* inside process(): its frame loop is running */
     int reading;
     int eof;                /* the client shut its writing side: answer what it sent, then close */
     int helloed;
@@ -191,6 +193,11 @@ void kjit__conn_error(kjit_conn *c, int has_id, uint64_t id, const char *code, c
 /* An error no request owns (a bad frame), then close once it is written. */
 void kjit__conn_fatal(kjit_conn *c, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void kjit__conn_close(kjit_conn *c);
+/* The server is stopping and no job is left: the complete frames c has
+ * already read are answered (dispatch refuses each with shutting_down),
+ * nothing more is read, and c closes once its replies are written: at
+ * once when it has none, or when force (the drain's deadline passed). */
+void kjit__conn_drain(kjit_conn *c, int force);
 void kjit__conn_ref(kjit_conn *c);
 void kjit__conn_unref(kjit_conn *c);
 /* -1 (and the out_of_order reply) when id waits for a worker, else 0. */
