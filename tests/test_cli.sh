@@ -221,7 +221,8 @@ fi
 # clear leaves a directory named like an entry, a foreign *.cubin and a
 # write in progress (a temp file younger than 10 minutes) alone, and
 # removes the rest.
-"$KJIT" cache clear --cache-dir "$T/c1" >/dev/null || fail "clear"
+out=$("$KJIT" cache clear --cache-dir "$T/c1") || fail "clear: $out"
+echo "$out" | grep -q "(spared 1 temp file younger than 10 minutes: writes in progress)" || fail "clear does not say what it spared: $out"
 [ "$("$KJIT" cache stats --cache-dir "$T/c1" --json | field entries)" = 0 ] || fail "entries after clear"
 [ -d "$T/c1/dir.cubin" ] && [ ! -e "$T/c1/.tmp.op.Ab12Cd" ] || fail "clear removed the directory or kept the old temp file"
 [ -e "$T/c1/.tmp.op.Fresh1" ] && [ -e "$T/c1/libfoo.cubin" ] || fail "clear removed a fresh temp file or a foreign *.cubin"

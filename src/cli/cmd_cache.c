@@ -29,6 +29,12 @@ typedef struct visit {
     uint64_t entries, bytes, others; /* others: temp files and non-files */
 } visit;
 
+/* After a clear: the temp files it spared (writes in progress). */
+static void count_temp(void *arg, const kjit_cache_entry_info *e)
+{
+    if (e->temp) ++*(uint64_t *)arg;
+}
+
 static void on_entry(void *arg, const kjit_cache_entry_info *e)
 {
     visit *v = arg;
@@ -118,16 +124,24 @@ int kjit_cli_cache(int argc, char **argv)
             fputc('\n', stderr);
             return KJIT_EXIT_FAIL;
         }
+        uint64_t spared = 0;
+        int n_bad = 0;
+        if (!absent) kjit__cache_list(path, 0, count_temp, &spared, &n_bad); /* a count only: best effort */
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "cache_dir", path);
             cJSON_AddNumberToObject(o, "removed", (double)removed);
+            cJSON_AddNumberToObject(o, "spared_in_progress", (double)spared);
             char *s = cJSON_PrintUnformatted(o);
             if (s) puts(s);
             cJSON_free(s);
             cJSON_Delete(o);
         } else {
-            printf("removed %llu files from %s\n", (unsigned long long)removed, path);
+            printf("removed %llu files from %s", (unsigned long long)removed, path);
+            if (spared)
+                printf(" (spared %llu temp file%s younger than 10 minutes: writes in progress)",
+                       (unsigned long long)spared, spared == 1 ? "" : "s");
+            putchar('\n');
         }
         return 0;
     }
