@@ -211,8 +211,8 @@ static int test_bad_args(const char *dir)
     ASSERT_STATUS(kjit__cache_list(cdir, 1, seen_visit, &s, NULL), KJIT_EINVAL);
     ASSERT_STATUS(kjit__cache_list("", 1, seen_visit, &s, &n_bad), KJIT_EINVAL);
     ASSERT_CONTAINS(kjit_last_error(), "memory-only");
-    ASSERT_STATUS(kjit__cache_clear(cdir, NULL), KJIT_EINVAL);
-    ASSERT_STATUS(kjit__cache_clear("", &removed), KJIT_EINVAL);
+    ASSERT_STATUS(kjit__cache_clear(cdir, NULL, NULL), KJIT_EINVAL);
+    ASSERT_STATUS(kjit__cache_clear("", &removed, NULL), KJIT_EINVAL);
     ASSERT_EQ_INT(n_bad, 5);
     ASSERT_EQ_U64(removed, 5);
     ASSERT_EQ_INT(s.n, 0);
@@ -222,7 +222,7 @@ static int test_bad_args(const char *dir)
     snprintf(missing, sizeof missing, "%s/missing", dir);
     ASSERT_STATUS(kjit__cache_list(missing, 0, seen_visit, &s, &n_bad), KJIT_ENOTFOUND);
     ASSERT_CONTAINS(kjit_last_error(), missing);
-    ASSERT_STATUS(kjit__cache_clear(missing, &removed), KJIT_ENOTFOUND);
+    ASSERT_STATUS(kjit__cache_clear(missing, &removed, NULL), KJIT_ENOTFOUND);
     ASSERT_TRUE(!path_exists(missing));
 
     kjit__cache_close(c);
@@ -373,7 +373,7 @@ static int expect_refused(const char *path, const char *why)
     uint64_t removed;
     ASSERT_STATUS(kjit__cache_list(path, 1, seen_visit, &s, &n_bad), KJIT_EPERM);
     ASSERT_CONTAINS(kjit_last_error(), path);
-    ASSERT_STATUS(kjit__cache_clear(path, &removed), KJIT_EPERM);
+    ASSERT_STATUS(kjit__cache_clear(path, &removed, NULL), KJIT_EPERM);
     ASSERT_CONTAINS(kjit_last_error(), path);
     return 0;
 }
@@ -577,7 +577,7 @@ static int test_bad_header_byte(const char *dir)
 {
     for (long at = 0; at < 56; at++) {
         uint64_t removed;
-        ASSERT_OK(kjit__cache_clear(dir, &removed));
+        ASSERT_OK(kjit__cache_clear(dir, &removed, NULL));
         if (bad_entry_case(dir, flip_at, &at)) {
             printf("  with header byte %ld flipped\n", at);
             return 1;
@@ -592,7 +592,7 @@ static int test_bad_payload_byte(const char *dir)
     long where[] = {56, 56 + 39, 56 + 40, 56 + 40 + 500, -1};
     for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
         uint64_t removed;
-        ASSERT_OK(kjit__cache_clear(dir, &removed));
+        ASSERT_OK(kjit__cache_clear(dir, &removed, NULL));
         if (bad_entry_case(dir, flip_at, &where[i])) {
             printf("  with payload byte %ld flipped\n", where[i]);
             return 1;
@@ -822,7 +822,7 @@ static int test_list_verify_clear(const char *dir)
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     ASSERT_EQ_INT(fcntl(hfd, F_OFD_SETLK, &fl), 0);
     uint64_t removed = 0;
-    ASSERT_OK(kjit__cache_clear(dir, &removed));
+    ASSERT_OK(kjit__cache_clear(dir, &removed, NULL));
     ASSERT_EQ_U64(removed, 6);
     ASSERT_TRUE(!path_exists(lock));
     ASSERT_TRUE(path_exists(held));
@@ -835,7 +835,7 @@ static int test_list_verify_clear(const char *dir)
     ASSERT_EQ_INT(count_names(dir, "", ".cubin"), 0);
     ASSERT_EQ_INT(count_names(dir, ".tmp.", ""), 0);
     CHECK(verify_clean(elsewhere, 1)); /* the symlink's target is untouched */
-    ASSERT_OK(kjit__cache_clear(dir, &removed));
+    ASSERT_OK(kjit__cache_clear(dir, &removed, NULL));
     ASSERT_EQ_U64(removed, 0);
     ASSERT_TRUE(!path_exists(held));
     CHECK(verify_clean(dir, 0));
@@ -857,7 +857,7 @@ static int test_list_verify_clear(const char *dir)
     ASSERT_EQ_INT(s.regular[0], 0);
     ASSERT_EQ_INT(s.regular[1], 1);
     removed = 99;
-    ASSERT_OK(kjit__cache_clear(dir, &removed));
+    ASSERT_OK(kjit__cache_clear(dir, &removed, NULL));
     ASSERT_EQ_U64(removed, 1);
     ASSERT_TRUE(path_exists(sub));
     ASSERT_EQ_INT(rmdir(sub), 0);

@@ -159,8 +159,9 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
 /* Removes entries, temp files older than 10 minutes (a younger one is a
  * write in progress) and the lock files of builds not in progress;
  * *removed counts the entries and temp files removed, also when one could
- * not be (the call then fails naming it). A directory named like an entry
+ * not be (the call then fails naming it); *spared (may be NULL) the temp
+ * files left as writes in progress. A directory named like an entry
  * is not kjit's and is left alone. */
-int kjit__cache_clear(const char *dir, uint64_t *removed);
+int kjit__cache_clear(const char *dir, uint64_t *removed, uint64_t *spared);
 
 #endif

@@ -505,7 +505,7 @@ static void clear_locks(int dfd, const char *path)
     closedir(d);
 }
 
-int kjit__cache_clear(const char *dir, uint64_t *removed)
+int kjit__cache_clear(const char *dir, uint64_t *removed, uint64_t *spared)
 {
     kjit__clear_error();
     if (!removed)
@@ -517,15 +517,19 @@ int kjit__cache_clear(const char *dir, uint64_t *removed)
     int rc = open_items("kjit__cache_clear", dir, &path, &dfd, &v, &n);
     if (rc != KJIT_OK)
         return rc;
-    uint64_t count = 0;
+    uint64_t count = 0, kept = 0;
     const time_t now = time(NULL);
     for (size_t i = 0; i < n; i++) {
         /* A directory named like an entry, or a *.cubin of a name kjit
          * does not write, is not kjit's: left alone. A temp file younger
          * than the stale age is a write in progress (its writer renames it
          * next, and would fail): spared, as held locks are. */
-        if (S_ISDIR(v[i].st.st_mode) || !v[i].owned || (v[i].temp && !stale(&v[i].st, now)))
+        if (S_ISDIR(v[i].st.st_mode) || !v[i].owned)
             continue;
+        if (v[i].temp && !stale(&v[i].st, now)) {
+            kept++;
+            continue;
+        }
         if (unlinkat(dfd, v[i].name, 0) == 0)
             count++;
         else if (errno != ENOENT && rc == KJIT_OK)
@@ -536,5 +540,7 @@ int kjit__cache_clear(const char *dir, uint64_t *removed)
     close(dfd);
     free(path);
     *removed = count; /* what was removed, also when something could not be */
+    if (spared)
+        *spared = kept;
     return rc;
 }

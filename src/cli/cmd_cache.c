@@ -29,12 +29,6 @@ typedef struct visit {
     uint64_t entries, bytes, others; /* others: temp files and non-files */
 } visit;
 
-/* After a clear: the temp files it spared (writes in progress). */
-static void count_temp(void *arg, const kjit_cache_entry_info *e)
-{
-    if (e->temp) ++*(uint64_t *)arg;
-}
-
 static void on_entry(void *arg, const kjit_cache_entry_info *e)
 {
     visit *v = arg;
@@ -114,19 +108,16 @@ int kjit_cli_cache(int argc, char **argv)
     free(resolved);
 
     if (is_clear) {
-        uint64_t removed = 0;
+        uint64_t removed = 0, spared = 0;
         struct stat st;
         /* Idempotent: a cache that was never created has nothing to clear. */
         const int absent = lstat(path, &st) != 0 && errno == ENOENT;
-        if (!absent && kjit__cache_clear(path, &removed)) {
+        if (!absent && kjit__cache_clear(path, &removed, &spared)) {
             fprintf(stderr, "kjit cache clear: %s", kjit_last_error());
             if (removed) fprintf(stderr, " (%llu other files were removed)", (unsigned long long)removed);
             fputc('\n', stderr);
             return KJIT_EXIT_FAIL;
         }
-        uint64_t spared = 0;
-        int n_bad = 0;
-        if (!absent) kjit__cache_list(path, 0, count_temp, &spared, &n_bad); /* a count only: best effort */
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "cache_dir", path);

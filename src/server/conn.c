@@ -135,9 +135,8 @@ static void on_write(uv_write_t *req, int status)
     }
     if (c->close_after_write) {
         /* Stopping: the frames the pending cap held back are answered as
-         * replies are written. */
-        if (c->drain_answer) process(c);
-        if (!c->closing && !c->writes) kjit__conn_close(c);
+         * replies are written; process() closes once none is left. */
+        process(c);
         return;
     }
     resume(c);
@@ -264,14 +263,16 @@ void kjit__conn_unpark(kjit_conn *c, uint64_t id)
 static void process_frames(kjit_conn *c);
 
 /* Not reentered: the server's stop, run from a request dispatched here,
- * leaves this loop to answer the frames after it. */
+ * leaves this loop to answer the frames after it. A connection to close
+ * once written (a fatal error, or the server stopping) closes here when
+ * nothing is left to write. */
 static void process(kjit_conn *c)
 {
     if (c->in_process) return;
     c->in_process = 1;
     process_frames(c);
     c->in_process = 0;
-    if (c->drain_answer && !c->closing && !c->writes) kjit__conn_close(c);
+    if (c->close_after_write && !c->closing && !c->writes) kjit__conn_close(c);
 }
 
 void kjit__conn_drain(kjit_conn *c, int force)
@@ -285,7 +286,6 @@ void kjit__conn_drain(kjit_conn *c, int force)
     c->close_after_write = 1;
     pause_reading(c);
     process(c); /* returns at once inside c's own loop, which then goes on */
-    if (!c->in_process && !c->closing && !c->writes) kjit__conn_close(c);
 }
 
 static void process_frames(kjit_conn *c)
