@@ -227,7 +227,8 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * device and a flag is raised, read with kjit_ctx_index_error.
  * Backward passes need a workspace (kjit_*_workspace gives its size; 256-byte
  * aligned, as cuMemAlloc's are); pass NULL to use one owned by the context (grown on demand: one stream at a
- * time, and the first call that grows it cannot be graph-captured; a buffer
+ * time, and a call that must grow it while its stream is being captured returns KJIT_EINVAL, launching
+ * nothing and leaving the capture valid: make the call once before capturing; a buffer
  * it outgrows stays allocated until kjit_ctx_destroy, so a graph that
  * captured it stays valid, up to the 48 most recent: at the 49th growth,
  * each at least 1.5x the last, the oldest is freed). n = 0: a forward writes nothing; a backward
@@ -245,7 +246,10 @@ typedef struct kjit_index {
 } kjit_index;
 
 /* adaln_row_gather: out_k[n] = table_k[index[n]] for k < num_tables;
- * backward dtable_k[r] = sum over index[n] == r of dout_k[n]. */
+ * backward dtable_k[r] = sum over index[n] == r of dout_k[n]. The
+ * backward's partition (so the bits of dtable) depends on num_tables as on
+ * n, hidden, rows and the index: a table's gradient from a call with six
+ * tables may differ in its last bits from one with that table alone. */
 typedef struct kjit_row_gather_args {
     int64_t n;
     int hidden;

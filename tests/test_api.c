@@ -1,6 +1,8 @@
 /* Every public function fed bad arguments returns the documented status, a
  * message naming the argument, and writes nothing. Runs without a GPU. */
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -389,6 +391,109 @@ static void adaln_args(kjit_ctx *ctx)
         }
 }
 
+/* Each operand of each AdaLN op alone NULL, then alone misaligned (one byte
+ * off its elements): refused, naming it, where the call reads or writes it;
+ * accepted where it does not (the call goes on to find no driver here);
+ * every other operand valid, so a missing check on one operand
+ * cannot hide behind another's. */
+static void adaln_operands(kjit_ctx *ctx)
+{
+    static char mem[4096] __attribute__((aligned(256)));
+    memset(mem, 0xA5, sizeof mem);
+    kjit_adaln_args g;
+    memset(&g, 0, sizeof g);
+    g.n = 4, g.hidden = 64, g.eps = 1e-6f, g.act_dtype = KJIT_BF16, g.param_dtype = KJIT_BF16;
+    g.index.ptr = mem, g.index.dtype = KJIT_I32, g.index.rows = 3;
+    g.x = g.res = g.y = g.dout = g.dh = g.out = g.h = g.dx = g.dy = mem;
+    g.x_stride = g.res_stride = g.y_stride = g.dout_stride = g.dh_stride = 64;
+    g.out_stride = g.h_stride = g.dx_stride = g.dy_stride = 64;
+    g.shift = g.scale = g.gate = g.dshift = g.dscale = g.dgate = mem;
+    g.shift_stride = g.scale_stride = g.gate_stride = g.dshift_stride = g.dscale_stride = g.dgate_stride = 64;
+    g.weight = g.dweight = mem;
+    enum { F = 1, B = 2 }; /* read or written by the forward, the backward */
+    static const struct {
+        const char *name;
+        size_t off;
+        unsigned use[3]; /* norm_modulate, gated_residual, fused */
+    } f[] = {
+        {"x", offsetof(kjit_adaln_args, x), {F | B, 0, B}},
+        {"res", offsetof(kjit_adaln_args, res), {0, F, F}},
+        {"y", offsetof(kjit_adaln_args, y), {0, F | B, F | B}},
+        {"shift", offsetof(kjit_adaln_args, shift), {F, 0, F}},
+        {"scale", offsetof(kjit_adaln_args, scale), {F | B, 0, F | B}},
+        {"gate", offsetof(kjit_adaln_args, gate), {0, F | B, F | B}},
+        {"weight", offsetof(kjit_adaln_args, weight), {F | B, 0, F | B}},
+        {"out", offsetof(kjit_adaln_args, out), {F, F, F}},
+        {"h", offsetof(kjit_adaln_args, h), {0, 0, F}},
+        {"dout", offsetof(kjit_adaln_args, dout), {B, B, B}},
+        {"dh", offsetof(kjit_adaln_args, dh), {0, 0, B}},
+        {"dx", offsetof(kjit_adaln_args, dx), {B, B, B}},
+        {"dy", offsetof(kjit_adaln_args, dy), {0, B, B}},
+        {"dshift", offsetof(kjit_adaln_args, dshift), {B, 0, B}},
+        {"dscale", offsetof(kjit_adaln_args, dscale), {B, 0, B}},
+        {"dgate", offsetof(kjit_adaln_args, dgate), {0, B, B}},
+        {"dweight", offsetof(kjit_adaln_args, dweight), {B, 0, B}},
+    };
+    typedef int (*fwd_fn)(kjit_ctx *, const kjit_adaln_args *, CUstream);
+    typedef int (*bwd_fn)(kjit_ctx *, const kjit_adaln_args *, void *, size_t, CUstream);
+    const fwd_fn fwds[3] = {kjit_norm_modulate_fwd, kjit_gated_residual_fwd, kjit_gated_residual_norm_modulate_fwd};
+    const bwd_fn bwds[3] = {kjit_norm_modulate_bwd, kjit_gated_residual_bwd, kjit_gated_residual_norm_modulate_bwd};
+    static char before[sizeof mem];
+    int checked = 0;
+    for (int m = 0; m < 3; ++m)
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; ++i)
+            for (int dir = F; dir <= B; ++dir)
+                for (int bad = 0; bad < 2; ++bad) {
+                    const int used = (f[i].use[m] & dir) != 0;
+                    /* Optional operands, checked when given: the weight
+                     * (and its gradient), gated_residual's dres, the fused
+                     * op's dh. NULL means "none" for them. */
+                    const int optional = !strcmp(f[i].name, "weight") || !strcmp(f[i].name, "dweight") ||
+                                         !strcmp(f[i].name, "dh") || (m == 1 && !strcmp(f[i].name, "dx"));
+                    kjit_adaln_args a = g;
+                    void *v = bad ? (void *)(mem + 1) : NULL;
+                    memcpy((char *)&a + f[i].off, &v, sizeof v);
+                    /* The weight's gradient alone NULL is a valid call (a
+                     * frozen weight); the weight NULL with its gradient is
+                     * refused naming dweight. */
+                    char want[96];
+                    const char *nm = f[i].name;
+                    if (dir == B && m == 2 && !strcmp(nm, "x")) nm = "x (the forward's h)";
+                    if (m != 0 && !strcmp(nm, "dx")) nm = "dx (dres)";
+                    snprintf(want, sizeof want, ": %s is %s", nm, bad ? "not aligned" : "NULL");
+                    if (!bad && optional) {
+                        if (!strcmp(f[i].name, "weight") && dir == B)
+                            snprintf(want, sizeof want, "dweight given but weight is NULL");
+                        else
+                            want[0] = 0; /* accepted */
+                    }
+                    /* Some parameter gradients NULL, not all: refused
+                     * naming the first missing (rows-only needs them all NULL). */
+                    if (!bad && dir == B && m != 1 &&
+                        (!strcmp(nm, "dshift") || !strcmp(nm, "dscale") || (m == 2 && !strcmp(nm, "dgate"))))
+                        snprintf(want, sizeof want, "%s is NULL while other parameter gradients are given", nm);
+                    /* gated_residual without dgate: the row gradients alone, reading no y. */
+                    if (!bad && dir == B && m == 1 && !strcmp(nm, "dgate")) want[0] = 0;
+                    if (!used) want[0] = 0; /* not read or written: not checked */
+                    memcpy(before, mem, sizeof mem);
+                    const int rc = dir == F ? fwds[m](ctx, &a, NULL) : bwds[m](ctx, &a, NULL, 0, NULL);
+                    checked++;
+                    if (want[0]) {
+                        CHECK_STATUS(rc, KJIT_EINVAL);
+                        if (!strstr(kjit_last_error(), want)) {
+                            fprintf(stderr, "op %d %s, %s %s: message \"%s\" lacks \"%s\"\n", m, dir == F ? "fwd" : "bwd",
+                                    f[i].name, bad ? "misaligned" : "NULL", kjit_last_error(), want);
+                            kjit_test_failures++;
+                        }
+                    } else {
+                        CHECK_STATUS(rc, KJIT_ENODRIVER); /* accepted: no driver here */
+                    }
+                    CHECK(memcmp(before, mem, sizeof mem) == 0);
+                }
+    CHECK_EQ_INT(checked, 3 * 17 * 2 * 2);
+    printf("adaln operands: %d single-operand calls checked\n", checked);
+}
+
 int main(void)
 {
     char *dir = kjit_test_tmpdir();
@@ -405,6 +510,7 @@ int main(void)
         CHECK(strcmp(kjit_ctx_arch(ctx), "sm_90") == 0);
         op_args(ctx);
         adaln_args(ctx);
+        adaln_operands(ctx);
         kjit_ctx_destroy(ctx);
     }
     kjit_test_rmtree(dir);

@@ -464,12 +464,26 @@ int kjit__launch(const kjit_ctx *ctx, CUfunction fn, unsigned gx, unsigned gy, u
     return KJIT_OK;
 }
 
-int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUdeviceptr *out)
+int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUstream stream, CUdeviceptr *out)
 {
     pthread_mutex_lock(&ctx->ws_lock);
     CUresult r = CUDA_SUCCESS;
     if (ctx->ws_bytes < bytes) {
         const kjit_cu_api *cu = kjit__cu();
+        /* cuMemAlloc is not allowed while the stream is captured: it would
+         * fail and invalidate the caller's capture. Refuse first. (A
+         * legacy stream reports CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while
+         * another blocking stream captures.) */
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+        const CUresult cr = cu->StreamIsCapturing(stream, &cs);
+        if (cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE)) {
+            const size_t have = ctx->ws_bytes;
+            pthread_mutex_unlock(&ctx->ws_lock);
+            return kjit__fail(KJIT_EINVAL, "the context's backward workspace (%zu bytes) must grow to %zu bytes, "
+                              "which cannot happen while the stream is being captured into a CUDA graph: make "
+                              "the same call once before capturing, or pass a workspace of the op's "
+                              "kjit_*_workspace size", have, bytes);
+        }
         /* The old buffer may be in a captured graph or in another thread's
          * launch: retire it (freed at destroy). Growth by 1.5x keeps the
          * list short; when it is full the oldest is freed (cuMemFree waits

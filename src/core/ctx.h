@@ -99,8 +99,10 @@ int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
 int kjit__launch(const kjit_ctx *ctx, CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                  unsigned smem, CUstream stream, void *params, const char *what);
 
-/* The context's own workspace of at least `bytes` (grown on demand). */
-int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUdeviceptr *out);
+/* The context's own workspace of at least `bytes` (grown on demand; a
+ * growth while `stream` is being captured is refused with KJIT_EINVAL,
+ * before any allocation, so the capture stays valid). */
+int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUstream stream, CUdeviceptr *out);
 
 /* The device record of index checking: err is the flag of asynchronous
  * checking; pos/value the first bad index found by a synchronous check. */

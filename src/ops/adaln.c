@@ -372,7 +372,7 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
     if ((rc = kjit__part_preload(ctx, op, a->index.dtype, a->param_dtype))) goto out;
     if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
-    if ((rc = kjit__workspace(ctx, ws, pl.bytes, &base))) goto out;
+    if ((rc = kjit__workspace(ctx, ws, pl.bytes, stream, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
     /* A training backward reads the forward's partition (n > 0; with no rows
      * it builds the empty one in the workspace, as the plain backward does,

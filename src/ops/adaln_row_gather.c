@@ -125,7 +125,7 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
     if ((rc = kjit__ctx_kernel(ctx, GATHER_TEMPLATE, OP, e, &fn))) goto out;
     if ((rc = kjit__part_preload(ctx, OP, a->index.dtype, a->dtype))) goto out;
     if ((rc = kjit__index_prepare(ctx, OP, &a->index, a->n, stream, &ix))) goto out;
-    if ((rc = kjit__workspace(ctx, ws, pl.bytes, &base))) goto out;
+    if ((rc = kjit__workspace(ctx, ws, pl.bytes, stream, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, NULL);
     if (a->n == 0) p.part.n = 0;
     if ((rc = kjit__part_build(ctx, OP, &p.part, &ix, a->index.dtype, stream))) goto out;

@@ -119,9 +119,9 @@ int kjit__workspace_check(const char *op, const void *ws, size_t ws_bytes, size_
     return KJIT_OK;
 }
 
-int kjit__workspace(kjit_ctx *ctx, void *ws, size_t need, CUdeviceptr *out)
+int kjit__workspace(kjit_ctx *ctx, void *ws, size_t need, CUstream stream, CUdeviceptr *out)
 {
-    if (!ws) return kjit__ctx_workspace(ctx, need, out);
+    if (!ws) return kjit__ctx_workspace(ctx, need, stream, out);
     *out = (CUdeviceptr)(uintptr_t)ws;
     return KJIT_OK;
 }

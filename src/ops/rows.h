@@ -38,7 +38,7 @@ int kjit__workspace_check(const char *op, const void *ws, size_t ws_bytes, size_
 
 /* The caller's workspace if given (checked by kjit__workspace_check), else
  * the context's own, grown to need bytes. */
-int kjit__workspace(kjit_ctx *ctx, void *ws, size_t need, CUdeviceptr *out);
+int kjit__workspace(kjit_ctx *ctx, void *ws, size_t need, CUstream stream, CUdeviceptr *out);
 
 /* kjit__ctx_kernel_smem (the kernel loaded and allowed smem bytes of
  * dynamic shared memory), then the launch. */

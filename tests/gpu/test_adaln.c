@@ -116,6 +116,24 @@ static void problem_free(problem *p)
     gpu_free(p->W), gpu_free(p->IDX);
 }
 
+static void outs_poison(const outs *o)
+{
+    gpu_poison(o->OUT, o->act_bytes), gpu_poison(o->HOUT, o->act_bytes);
+    gpu_poison(o->DX, o->act_bytes), gpu_poison(o->DY, o->act_bytes);
+    gpu_poison(o->DT, o->tab_bytes), gpu_poison(o->DW, o->w_bytes);
+}
+
+/* 1 if all bytes of a device buffer still hold the poison. */
+static int untouched(CUdeviceptr dev, size_t bytes)
+{
+    unsigned char *b = malloc(bytes);
+    gpu_download(b, dev, bytes);
+    int ok = 1;
+    for (size_t i = 0; i < bytes && ok; ++i) ok = b[i] == 0xFF;
+    free(b);
+    return ok;
+}
+
 static void outs_init(outs *o, const problem *p)
 {
     o->act_bytes = es(p->c.A) * (size_t)(p->c.n * p->ld + 1);
@@ -124,9 +142,7 @@ static void outs_init(outs *o, const problem *p)
     o->OUT = gpu_alloc(o->act_bytes), o->HOUT = gpu_alloc(o->act_bytes);
     o->DX = gpu_alloc(o->act_bytes), o->DY = gpu_alloc(o->act_bytes);
     o->DT = gpu_alloc(o->tab_bytes), o->DW = gpu_alloc(o->w_bytes);
-    gpu_poison(o->OUT, o->act_bytes), gpu_poison(o->HOUT, o->act_bytes);
-    gpu_poison(o->DX, o->act_bytes), gpu_poison(o->DY, o->act_bytes);
-    gpu_poison(o->DT, o->tab_bytes), gpu_poison(o->DW, o->w_bytes);
+    outs_poison(o);
 }
 
 static void outs_free(outs *o)
@@ -255,6 +271,25 @@ static double *fetch(kjit_dtype dt, CUdeviceptr dev, int64_t rows, int h, int64_
     return v;
 }
 
+/* 1 if every element of a device buffer of total elements outside the
+ * payloads (rows x h at each of offs[], row stride ld) still holds the poison. */
+static int outside_untouched(kjit_dtype dt, CUdeviceptr dev, size_t total, const size_t *offs, int noff, int64_t rows,
+                             int h, int64_t ld)
+{
+    unsigned char *raw = malloc(es(dt) * total);
+    char *in = calloc(total, 1);
+    gpu_download(raw, dev, es(dt) * total);
+    for (int k = 0; k < noff; ++k)
+        for (int64_t i = 0; i < rows; ++i)
+            for (int j = 0; j < h; ++j) in[offs[k] + (size_t)(i * ld + j)] = 1;
+    int ok = 1;
+    for (size_t e = 0; e < total && ok; ++e)
+        if (!in[e])
+            for (size_t b = 0; b < es(dt); ++b) ok &= raw[e * es(dt) + b] == 0xFF;
+    free(raw), free(in);
+    return ok;
+}
+
 static void expect(const char *what, const cfg *c, const double *got, const double *ref, size_t n, double t,
                    double *worst)
 {
@@ -325,14 +360,30 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
         free(got);
     }
     static const char *const tn[3] = {"dshift", "dscale", "dgate"};
-    int tab_pad_ok = 1;
+    size_t used[3];
+    int nused = 0;
     for (int k = 0; k < 3; ++k) {
         if ((c->mode == 1 && k == 2) || (c->mode == 2 && k != 2)) continue;
+        used[nused++] = p.toff[k];
         got = fetch(c->P, o.DT, r, h, p.ts, p.toff[k], ttot, NULL);
         expect(tn[k], c, got, rdt[k], rh, tp, &worst[1]);
         free(got);
     }
-    (void)tab_pad_ok;
+    /* What the op must not write: the table gradient's other chunks (the
+     * gate's for norm_modulate, shift's and scale's for gated_residual, the
+     * three unused chunk(6) views) and its pads, h but for the fused op, dy
+     * for norm_modulate, dweight without a weight or for gated_residual. */
+    if (!outside_untouched(c->P, o.DT, ttot, used, nused, r, h, p.ts)) {
+        fprintf(stderr, "%s h=%d chunked=%d: the table gradient was written outside its used chunks\n",
+                mode_name[c->mode], h, c->chunked);
+        kjit_test_failures++;
+    }
+    if ((c->mode != 3 && !untouched(o.HOUT, o.act_bytes)) || (c->mode == 1 && !untouched(o.DY, o.act_bytes)) ||
+        (!(c->with_w && c->mode != 2) && !untouched(o.DW, o.w_bytes))) {
+        fprintf(stderr, "%s h=%d w=%d: an output the op does not have was written (h, dy or dweight)\n",
+                mode_name[c->mode], h, c->with_w);
+        kjit_test_failures++;
+    }
     if (c->with_w && c->mode != 2) {
         got = fetch(c->P, o.DW, 1, h, h, 0, (size_t)h, NULL);
         expect("dweight", c, got, rdw, (size_t)h, tp, &worst[1]);
@@ -422,6 +473,7 @@ static void check_invariance(kjit_ctx *ctx, int mode)
         unsigned char *braw[4];
         for (int k = 0; k < nb; ++k) braw[k] = rows_raw(&p, bb[k], 0, B);
         for (int64_t i = 0; i < B; ++i) {
+            for (int k = 0; k < nb; ++k) gpu_poison(ob[k], row); /* no earlier row's result to find */
             run_sub(ctx, &p, &full, &one, i, 1, 0);
             for (int k = 0; k < nb; ++k) {
                 unsigned char *a1 = rows_raw(&p, ob[k], 0, 1);
@@ -445,6 +497,7 @@ static void check_invariance(kjit_ctx *ctx, int mode)
     outs so;
     outs_init(&so, &p);
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+        outs_poison(&so); /* a probe row a smaller batch wrote must be written again */
         run_sub(ctx, &p, &full, &so, 0, sizes[si], 0);
         for (size_t pi = 0; pi < sizeof probes / sizeof probes[0]; ++pi) {
             if (probes[pi] >= sizes[si]) continue;
@@ -768,21 +821,100 @@ static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ct
         gpu_download(r1, o.OUT, o.act_bytes);
         gpu_download(r2, o2.OUT, o.act_bytes);
         CHECK(memcmp(r1, r2, o.act_bytes) == 0);
-        /* Synchronous checking: KJIT_EINDEX from the training forward too. */
+        /* Synchronous checking: KJIT_EINDEX from the training forward too,
+         * with its outputs and the partition buffer untouched. */
+        outs_poison(&o2);
+        gpu_poison(ws, wsb);
         CHECK_STATUS(kjit_adaln_train_fwd(sync_ctx, (kjit_adaln_op)mode, &g2, (void *)(uintptr_t)ws, wsb, NULL),
                      KJIT_EINDEX);
         CHECK_STATUS(kjit_adaln_train_fwd(ctx, (kjit_adaln_op)mode, &g2, NULL, wsb, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "partition") != NULL);
-        gpu_download(r2, o2.OUT, o.act_bytes);
-        CHECK(memcmp(r1, r2, o.act_bytes) == 0);
+        gpu_sync();
+        if (!untouched(o2.OUT, o2.act_bytes) || !untouched(o2.HOUT, o2.act_bytes) || !untouched(ws, wsb)) {
+            fprintf(stderr, "%s: a refused training forward wrote its output or partition\n", mode_name[mode]);
+            kjit_test_failures++;
+        }
         free(r1), free(r2);
         gpu_free(ws);
         outs_free(&o2);
     }
-    /* N = 0 is a no-op. */
+    /* The full backward (the partition's path) under asynchronous checking:
+     * the bad row left out of the partition, its row gradients unwritten,
+     * every other row's and every parameter gradient written, the flag
+     * raised once. (For the fused op x is the forward's h: row 17's is the
+     * poison, which the backward must not read.) */
+    {
+        outs_poison(&o);
+        kjit_adaln_args b = good;
+        CHECK_STATUS(fwd(async_ctx, mode, &b), KJIT_OK);
+        CHECK_STATUS(kjit_ctx_index_error(async_ctx, NULL, &flag), KJIT_OK);
+        CHECK_EQ_INT(flag, 1);
+        CHECK_STATUS(bwd(async_ctx, mode, &b), KJIT_OK);
+        CHECK_STATUS(kjit_ctx_index_error(async_ctx, NULL, &flag), KJIT_OK);
+        CHECK_EQ_INT(flag, 1);
+        CHECK_STATUS(kjit_ctx_index_error(async_ctx, NULL, &flag), KJIT_OK);
+        CHECK_EQ_INT(flag, 0);
+        CUdeviceptr rg[2] = {o.DX, o.DY};
+        const int nrg = mode == 1 ? 1 : 2;
+        unsigned char *b2 = malloc(o.act_bytes);
+        int skipped = 1, others = 1;
+        for (int k = 0; k < nrg; ++k) {
+            gpu_download(b2, rg[k], o.act_bytes);
+            for (int64_t i = 0; i < c.n; ++i) {
+                int all_ff = 1;
+                for (size_t e = 0; e < (size_t)c.h * es(c.A); ++e) all_ff &= b2[(size_t)i * row + e] == 0xFF;
+                if (i == 17) skipped &= all_ff;
+                else others &= !all_ff;
+            }
+        }
+        free(b2);
+        /* Every used chunk of the table gradient written: no element left poisoned. */
+        int params = 1;
+        for (int k = 0; k < 3; ++k) {
+            if ((mode == 1 && k == 2) || (mode == 2 && k != 2)) continue;
+            const size_t ttot = o.tab_bytes / es(c.P);
+            double *v = fetch(c.P, o.DT, c.r, c.h, p.ts, p.toff[k], ttot, NULL);
+            for (int64_t e = 0; e < c.r * c.h; ++e) params &= isfinite(v[e]);
+            free(v);
+        }
+        if (!skipped || !others || !params) {
+            fprintf(stderr, "%s: asynchronous checking, full backward: bad row %s, other rows %s, parameter "
+                    "gradients %s\n", mode_name[mode], skipped ? "skipped" : "WRITTEN", others ? "written" : "NOT written",
+                    params ? "written" : "NOT all written");
+            kjit_test_failures++;
+        }
+    }
+    int32_t fine = 0;
+    gpu_upload(p.IDX + 4 * 17, &fine, 4);
+    /* N = 0: a forward writes nothing; a backward writes zero table and
+     * weight gradients and no row gradient (kjit.h). */
+    outs_poison(&o);
     a = good;
     a.n = 0;
     CHECK_STATUS(fwd(ctx, mode, &a), KJIT_OK);
+    CHECK_STATUS(bwd(ctx, mode, &a), KJIT_OK);
+    gpu_sync();
+    {
+        int zeros = 1;
+        for (int k = 0; k < 3; ++k) {
+            if ((mode == 1 && k == 2) || (mode == 2 && k != 2)) continue;
+            double *v = fetch(c.P, o.DT, c.r, c.h, p.ts, p.toff[k], o.tab_bytes / es(c.P), NULL);
+            for (int64_t e = 0; e < c.r * c.h; ++e) zeros &= v[e] == 0.0;
+            free(v);
+        }
+        if (mode != 2) {
+            double *v = fetch(c.P, o.DW, 1, c.h, c.h, 0, (size_t)c.h, NULL);
+            for (int e = 0; e < c.h; ++e) zeros &= v[e] == 0.0;
+            free(v);
+        }
+        const int rows_kept = untouched(o.OUT, o.act_bytes) && untouched(o.HOUT, o.act_bytes) &&
+                              untouched(o.DX, o.act_bytes) && untouched(o.DY, o.act_bytes);
+        if (!zeros || !rows_kept) {
+            fprintf(stderr, "%s: n = 0: parameter gradients %s, row outputs %s\n", mode_name[mode],
+                    zeros ? "zero" : "NOT zero", rows_kept ? "untouched" : "WRITTEN");
+            kjit_test_failures++;
+        }
+    }
     outs_free(&o);
     problem_free(&p);
 }

@@ -742,6 +742,9 @@ int main(void)
         {KJIT_F32, KJIT_I32, 4, 1024, 9, 3000, 1, 3, 0, 1, 0, 1, 2},
         {KJIT_F32, KJIT_I32, 1, 1024, 1, 40000, 1, 8, 0, 0, 0, 0, 0},
         {KJIT_BF16, KJIT_I64, 2, 256, 300, 40000, 0, 0, 0, 0, 0, 0, 1},
+        /* K = 5 and 7: every K in 1..8 runs once. */
+        {KJIT_BF16, KJIT_I32, 5, 1001, 9, 1500, 1, 2, 0, 0, 0, 0, 2},
+        {KJIT_F32, KJIT_I64, 7, 64, 300, 3000, 0, 0, 0, 0, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; ++i, ++ncases) run_case(ctx, &g, &extra[i]);
     printf("test_gather: %d accuracy cases; worst dtable rel err: bf16 %.3g, fp32 %.3g\n", ncases, worst_bf16,

@@ -1,9 +1,11 @@
-/* CUDA graph capture of every AdaLN op (bf16, H = 5376, N = 4097, R = 9,
- * caller-provided workspace): a direct forward + backward call (which loads
- * the kernels), then the same calls captured on a non-default stream, the
- * graph replayed 3 times with every output (and the workspace) poisoned
- * before each replay, each replay bitwise equal to the direct call. Also:
- * asynchronous index checking inside a graph raises the flag on each replay. */
+/* CUDA graph capture of every op (bf16, H = 5376, N = 4097, R = 9,
+ * caller-provided workspace; norm_modulate also with the context's own;
+ * timestep_sinusoid at D = 256): a direct forward + backward call (which
+ * loads the kernels and grows the context's workspace), then the same calls
+ * captured on a non-default stream, the graph replayed 3 times with every
+ * output (and the workspace) poisoned before each replay, each replay
+ * bitwise equal to the direct call. Also: asynchronous index checking
+ * inside a graph raises the flag on each replay. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,42 +40,54 @@ static size_t ob_bytes(const outbuf *o) { return (size_t)(o->rows * o->stride) *
 #define MAX_OUTS 8
 typedef struct opcase {
     const char *name;
-    int op; /* 0 gather, 1 norm_modulate, 2 gated_residual, 3 fused */
+    int op; /* 0 gather, 1 norm_modulate, 2 gated_residual, 3 fused, 4 timestep_sinusoid */
     int slot; /* its arguments: adaln_args[slot] (AdaLN ops) */
+    int ctx_ws; /* backward through the context's workspace (NULL) */
     outbuf outs[MAX_OUTS];
     int nout;
 } opcase;
 
 static kjit_row_gather_args gather_args;
-static kjit_adaln_args adaln_args[5];
+static kjit_adaln_args adaln_args[6];
 static CUdeviceptr ws, part;
 static size_t wsb, partb;
+#define SIN_D 256
+static CUdeviceptr sin_t, sin_out; /* timestep_sinusoid: t[N] fp32, out (N, SIN_D) bf16 */
 
 /* The op's forward then its backward, on `stream`; train (AdaLN ops): the
  * training pair (the forward builds the backward's partition in `part`). */
-static int call_op(kjit_ctx *ctx, int op, int slot, int train, CUstream stream)
+static int call_op(kjit_ctx *ctx, const opcase *c, int train, CUstream stream)
 {
-    void *w = (void *)(uintptr_t)ws;
-    const kjit_adaln_args *a = &adaln_args[slot];
+    void *w = c->ctx_ws ? NULL : (void *)(uintptr_t)ws;
+    const size_t wb = c->ctx_ws ? 0 : wsb;
+    const int op = c->op;
+    const kjit_adaln_args *a = &adaln_args[c->slot];
     int rc;
-    if (train && op) {
+    if (train && op >= 1 && op <= 3) {
         void *pp = (void *)(uintptr_t)part;
         if ((rc = kjit_adaln_train_fwd(ctx, (kjit_adaln_op)op, a, pp, partb, stream))) return rc;
-        return kjit_adaln_train_bwd(ctx, (kjit_adaln_op)op, a, pp, partb, w, wsb, stream);
+        return kjit_adaln_train_bwd(ctx, (kjit_adaln_op)op, a, pp, partb, w, wb, stream);
     }
     switch (op) {
+    case 4: {
+        kjit_sinusoid_opts o;
+        kjit_sinusoid_opts_init(&o);
+        o.flip_sin_to_cos = 1, o.downscale_freq_shift = 0.0; /* MiniMax-H3's */
+        return kjit_timestep_sinusoid(ctx, (const float *)(uintptr_t)sin_t, N, SIN_D, (void *)(uintptr_t)sin_out,
+                                      SIN_D, KJIT_BF16, &o, stream);
+    }
     case 0:
         if ((rc = kjit_adaln_row_gather_fwd(ctx, &gather_args, stream))) return rc;
-        return kjit_adaln_row_gather_bwd(ctx, &gather_args, w, wsb, stream);
+        return kjit_adaln_row_gather_bwd(ctx, &gather_args, w, wb, stream);
     case 1:
         if ((rc = kjit_norm_modulate_fwd(ctx, a, stream))) return rc;
-        return kjit_norm_modulate_bwd(ctx, a, w, wsb, stream);
+        return kjit_norm_modulate_bwd(ctx, a, w, wb, stream);
     case 2:
         if ((rc = kjit_gated_residual_fwd(ctx, a, stream))) return rc;
-        return kjit_gated_residual_bwd(ctx, a, w, wsb, stream);
+        return kjit_gated_residual_bwd(ctx, a, w, wb, stream);
     default:
         if ((rc = kjit_gated_residual_norm_modulate_fwd(ctx, a, stream))) return rc;
-        return kjit_gated_residual_norm_modulate_bwd(ctx, a, w, wsb, stream);
+        return kjit_gated_residual_norm_modulate_bwd(ctx, a, w, wb, stream);
     }
 }
 
@@ -134,7 +148,7 @@ static void test_op(kjit_ctx *ctx, CUstream stream, const opcase *c)
 
     /* Direct call: loads the kernels; every written element set, nothing else. */
     poison_outputs(c);
-    int rc = call_op(ctx, c->op, c->slot, 0, stream);
+    int rc = call_op(ctx, c, 0, stream);
     if (rc) {
         fprintf(stderr, "%s: direct call: %s (%s)\n", c->name, kjit_status_name(rc), kjit_last_error());
         kjit_test_failures++;
@@ -154,12 +168,12 @@ static void test_op(kjit_ctx *ctx, CUstream stream, const opcase *c)
 
     /* Capture on the non-default stream: the plain calls, and for the AdaLN
      * ops the training pair (compared with the plain direct call). */
-    for (int train = 0; train <= (c->op ? 1 : 0); ++train) {
+    for (int train = 0; train <= (c->op >= 1 && c->op <= 3); ++train) {
         poison_outputs(c);
         CUgraph graph = NULL;
         CUgraphExec exec = NULL;
         CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-        rc = call_op(ctx, c->op, c->slot, train, stream);
+        rc = call_op(ctx, c, train, stream);
         CUresult er = cu->StreamEndCapture(stream, &graph);
         if (rc || er != CUDA_SUCCESS || !graph) {
             const char *en = "?";
@@ -246,6 +260,56 @@ static void async_in_graph(CUstream stream, CUdeviceptr good_idx, CUdeviceptr ba
     kjit_ctx_destroy(actx);
 }
 
+/* A backward whose context workspace would have to grow while its stream
+ * is captured: KJIT_EINVAL naming the capture, nothing launched, and the
+ * capture still valid (cuMemAlloc inside it would have invalidated it). */
+static void grow_under_capture(CUstream stream, const opcase *c)
+{
+    kjit_ctx *c2 = kjit_gpu_ctx_or_skip("test_graph", KJIT_INDEX_CHECK_OFF);
+    const kjit_adaln_args *a = &adaln_args[1];
+    /* Loads the kernels; the caller's workspace, so the context's stays empty. */
+    CHECK_STATUS(kjit_norm_modulate_fwd(c2, a, stream), KJIT_OK);
+    CHECK_STATUS(kjit_norm_modulate_bwd(c2, a, (void *)(uintptr_t)ws, wsb, stream), KJIT_OK);
+    CU_CHECK(cu->StreamSynchronize(stream));
+    poison_outputs(c);
+    CUgraph graph = NULL;
+    CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    const int rc = kjit_norm_modulate_bwd(c2, a, NULL, 0, stream);
+    const int named = strstr(kjit_last_error(), "captured") != NULL;
+    const CUresult er = cu->StreamEndCapture(stream, &graph);
+    CHECK_STATUS(rc, KJIT_EINVAL);
+    CHECK(named);
+    if (er != CUDA_SUCCESS || !graph) {
+        fprintf(stderr, "grow_under_capture: the refused call invalidated the capture (%d)\n", (int)er);
+        kjit_test_failures++;
+    }
+    if (graph) { /* nothing captured: replayed, it writes nothing */
+        CUgraphExec exec = NULL;
+        CU_CHECK(cu->GraphInstantiate(&exec, graph, 0));
+        CU_CHECK(cu->GraphLaunch(exec, stream));
+        CU_CHECK(cu->StreamSynchronize(stream));
+        for (int i = 0; i < c->nout; ++i) {
+            unsigned char *h = malloc(ob_bytes(&c->outs[i]));
+            gpu_download(h, c->outs[i].p, ob_bytes(&c->outs[i]));
+            for (size_t b = 0; b < ob_bytes(&c->outs[i]); ++b)
+                if (h[b] != 0xFF) {
+                    fprintf(stderr, "grow_under_capture: %s written by the refused call's graph\n", c->outs[i].name);
+                    kjit_test_failures++;
+                    break;
+                }
+            free(h);
+        }
+        CU_CHECK(cu->GraphExecDestroy(exec));
+        CU_CHECK(cu->GraphDestroy(graph));
+    }
+    /* Outside a capture the same call grows the workspace and runs. */
+    CHECK_STATUS(kjit_norm_modulate_bwd(c2, a, NULL, 0, stream), KJIT_OK);
+    CU_CHECK(cu->StreamSynchronize(stream));
+    printf("the context's workspace, to grow under capture: refused (%s), the capture kept\n",
+           rc == KJIT_EINVAL ? "KJIT_EINVAL" : kjit_status_name(rc));
+    kjit_ctx_destroy(c2);
+}
+
 int main(void)
 {
     kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_graph", KJIT_INDEX_CHECK_OFF);
@@ -299,7 +363,7 @@ int main(void)
     if (b > partb) partb = b;
     part = gpu_alloc(partb);
 
-    opcase cases[5];
+    opcase cases[7];
     memset(cases, 0, sizeof cases);
 
     /* adaln_row_gather, K = 6 chunk views in, (N, 6H) out, (R, 6H) dtable. */
@@ -411,11 +475,39 @@ int main(void)
         a->dshift = MV(c->outs[3].p, 0), a->dscale = MV(c->outs[3].p, 1);
     }
 
-    for (int i = 0; i < 5; ++i) test_op(ctx, stream, &cases[i]);
-    async_in_graph(stream, didx, dbad);
+    /* norm_modulate through the context's workspace (NULL): the direct call
+     * grows it, the captured calls reuse it. Its own outputs. */
+    {
+        opcase *c = &cases[5];
+        c->name = "norm_modulate (the context's workspace)", c->op = 1, c->slot = 5, c->ctx_ws = 1;
+        c->outs[c->nout++] = (outbuf){"out", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dx", gpu_alloc((size_t)N * H * 2), N, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dweight", gpu_alloc(H * 2), 1, H, 0, H};
+        c->outs[c->nout++] = (outbuf){"dtable (dshift, dscale)", gpu_alloc((size_t)(R * W) * 2), R, W, 0, 2 * H};
+        kjit_adaln_args *a = &adaln_args[5];
+        *a = adaln_args[1];
+        a->out = MV(c->outs[0].p, 0), a->dx = MV(c->outs[1].p, 0), a->dweight = MV(c->outs[2].p, 0);
+        a->dshift = MV(c->outs[3].p, 0), a->dscale = MV(c->outs[3].p, 1);
+    }
+    /* timestep_sinusoid: N timesteps in [0, 1000), (N, 256) bf16. */
+    {
+        opcase *c = &cases[6];
+        c->name = "timestep_sinusoid", c->op = 4;
+        float *t = malloc(sizeof(float) * N);
+        for (int i = 0; i < N; ++i) t[i] = (float)(ref_rng_uniform(&g) * 1000.0);
+        sin_t = gpu_alloc(sizeof(float) * N);
+        gpu_upload(sin_t, t, sizeof(float) * N);
+        free(t);
+        c->outs[c->nout++] = (outbuf){"out", sin_out = gpu_alloc((size_t)N * SIN_D * 2), N, SIN_D, 0, SIN_D};
+    }
 
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < 7; ++i) test_op(ctx, stream, &cases[i]);
+    async_in_graph(stream, didx, dbad);
+    grow_under_capture(stream, &cases[1]);
+
+    for (int i = 0; i < 7; ++i)
         for (int j = 0; j < cases[i].nout; ++j) gpu_free(cases[i].outs[j].p);
+    gpu_free(sin_t);
     gpu_free(x2), gpu_free(dout2), gpu_free(didx2);
     gpu_free(ws), gpu_free(part), gpu_free(didx), gpu_free(dbad), gpu_free(table), gpu_free(weight);
     gpu_free(x), gpu_free(res), gpu_free(y), gpu_free(dout), gpu_free(dh), gpu_free(gdout);

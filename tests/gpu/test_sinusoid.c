@@ -1,5 +1,7 @@
 /* timestep_sinusoid on the GPU: fp64 reference, every flag, bitwise batch
- * invariance, outputs poisoned before every call. */
+ * invariance (probe rows of every case; every row, a batch-size sweep and a
+ * 131072-row split at the model's settings), outputs poisoned before every
+ * call. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,94 @@ static void run(kjit_ctx *ctx, CUdeviceptr t, int64_t n, int d, kjit_dtype dt, c
     CHECK_STATUS(kjit_timestep_sinusoid(ctx, (const float *)t, n, d, (void *)out, d, dt, o, NULL), KJIT_OK);
     gpu_sync();
     gpu_download(host, out, bytes);
+}
+
+/* Bitwise batch invariance at MiniMax-H3's settings (D = 256, flip, shift
+ * 0), each output dtype: every row alone vs in its batch for batches of 64,
+ * 257 and 2048; fixed probe rows over a sweep of batch sizes; a 131072-row
+ * batch vs its split into sub-batches of 1, 7, 4097, 32768 and 65536 rows
+ * written in place. Outputs poisoned before every call. */
+static void check_invariance(kjit_ctx *ctx, ref_rng *g)
+{
+    const int64_t n = 131072;
+    const int d = 256;
+    kjit_sinusoid_opts o;
+    kjit_sinusoid_opts_init(&o);
+    o.flip_sin_to_cos = 1;
+    o.downscale_freq_shift = 0.0;
+    float *t = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; ++i) t[i] = (float)(ref_rng_uniform(g) * 1000.0);
+    CUdeviceptr dt_ = gpu_alloc(sizeof(float) * (size_t)n);
+    gpu_upload(dt_, t, sizeof(float) * (size_t)n);
+    int compared = 0, differ = 0;
+    for (int k = 0; k < 3; ++k) {
+        const size_t row = (size_t)d * kjit_dtype_size(dtypes[k]), bytes = row * (size_t)n;
+        unsigned char *full = malloc(bytes), *part = malloc(bytes), *one = malloc(row);
+        CUdeviceptr dfull = gpu_alloc(bytes), dpart = gpu_alloc(bytes), done = gpu_alloc(row);
+#define SIN(tp, rows, outp) kjit_timestep_sinusoid(ctx, (const float *)(uintptr_t)(tp), rows, d, (void *)(uintptr_t)(outp), \
+                                                   d, dtypes[k], &o, NULL)
+        gpu_poison(dfull, bytes);
+        CHECK_STATUS(SIN(dt_, n, dfull), KJIT_OK);
+        gpu_sync();
+        gpu_download(full, dfull, bytes);
+        /* The split, each piece written where it sits in the full batch. */
+        static const int64_t pieces[] = {1, 7, 4097, 32768, 65536};
+        gpu_poison(dpart, bytes);
+        for (int64_t at = 0, i = 0; at < n; i = (i + 1) % 5) {
+            const int64_t len = pieces[i] < n - at ? pieces[i] : n - at;
+            CHECK_STATUS(SIN(dt_ + sizeof(float) * (size_t)at, len, dpart + row * (size_t)at), KJIT_OK);
+            at += len;
+        }
+        gpu_sync();
+        gpu_download(part, dpart, bytes);
+        compared++;
+        if (memcmp(full, part, bytes)) {
+            fprintf(stderr, "%s: 131072 rows vs its sub-batches differ\n", kjit_dtype_name(dtypes[k]));
+            differ++;
+        }
+        /* Every row alone vs in batches of 64, 257, 2048 (prefixes). */
+        static const int64_t batches[] = {64, 257, 2048};
+        for (int bi = 0; bi < 3; ++bi) {
+            gpu_poison(dpart, row * (size_t)batches[bi]);
+            CHECK_STATUS(SIN(dt_, batches[bi], dpart), KJIT_OK);
+            gpu_sync();
+            gpu_download(part, dpart, row * (size_t)batches[bi]);
+            for (int64_t i = 0; i < batches[bi]; ++i) {
+                gpu_poison(done, row);
+                CHECK_STATUS(SIN(dt_ + sizeof(float) * (size_t)i, 1, done), KJIT_OK);
+                gpu_sync();
+                gpu_download(one, done, row);
+                compared++;
+                if (memcmp(one, part + (size_t)i * row, row) && differ++ < 5)
+                    fprintf(stderr, "%s: row %lld alone differs from batch %lld\n", kjit_dtype_name(dtypes[k]),
+                            (long long)i, (long long)batches[bi]);
+            }
+        }
+        /* Probe rows over a sweep of batch sizes, against the full batch. */
+        static const int64_t sizes[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129,
+                                        255, 256, 257, 511, 512, 513, 1023, 1024, 1025, 2047, 2048};
+        static const int64_t probes[] = {0, 259, 515, 771, 1027, 1283, 1539, 2047};
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+            gpu_poison(dpart, row * 2048);
+            CHECK_STATUS(SIN(dt_, sizes[si], dpart), KJIT_OK);
+            gpu_sync();
+            gpu_download(part, dpart, row * 2048);
+            for (size_t pi = 0; pi < sizeof probes / sizeof probes[0]; ++pi) {
+                if (probes[pi] >= sizes[si]) continue;
+                compared++;
+                if (memcmp(part + (size_t)probes[pi] * row, full + (size_t)probes[pi] * row, row) && differ++ < 5)
+                    fprintf(stderr, "%s: probe row %lld differs at batch size %lld\n", kjit_dtype_name(dtypes[k]),
+                            (long long)probes[pi], (long long)sizes[si]);
+            }
+        }
+#undef SIN
+        gpu_free(dfull), gpu_free(dpart), gpu_free(done);
+        free(full), free(part), free(one);
+    }
+    printf("batch invariance (D = 256, flip, shift 0): %d comparisons, %d differ\n", compared, differ);
+    if (differ) kjit_test_failures++;
+    gpu_free(dt_);
+    free(t);
 }
 
 int main(void)
@@ -87,6 +177,7 @@ int main(void)
             }
     }
     printf("worst rel err: fp32 %.3g, bf16 %.3g, fp16 %.3g\n", worst[0], worst[1], worst[2]);
+    check_invariance(ctx, &g);
     gpu_free(dt_), gpu_free(dout), gpu_free(dalone), gpu_free(done_t);
     free(t), free(ref), free(got), free(host), free(alone);
     kjit_ctx_destroy(ctx);

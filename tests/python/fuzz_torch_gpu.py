@@ -20,6 +20,7 @@ Runs draws until --seconds have passed (each new shape compiles first).
 """
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -261,6 +262,9 @@ def main():
                     help="add 1 to one output element of every draw: every draw must fail (exit 0 iff all did)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
+        if os.environ.get("KJIT_REQUIRE_GPU", "0") not in ("", "0"):
+            print("no CUDA device, and KJIT_REQUIRE_GPU is set: failed")
+            return 1
         print("no CUDA device: skipped")
         return 77
     rng = random.Random(a.seed)

@@ -36,6 +36,9 @@ def wait_socket(path, proc, seconds=60):
 
 def main():
     if not torch.cuda.is_available():
+        if os.environ.get("KJIT_REQUIRE_GPU", "0") not in ("", "0"):
+            print("test_client_gpu: no CUDA, and KJIT_REQUIRE_GPU is set: failed")
+            return 1
         print("test_client_gpu: no CUDA: skipped")
         return 77
     import kjit

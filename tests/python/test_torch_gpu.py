@@ -6,6 +6,7 @@ torch.compile(fullgraph=True) and CUDA-graph replay, argument errors.
     KJIT_LIBRARY=build-gpu/libkjit.so python3 tests/python/test_torch_gpu.py
 """
 
+import os
 import sys
 import unittest
 from pathlib import Path
@@ -18,6 +19,8 @@ import kjit  # noqa: E402
 from kjit import reference as ref  # noqa: E402
 
 CUDA = torch.cuda.is_available()
+if not CUDA and os.environ.get("KJIT_REQUIRE_GPU", "0") not in ("", "0"):
+    sys.exit("test_torch_gpu: no CUDA device, and KJIT_REQUIRE_GPU is set: failed")
 DEV = "cuda"
 # SPEC.md contract 4, per output dtype.
 TOL = {torch.float32: 1e-6, torch.bfloat16: 4e-3, torch.float16: 1e-3}

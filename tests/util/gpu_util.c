@@ -19,6 +19,17 @@ static void need_cu(void)
     }
 }
 
+void kjit_gpu_skip(const char *test, const char *why)
+{
+    const char *req = getenv("KJIT_REQUIRE_GPU");
+    if (req && *req && strcmp(req, "0") != 0) {
+        fprintf(stderr, "%s: %s, and KJIT_REQUIRE_GPU is set: failed\n", test, why);
+        exit(1);
+    }
+    printf("%s: %s: skipped\n", test, why);
+    exit(77);
+}
+
 kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check)
 {
     kjit_ctx_options o;
@@ -30,9 +41,8 @@ kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check)
         exit(1);
     }
     if (!kjit_ctx_has_device(ctx)) {
-        printf("%s: no CUDA driver or GPU: skipped\n", test);
         kjit_ctx_destroy(ctx);
-        exit(77);
+        kjit_gpu_skip(test, "no CUDA driver or GPU");
     }
     cu = kjit__cu();
     CU_CHECK(cu->CtxSetCurrent(ctx->cuctx));

@@ -23,7 +23,12 @@
         }                                                                             \
     } while (0)
 
-/* Creates a context on device 0 or exits 77 when there is no driver/GPU. */
+/* Exits 77 (skipped), saying why; exits 1 instead when KJIT_REQUIRE_GPU is
+ * set (not "0"), as on the GPU test host, where a driver that does not
+ * start must fail the run rather than skip every test. */
+_Noreturn void kjit_gpu_skip(const char *test, const char *why);
+
+/* Creates a context on device 0, or kjit_gpu_skip without a driver/GPU. */
 kjit_ctx *kjit_gpu_ctx_or_skip(const char *test, kjit_index_check check);
 
 /* Allocation and copies that abort the test on failure. The ctx's CUDA
