@@ -50,6 +50,10 @@ typedef struct CUstream_st *CUstream;
     XX(EBADENTRY, -11, "bad cache entry")                                         \
     XX(ENOTFOUND, -12, "not found")
 
+/* Every refusal (KJIT_EINVAL, KJIT_EINDEX, ...) comes before an op writes
+ * anything. KJIT_ECUDA from an op that launches several kernels (a
+ * backward: partition, rows, finisher) may come after some of them ran:
+ * its outputs are then undefined, as after any failed CUDA call. */
 typedef enum kjit_status {
 #define KJIT_STATUS_ENUM(name, code, msg) KJIT_##name = code,
     KJIT_ERROR_MAP(KJIT_STATUS_ENUM)
@@ -98,7 +102,11 @@ typedef struct kjit_ctx_options {
     int tune;              /* 1: the first use of an AdaLN op at a new (hidden, dtype)
                               runs the tuner (kjit_tune) before launching; also
                               $KJIT_TUNE=1. 0 (default): the stored result for this
-                              device if any, else the built-in default. */
+                              device if any, else the built-in default. The tuner
+                              allocates and synchronizes the context: it is skipped
+                              while the call's stream is captured, but a capture of
+                              another thread in the global mode would be broken by
+                              it, so tune such a process ahead (kjit tune). */
 } kjit_ctx_options;
 
 KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
@@ -122,7 +130,10 @@ KJIT_API int kjit_ctx_has_device(const kjit_ctx *ctx);
 KJIT_API const char *kjit_ctx_arch(const kjit_ctx *ctx);
 KJIT_API const char *kjit_ctx_cache_dir(const kjit_ctx *ctx);
 /* Asynchronous index checking: waits for `stream`, returns 1 in *flag if any
- * op since the last call saw an index out of range, and clears the flag. */
+ * op since the last call saw an index out of range, and clears the flag.
+ * The flag is the context's, shared by all its streams: read it once the
+ * streams whose ops it covers are done (an op still running on another
+ * stream may raise it between this call's read and its clear). */
 KJIT_API int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag);
 
 /* compiles: builds on a miss of memory and disk, failed ones included; of
