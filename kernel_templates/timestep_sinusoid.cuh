@@ -6,13 +6,31 @@
 //   grid  = min(ceil(n * max(half,1) / 256), 65535 * 8), block = 256, smem = 0
 //   One thread per (row, j) pair writes columns j and half + j; grid-stride.
 // The angle and sin/cos are evaluated in fp64 (fp32 arguments of |a| ~ 1000
-// lose ~1e-5 to range reduction alone) and rounded to fp32; a bf16 or fp16
-// output is rounded again from that fp32 value, which lands one unit of its
-// last place off the once-rounded value for a few outputs in a million
-// (within SPEC's bounds). Each output
+// lose ~1e-5 to range reduction alone) and rounded once to the output dtype
+// (from_f64 below). Each output
 // depends only on (t[i], j) so rows are trivially batch-invariant.
 #include "common/kjit_types.cuh"
 #include "common/kjit_params.h"
+
+namespace kjit {
+// fp64 -> T, rounded once to nearest even. fp32 directly; bf16 and fp16
+// through an fp32 rounded to odd (truncated, its last bit set when that
+// lost anything), which keeps the sticky bit for the second rounding: with
+// at least two more bits than the target (fp32 has 24 against 8 and 11),
+// rounding that value to nearest gives the once-rounded result (a plain
+// fp32 rounding first is one unit off for a few outputs in a million).
+// tests/test_round_odd.c checks the scheme against a direct rounding.
+template <class T> __device__ __forceinline__ T from_f64(double d)
+{
+    if constexpr (sizeof(T) == 4) {
+        return (float)d;
+    } else {
+        float f = __double2float_rz(d);
+        if ((double)f != d) f = __int_as_float(__float_as_int(f) | 1);
+        return from_f32<T>(f);
+    }
+}
+} // namespace kjit
 
 template <class T>
 __global__ void kjit_sinusoid(const __grid_constant__ kjit_sinusoid_params p)
@@ -31,8 +49,8 @@ __global__ void kjit_sinusoid(const __grid_constant__ kjit_sinusoid_params p)
             const double a = p.scale * (double)p.t[i] * f;
             double s, c;
             sincos(a, &s, &c);
-            row[j] = kjit::from_f32<T>((float)(p.flip ? c : s));
-            row[half + j] = kjit::from_f32<T>((float)(p.flip ? s : c));
+            row[j] = kjit::from_f64<T>(p.flip ? c : s);
+            row[half + j] = kjit::from_f64<T>(p.flip ? s : c);
         }
         if ((p.d & 1) && j == 0) row[p.d - 1] = kjit::from_f32<T>(0.0f);
     }

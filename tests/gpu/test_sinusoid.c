@@ -1,4 +1,5 @@
-/* timestep_sinusoid on the GPU: fp64 reference, every flag, bitwise batch
+/* timestep_sinusoid on the GPU: fp64 reference (every output within half a
+ * unit in its last place: rounded once), every flag, bitwise batch
  * invariance (probe rows of every case; every row, a batch-size sweep and a
  * 131072-row split at the model's settings), outputs poisoned before every
  * call. */
@@ -12,6 +13,31 @@
 
 static const kjit_dtype dtypes[] = {KJIT_F32, KJIT_BF16, KJIT_F16};
 static const double tol[] = {2e-7, 4e-3, 1e-3};
+
+/* Significant bits and least exponent of each output dtype's grid. */
+static const int prec[] = {24, 8, 11}, emin[] = {-126, -126, -14};
+
+/* Outputs farther than half a unit in the last place (at the smaller of
+ * the two magnitudes' spacing) from the fp64 reference: a single rounding
+ * never is (the 1e-12 of slack covers libm's and CUDA's fp64 exp and
+ * sin/cos differing in their last bits: an angle of 1000 is ~1e-13 apart);
+ * an fp32 rounding before a bf16 or fp16 one can be, by up to half an fp32
+ * unit (~3e-8 at 0.5). */
+static int64_t over_half_ulp(const double *got, const double *ref, size_t n, int k)
+{
+    int64_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const double m = fmin(fabs(got[i]), fabs(ref[i]));
+        int e = emin[k];
+        if (m > 0) {
+            frexp(m, &e);
+            e = e - 1 < emin[k] ? emin[k] : e - 1;
+        }
+        const double half_ulp = ldexp(1.0, e - prec[k]);
+        bad += fabs(got[i] - ref[i]) > half_ulp + 1e-12;
+    }
+    return bad;
+}
 
 static void run(kjit_ctx *ctx, CUdeviceptr t, int64_t n, int d, kjit_dtype dt, const kjit_sinusoid_opts *o,
                 CUdeviceptr out, void *host)
@@ -150,6 +176,13 @@ int main(void)
                     host_to_double(dtypes[k], host, got, (size_t)(n * d));
                     double e = ref_rel_err(got, ref, (size_t)(n * d));
                     if (e > worst[k]) worst[k] = e;
+                    const int64_t far = over_half_ulp(got, ref, (size_t)(n * d), k);
+                    if (far) {
+                        fprintf(stderr, "n=%lld d=%d flags=%d %s: %lld outputs over half a unit in the last place "
+                                "from the fp64 value (rounded twice?)\n", (long long)n, d, flags,
+                                kjit_dtype_name(dtypes[k]), (long long)far);
+                        kjit_test_failures++;
+                    }
                     if (!(e <= tol[k])) {
                         fprintf(stderr, "n=%lld d=%d flags=%d %s: rel err %g > %g\n", (long long)n, d, flags,
                                 kjit_dtype_name(dtypes[k]), e, tol[k]);
