@@ -25,7 +25,9 @@ and fwd_bwd_us the median of CUDA-event samples of device time (the L2 cache
 flushed and the GPU held by a sleep kernel before each, so the host has
 queued the whole call: no host gap is timed), fwd_host_us and
 fwd_bwd_host_us the median host time of enqueueing the call, the inputs
-rotated over buffer sets larger than L2, at 4097 and
+rotated over buffer sets larger than L2 (the gather's inputs, its table and
+index, are small: the flush keeps them cold), random upstream gradients for
+each set, at 4097 and
 32768 rows, hidden 5376, bf16, R = 9 table rows (the (R, 6H) projection
 chunked into six views). The copy floor is the op's bytes read + written at
 4.25 TB/s (the H200's measured device-to-device copy).
@@ -361,20 +363,21 @@ _flush = None
 def _time_us(fn, arg_sets, iters):
     """Device time: the median of CUDA-event samples around fn, and the host
     time: the median wall time of enqueueing it. Before each sample the L2
-    cache is flushed (a 256 MiB memset) and the GPU is held by a ~5 ms sleep
+    cache is flushed (a 256 MiB buffer read: clean lines, so no write-back of
+    the flush's own falls in the timed region) and the GPU is held by a ~5 ms sleep
     kernel, so the host has queued all of fn before the start event runs and
     no host gap is timed (on a slow host an eager step's launches would
     otherwise be). Every candidate is timed the same way."""
     global _flush
     if _flush is None:
-        _flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEV)
+        _flush = torch.zeros(256 << 20, dtype=torch.uint8, device=DEV)
     sleep = getattr(torch.cuda, "_sleep", None)
     for k in range(3):
         fn(arg_sets[k % len(arg_sets)])
     torch.cuda.synchronize()
     events, host = [], []
     for i in range(iters):
-        _flush.zero_()
+        _flush.sum(dtype=torch.int64)
         if sleep is not None:
             sleep(10_000_000)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -442,12 +445,16 @@ def accuracy_latency(cand, quick):
         iters = 30 if quick else 100
         row["fwd_us"], row["fwd_host_us"] = _time_us(lambda a: cand["fn"](**a), sets, iters)
         if cand["grads"]:
-            ones = [torch.ones_like(o) for o in _flat(cand["fn"](**sets[0]))]
+            # Random upstream gradients, one set of them per input set (never constant data).
+            gu = _gen(13, n)
+            ups = [[torch.randn(o.shape, device=DEV, generator=gu).to(o.dtype) for o in _flat(cand["fn"](**s))]
+                   for s in sets]
 
-            def step(a):
+            def step(pair):
+                a, up = pair
                 lv = {k: a[k].detach().requires_grad_() if k in cand["grads"] else a[k] for k in a}
-                torch.autograd.backward(_flat(cand["fn"](**lv)), ones)
-            row["fwd_bwd_us"], row["fwd_bwd_host_us"] = _time_us(step, sets, iters)
+                torch.autograd.backward(_flat(cand["fn"](**lv)), up)
+            row["fwd_bwd_us"], row["fwd_bwd_host_us"] = _time_us(step, list(zip(sets, ups)), iters)
         result[str(n)] = row
         del sets, inputs
         torch.cuda.empty_cache()
