@@ -439,9 +439,11 @@ static void run_sub(kjit_ctx *ctx, const problem *p, const outs *full, const out
     CHECK_STATUS(bwd(ctx, p->c.mode, &a), KJIT_OK);
 }
 
-static void check_invariance(kjit_ctx *ctx, int mode)
+/* nb: how many of the batches 64, 257, 2048 to run every row alone against
+ * (the sweep and the repeat always run). */
+static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kjit_dtype I, int h, int nb_batches)
 {
-    cfg c = {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 2048, 9, 0, 1, 1, 0};
+    cfg c = {mode, A, P, I, h, 2048, 9, 0, 1, 1, 0};
     problem p;
     problem_init(&p, &c);
     outs full, one;
@@ -459,7 +461,7 @@ static void check_invariance(kjit_ctx *ctx, int mode)
     /* Every row alone vs in its batch, for batches of 64, 257, 2048 (the
      * 2048-row batch is the full one; smaller batches are its prefixes). */
     static const int64_t batches[] = {64, 257, 2048};
-    for (int bi = 0; bi < 3; ++bi) {
+    for (int bi = 0; bi < nb_batches; ++bi) {
         const int64_t B = batches[bi];
         outs bo;
         if (B != c.n) {
@@ -514,7 +516,8 @@ static void check_invariance(kjit_ctx *ctx, int mode)
         }
     }
     outs_free(&so);
-    printf("%s: batch invariance: %d row comparisons, %d differ\n", mode_name[mode], compared, differ);
+    printf("%s %s/%s/%s h=%d: batch invariance: %d row comparisons, %d differ\n", mode_name[mode], kjit_dtype_name(A),
+           kjit_dtype_name(P), kjit_dtype_name(I), h, compared, differ);
     if (differ) kjit_test_failures++;
 
     /* Parameter gradients repeat bitwise over 5 runs. */
@@ -541,9 +544,9 @@ static void check_invariance(kjit_ctx *ctx, int mode)
 }
 
 /* A 131072-row batch vs its split into sub-batches of 1, 7, 4097, 32768 and 65536 rows. */
-static void check_split(kjit_ctx *ctx, int mode)
+static void check_split(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kjit_dtype I, int h)
 {
-    cfg c = {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512, 131072, 9, 0, 1, 1, 0};
+    cfg c = {mode, A, P, I, h, 131072, 9, 0, 1, 1, 0};
     problem p;
     problem_init(&p, &c);
     outs full, part;
@@ -567,7 +570,8 @@ static void check_split(kjit_ctx *ctx, int mode)
         differ += !rows_equal(&p, a, b, c.n);
         free(a), free(b);
     }
-    printf("%s: 131072 rows vs %lld sub-batches: %d of %d outputs differ\n", mode_name[mode], (long long)subs, differ, nb);
+    printf("%s %s/%s/%s h=%d: 131072 rows vs %lld sub-batches: %d of %d outputs differ\n", mode_name[mode],
+           kjit_dtype_name(A), kjit_dtype_name(P), kjit_dtype_name(I), h, (long long)subs, differ, nb);
     if (differ) kjit_test_failures++;
     outs_free(&full);
     outs_free(&part);
@@ -975,8 +979,14 @@ int main(void)
             if (!only || more[k].h == only) check_accuracy(ctx, &more[k], w2);
         }
         if (only) continue;
-        check_invariance(ctx, mode);
-        check_split(ctx, mode);
+        check_invariance(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 3);
+        /* Other dtypes and a ragged hidden size (the fp32 fused op and
+         * gated_residual run their persistent forwards only at large N). */
+        check_invariance(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 3072, 2);
+        check_invariance(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 1000, 1);
+        check_split(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512);
+        check_split(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 1000);
+        check_split(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 256);
         check_build_paths(ctx, big_ctx, mode);
         check_back_to_back(ctx, mode);
         check_bad_args(ctx, sync_ctx, async_ctx, mode);
