@@ -1401,7 +1401,8 @@ def main(argv=None):
         return 1
     # On the GPU host (run_device.sh) a skipped group is a check not made.
     if rep.skipped and os.environ.get("KJIT_REQUIRE_GPU", "0") not in ("", "0"):
-        print(f"api_check: {rep.skipped} skipped, and KJIT_REQUIRE_GPU is set: failed", flush=True)
+        print(f"api_check: {rep.skipped} check group(s) skipped (their SKIP lines say why), and "
+              f"KJIT_REQUIRE_GPU is set (the GPU host, where every check must run): failed", flush=True)
         return 1
     return 1 if rep.failed else 0
 

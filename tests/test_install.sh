@@ -1,17 +1,19 @@
 #!/bin/sh
-# usage: test_install.sh BUILD_DIR
+# usage: test_install.sh BUILD_DIR [LIBDIR]  (LIBDIR: CMAKE_INSTALL_LIBDIR, default lib)
 # `cmake --install` of the build into a scratch prefix, then a program that
 # uses the C API built against it twice, as README's "Using it" says: through
 # find_package(kjit) and through pkg-config; both run (a compile-only
 # context: no GPU needed), and the installed CLI prewarms a kernel.
 set -eu
 build=$1
+libdir=${2:-lib}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; exit 1; }
+[ -f "$tmp/prefix/$libdir/libkjit.so" ] || { echo "no libkjit.so under $tmp/prefix/$libdir"; exit 1; }
 # A sanitizer build's library needs its runtime loaded first in every
 # program: packaging is checked on the plain build.
-if readelf -d "$tmp/prefix/lib/libkjit.so" 2>/dev/null | grep -q libasan; then
+if readelf -d "$tmp/prefix/$libdir/libkjit.so" 2>/dev/null | grep -q libasan; then
     echo "a sanitizer build: skipped"
     exit 77
 fi
@@ -47,9 +49,9 @@ C
 cmake -S "$tmp/app" -B "$tmp/app/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/cfg.log" 2>&1 || { cat "$tmp/cfg.log"; exit 1; }
 cmake --build "$tmp/app/b" >"$tmp/bld.log" 2>&1 || { cat "$tmp/bld.log"; exit 1; }
 "$tmp/app/b/app"
-pc=$(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --cflags --libs kjit)
+pc=$(PKG_CONFIG_PATH="$tmp/prefix/$libdir/pkgconfig" pkg-config --cflags --libs kjit)
 ${CC:-cc} "$tmp/app/main.c" -o "$tmp/app/pc" $pc
-LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/app/pc"
+LD_LIBRARY_PATH="$tmp/prefix/$libdir" "$tmp/app/pc"
 "$tmp/prefix/bin/kjit" prewarm --ops timestep_sinusoid --hidden 256 --dtype fp32 --arch sm_90 \
     --cache-dir "$tmp/cache" | tail -n 1
 ls "$tmp/cache"/*.cubin >/dev/null

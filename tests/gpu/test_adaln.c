@@ -189,6 +189,8 @@ static void make_args(const problem *p, const outs *o, CUdeviceptr hin, int64_t 
     if (c->with_w && c->mode != 2) {
         a->weight = (const void *)(uintptr_t)p->W;
         a->dweight = (void *)(uintptr_t)o->DW;
+    } else if (c->mode == 2) {
+        a->dweight = (void *)(uintptr_t)o->DW; /* gated_residual has no weight: given, ignored, never written */
     }
 }
 
@@ -372,7 +374,7 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
     /* What the op must not write: the table gradient's other chunks (the
      * gate's for norm_modulate, shift's and scale's for gated_residual, the
      * three unused chunk(6) views) and its pads, h but for the fused op, dy
-     * for norm_modulate, dweight without a weight or for gated_residual. */
+     * for norm_modulate, and dweight for gated_residual (given to it). */
     if (!outside_untouched(c->P, o.DT, ttot, used, nused, r, h, p.ts)) {
         fprintf(stderr, "%s h=%d chunked=%d: the table gradient was written outside its used chunks\n",
                 mode_name[c->mode], h, c->chunked);
@@ -684,16 +686,20 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
  * partition would change the first step's gradients, and one that completed
  * before its forward would let the fused backward read h unwritten. Each
  * step must equal the plain calls on its index, bit for bit. */
-static void check_back_to_back(kjit_ctx *ctx, int mode)
+static void check_back_to_back(kjit_ctx *ctx, int mode, kjit_dtype I)
 {
-    const cfg c = {mode, mode == 3 ? KJIT_F16 : KJIT_BF16, mode == 3 ? KJIT_F32 : KJIT_BF16, KJIT_I32, 5376, 8192, 9,
+    const cfg c = {mode, mode == 3 ? KJIT_F16 : KJIT_BF16, mode == 3 ? KJIT_F32 : KJIT_BF16, I, 5376, 8192, 9,
                    0, 1, 1, 0};
     problem p;
     problem_init(&p, &c);
-    const size_t ib = sizeof(int32_t) * (size_t)c.n;
-    int32_t *ia = malloc(ib), *inew = malloc(ib);
+    const size_t ib = es(I) * (size_t)c.n;
+    unsigned char *ia = malloc(ib), *inew = malloc(ib);
     gpu_download(ia, p.IDX, ib);
-    for (int64_t i = 0; i < c.n; ++i) inew[i] = (int32_t)ref_rng_below(&rng, (uint64_t)c.r);
+    for (int64_t i = 0; i < c.n; ++i) {
+        const uint64_t v = ref_rng_below(&rng, (uint64_t)c.r);
+        if (I == KJIT_I32) ((int32_t *)inew)[i] = (int32_t)v;
+        else ((int64_t *)inew)[i] = (int64_t)v;
+    }
     const CUdeviceptr dnew = gpu_alloc(ib);
     gpu_upload(dnew, inew, ib);
     outs ref[2], got[2];
@@ -727,8 +733,8 @@ static void check_back_to_back(kjit_ctx *ctx, int mode)
             bad++;
         }
     }
-    printf("%s: two training steps back to back, one partition buffer, the index rewritten on the stream: %d of 2 "
-           "differ from the plain calls\n", mode_name[mode], bad);
+    printf("%s (%s index): two training steps back to back, one partition buffer, the index rewritten on the "
+           "stream: %d of 2 differ from the plain calls\n", mode_name[mode], kjit_dtype_name(I), bad);
     if (bad) kjit_test_failures++;
     for (int k = 0; k < 2; ++k) outs_free(&ref[k]), outs_free(&got[k]);
     gpu_free(ws), gpu_free(part), gpu_free(dnew);
@@ -988,7 +994,8 @@ int main(void)
         check_split(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 1000);
         check_split(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 256);
         check_build_paths(ctx, big_ctx, mode);
-        check_back_to_back(ctx, mode);
+        check_back_to_back(ctx, mode, KJIT_I32);
+        check_back_to_back(ctx, mode, KJIT_I64);
         check_bad_args(ctx, sync_ctx, async_ctx, mode);
     }
     for (int mode = 1; mode <= 3; ++mode)

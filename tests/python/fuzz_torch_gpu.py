@@ -41,8 +41,9 @@ from kjit import reference as ref  # noqa: E402
 
 DEV = "cuda"
 TOL = {torch.float32: 1e-6, torch.bfloat16: 4e-3, torch.float16: 1e-3}
-# --inject's kinds, each the failure message it must cause.
-INJECT = {"out": "rel err", "grad": "rel err", "repeat": "differs on a second call", "rows": "alone differ"}
+# --inject's kinds: each spoils the copy that one check reads; every failure
+# message starts with its check's tag, "[kind]".
+INJECT = ("out", "grad", "repeat", "rows")
 
 
 def spoil(t, tol):
@@ -80,7 +81,7 @@ def check_sinusoid(c, inject=None):
     fails = []
     e = ref.worst_rel_err(spoil(out, tol) if inject == "out" else out, want)
     if not e <= tol:
-        fails.append(f"out rel err {e:.3g} > {tol:g}")
+        fails.append(f"[out] rel err {e:.3g} > {tol:g}")
     rng = random.Random(c["seed"])
     pick = sorted(set(rng.randrange(c["n"]) for _ in range(min(c["n"], 5))))
     rng.shuffle(pick)
@@ -89,7 +90,7 @@ def check_sinusoid(c, inject=None):
     if inject == "rows":
         alone = spoil(alone, tol)
     if not ref.same_bits(alone, out[rows]):
-        fails.append(f"rows {pick} alone differ from the batch")
+        fails.append(f"[rows] {pick} alone differ from the batch")
     return fails
 
 
@@ -218,13 +219,13 @@ def check(c, inject=None):
     for k, (o, ro) in enumerate(zip(outs, routs)):
         e = ref.worst_rel_err(spoil(o, TOL[o.dtype]) if inject == "out" and k == 0 else o, ro)
         if not e <= TOL[o.dtype]:
-            fails.append(f"out{k} rel err {e:.3g} > {TOL[o.dtype]:g}")
+            fails.append(f"[out] out{k} rel err {e:.3g} > {TOL[o.dtype]:g}")
     # The last gradient is a parameter's (tables, or the gather's dtable):
     # gated_residual's first, dres, is dout itself (SPEC: dres = dout).
     for k, (a, b) in enumerate(zip(gs, rgs)):
         e = ref.worst_rel_err(spoil(a, TOL[a.dtype]) if inject == "grad" and k == len(gs) - 1 else a, b)
         if not e <= TOL[a.dtype]:
-            fails.append(f"grad{k} ({a.dtype}) rel err {e:.3g} > {TOL[a.dtype]:g}")
+            fails.append(f"[grad] grad{k} ({a.dtype}) rel err {e:.3g} > {TOL[a.dtype]:g}")
     # Repeatable: the same call again, every output and gradient bitwise
     # (dres, the caller's own dout, is left out: it cannot differ).
     outs2 = call(kjit, op, m)
@@ -233,7 +234,7 @@ def check(c, inject=None):
         gs2[-1] = spoil(gs2[-1], TOL[gs2[-1].dtype])
     for k, (a, b) in enumerate(zip(outs + gs, outs2 + gs2)):
         if a is not b and not ref.same_bits(a, b):
-            fails.append(f"tensor {k} differs on a second call")
+            fails.append(f"[repeat] tensor {k} differs on a second call")
     if c.get("frozen"):
         # The row gradients alone against the full backward's, bit for bit:
         # the same tables (each a leaf over the same storage and strides)
@@ -243,7 +244,7 @@ def check(c, inject=None):
         gfull = grads(op, full, call(kjit, op, full), ups)
         for k, (a, b) in enumerate(zip(gs, gfull)):
             if not ref.same_bits(a, b):
-                fails.append(f"row gradient {k} with frozen tables differs from the full backward's")
+                fails.append(f"[frozen] row gradient {k} with frozen tables differs from the full backward's")
     # Batch invariance: a few rows, shuffled, in a batch of their own.
     n = c["n"]
     rng = random.Random(c["seed"])
@@ -261,10 +262,10 @@ def check(c, inject=None):
         souts[0] = spoil(souts[0], TOL[souts[0].dtype])
     for k, (a, b) in enumerate(zip(souts, outs)):
         if not ref.same_bits(a, b[rows]):
-            fails.append(f"out{k}: rows {pick} alone differ from the batch")
+            fails.append(f"[rows] out{k}: rows {pick} alone differ from the batch")
     for k, name in enumerate(x for x in names if m[x] is not None):
         if name in ("x", "y") and not ref.same_bits(sgs[k], gs[k][rows]):
-            fails.append(f"d{name}: rows {pick} alone differ from the batch")
+            fails.append(f"[rows] d{name}: rows {pick} alone differ from the batch")
     return fails
 
 
@@ -297,7 +298,7 @@ def main():
     done = bad = 0
     while time.time() < t_end:
         c = draw(rng)
-        kinds = ("out", "rows") if c["op"] == "timestep_sinusoid" else tuple(INJECT)
+        kinds = ("out", "rows") if c["op"] == "timestep_sinusoid" else INJECT
         kind = kinds[done % len(kinds)] if a.inject else None
         try:
             fails = (check_sinusoid if c["op"] == "timestep_sinusoid" else check)(c, kind)
@@ -309,7 +310,8 @@ def main():
         done += 1
         if a.inject:
             # The spoiled check must be among the failures; others may not be.
-            if not any(INJECT[kind] in f for f in fails) or any(INJECT[kind] not in f for f in fails):
+            tag = f"[{kind}]"
+            if not fails or any(not f.startswith(tag) for f in fails):
                 bad += 1
                 print(f"INJECT {kind} not caught as expected: {describe(c)}\n  " + "\n  ".join(fails[:6] or ["(no failure)"]),
                       flush=True)
