@@ -10,11 +10,13 @@ it, on the same parameters and inputs:
 kjit consumes the table's chunk(6) views directly and fuses the first gated
 residual with the second norm (gated_residual_norm_modulate); diffusers
 gathers the (N, 6H) rows with index_select and composes torch ops. Checks:
-the output and every gradient against the same block in float64 (kjit within
-4e-3, or no worse than diffusers where the bf16 linear layers dominate, and
-at least twice as accurate as diffusers on the table's gradient and what is
-upstream of it, which diffusers sums in bf16), kjit's gradients bitwise the
-same run after run;
+the output and every gradient against the same block in float64, each error
+the larger of ||err|| / ||ref|| (SPEC.md's measure) and max|err| / max|ref|
+(kjit within 4e-3, or within 1.25x of diffusers' own error where the bf16
+linear layers around the ops dominate and the two blocks round them at
+different points; at least twice as accurate as diffusers on the table's
+gradient and what is upstream of it, which diffusers sums in bf16), kjit's
+gradients bitwise the same run after run;
 prints both step (forward + backward) times.
 
     KJIT_LIBRARY=build-gpu/libkjit.so python3 examples/h3_block.py [--rows 4096]
@@ -148,11 +150,12 @@ def main():
                           t.double(), index, up.double())
 
     failures = []
-    print(f"H3 block, {args.rows} rows, hidden {H}, bf16; max|err|/max|ref| vs float64:")
+    print(f"H3 block, {args.rows} rows, hidden {H}, bf16; error vs float64 "
+          f"(the larger of ||err||/||ref|| and max|err|/max|ref|):")
     print(f"  {'':<10}{'kjit':>10}{'diffusers':>11}")
     for name, k, d, r in [("out", k_out, d_out, r_out)] + [
             (f"d{k}", k_grads[k], d_grads[k], r_grads[k]) for k in k_grads]:
-        ek, ed = ref.rel_err(k, r), ref.rel_err(d, r)
+        ek, ed = ref.worst_rel_err(k, r), ref.worst_rel_err(d, r)
         # Every gradient here also carries the rounding of the bf16 linear
         # layers around the ops (the reference is the whole block in fp64),
         # so no bound is tighter than diffusers' own error. Where diffusers
@@ -167,7 +170,7 @@ def main():
         print(f"  {name:<10}{ek:>10.2e}{ed:>11.2e}{'' if ok else '   <- FAIL'}")
 
     _, again = step(kjit_block, p, x, t, index, up)
-    differ = [k for k in k_grads if not torch.equal(k_grads[k], again[k])]
+    differ = [k for k in k_grads if not ref.same_bits(k_grads[k], again[k])]
     print("kjit gradients bitwise repeatable:", "yes" if not differ else f"NO ({differ})")
     failures += [f"gradients differ between runs: {differ}"] if differ else []
 

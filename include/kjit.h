@@ -239,7 +239,9 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * Backward passes need a workspace (kjit_*_workspace gives its size; 256-byte
  * aligned, as cuMemAlloc's are); pass NULL to use one owned by the context (grown on demand: one stream at a
  * time, and a call that must grow it while its stream is being captured returns KJIT_EINVAL, launching
- * nothing and leaving the capture valid: make the call once before capturing; a buffer
+ * nothing and leaving the capture valid: make the call once before capturing (only the call's own stream
+ * is asked: a growth while another stream of the thread, or in the global mode another thread, captures
+ * meets cuMemAlloc's refusal there, as any allocation would); a buffer
  * it outgrows stays allocated until kjit_ctx_destroy, so a graph that
  * captured it stays valid, up to the 48 most recent: at the 49th growth,
  * each at least 1.5x the last, the oldest is freed). n = 0: a forward writes nothing; a backward

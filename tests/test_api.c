@@ -438,7 +438,6 @@ static void adaln_operands(kjit_ctx *ctx)
     typedef int (*bwd_fn)(kjit_ctx *, const kjit_adaln_args *, void *, size_t, CUstream);
     const fwd_fn fwds[3] = {kjit_norm_modulate_fwd, kjit_gated_residual_fwd, kjit_gated_residual_norm_modulate_fwd};
     const bwd_fn bwds[3] = {kjit_norm_modulate_bwd, kjit_gated_residual_bwd, kjit_gated_residual_norm_modulate_bwd};
-    static char before[sizeof mem];
     int checked = 0;
     for (int m = 0; m < 3; ++m)
         for (size_t i = 0; i < sizeof f / sizeof f[0]; ++i)
@@ -475,7 +474,6 @@ static void adaln_operands(kjit_ctx *ctx)
                     /* gated_residual without dgate: the row gradients alone, reading no y. */
                     if (!bad && dir == B && m == 1 && !strcmp(nm, "dgate")) want[0] = 0;
                     if (!used) want[0] = 0; /* not read or written: not checked */
-                    memcpy(before, mem, sizeof mem);
                     const int rc = dir == F ? fwds[m](ctx, &a, NULL) : bwds[m](ctx, &a, NULL, 0, NULL);
                     checked++;
                     if (want[0]) {
@@ -488,7 +486,6 @@ static void adaln_operands(kjit_ctx *ctx)
                     } else {
                         CHECK_STATUS(rc, KJIT_ENODRIVER); /* accepted: no driver here */
                     }
-                    CHECK(memcmp(before, mem, sizeof mem) == 0);
                 }
     CHECK_EQ_INT(checked, 3 * 17 * 2 * 2);
     printf("adaln operands: %d single-operand calls checked\n", checked);

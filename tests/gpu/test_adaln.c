@@ -189,6 +189,8 @@ static void make_args(const problem *p, const outs *o, CUdeviceptr hin, int64_t 
     if (c->with_w && c->mode != 2) {
         a->weight = (const void *)(uintptr_t)p->W;
         a->dweight = (void *)(uintptr_t)o->DW;
+    } else if (c->mode == 2) {
+        a->dweight = (void *)(uintptr_t)o->DW; /* gated_residual has no weight: given, ignored, never written */
     }
 }
 
@@ -372,7 +374,7 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
     /* What the op must not write: the table gradient's other chunks (the
      * gate's for norm_modulate, shift's and scale's for gated_residual, the
      * three unused chunk(6) views) and its pads, h but for the fused op, dy
-     * for norm_modulate, dweight without a weight or for gated_residual. */
+     * for norm_modulate, and dweight for gated_residual (given to it). */
     if (!outside_untouched(c->P, o.DT, ttot, used, nused, r, h, p.ts)) {
         fprintf(stderr, "%s h=%d chunked=%d: the table gradient was written outside its used chunks\n",
                 mode_name[c->mode], h, c->chunked);
@@ -439,9 +441,11 @@ static void run_sub(kjit_ctx *ctx, const problem *p, const outs *full, const out
     CHECK_STATUS(bwd(ctx, p->c.mode, &a), KJIT_OK);
 }
 
-static void check_invariance(kjit_ctx *ctx, int mode)
+/* nb: how many of the batches 64, 257, 2048 to run every row alone against
+ * (the sweep and the repeat always run). */
+static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kjit_dtype I, int h, int nb_batches)
 {
-    cfg c = {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 2048, 9, 0, 1, 1, 0};
+    cfg c = {mode, A, P, I, h, 2048, 9, 0, 1, 1, 0};
     problem p;
     problem_init(&p, &c);
     outs full, one;
@@ -459,7 +463,7 @@ static void check_invariance(kjit_ctx *ctx, int mode)
     /* Every row alone vs in its batch, for batches of 64, 257, 2048 (the
      * 2048-row batch is the full one; smaller batches are its prefixes). */
     static const int64_t batches[] = {64, 257, 2048};
-    for (int bi = 0; bi < 3; ++bi) {
+    for (int bi = 0; bi < nb_batches; ++bi) {
         const int64_t B = batches[bi];
         outs bo;
         if (B != c.n) {
@@ -514,7 +518,8 @@ static void check_invariance(kjit_ctx *ctx, int mode)
         }
     }
     outs_free(&so);
-    printf("%s: batch invariance: %d row comparisons, %d differ\n", mode_name[mode], compared, differ);
+    printf("%s %s/%s/%s h=%d: batch invariance: %d row comparisons, %d differ\n", mode_name[mode], kjit_dtype_name(A),
+           kjit_dtype_name(P), kjit_dtype_name(I), h, compared, differ);
     if (differ) kjit_test_failures++;
 
     /* Parameter gradients repeat bitwise over 5 runs. */
@@ -541,9 +546,9 @@ static void check_invariance(kjit_ctx *ctx, int mode)
 }
 
 /* A 131072-row batch vs its split into sub-batches of 1, 7, 4097, 32768 and 65536 rows. */
-static void check_split(kjit_ctx *ctx, int mode)
+static void check_split(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kjit_dtype I, int h)
 {
-    cfg c = {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512, 131072, 9, 0, 1, 1, 0};
+    cfg c = {mode, A, P, I, h, 131072, 9, 0, 1, 1, 0};
     problem p;
     problem_init(&p, &c);
     outs full, part;
@@ -567,7 +572,8 @@ static void check_split(kjit_ctx *ctx, int mode)
         differ += !rows_equal(&p, a, b, c.n);
         free(a), free(b);
     }
-    printf("%s: 131072 rows vs %lld sub-batches: %d of %d outputs differ\n", mode_name[mode], (long long)subs, differ, nb);
+    printf("%s %s/%s/%s h=%d: 131072 rows vs %lld sub-batches: %d of %d outputs differ\n", mode_name[mode],
+           kjit_dtype_name(A), kjit_dtype_name(P), kjit_dtype_name(I), h, (long long)subs, differ, nb);
     if (differ) kjit_test_failures++;
     outs_free(&full);
     outs_free(&part);
@@ -680,16 +686,20 @@ static void check_build_paths(kjit_ctx *ctx, kjit_ctx *big_ctx, int mode)
  * partition would change the first step's gradients, and one that completed
  * before its forward would let the fused backward read h unwritten. Each
  * step must equal the plain calls on its index, bit for bit. */
-static void check_back_to_back(kjit_ctx *ctx, int mode)
+static void check_back_to_back(kjit_ctx *ctx, int mode, kjit_dtype I)
 {
-    const cfg c = {mode, mode == 3 ? KJIT_F16 : KJIT_BF16, mode == 3 ? KJIT_F32 : KJIT_BF16, KJIT_I32, 5376, 8192, 9,
+    const cfg c = {mode, mode == 3 ? KJIT_F16 : KJIT_BF16, mode == 3 ? KJIT_F32 : KJIT_BF16, I, 5376, 8192, 9,
                    0, 1, 1, 0};
     problem p;
     problem_init(&p, &c);
-    const size_t ib = sizeof(int32_t) * (size_t)c.n;
-    int32_t *ia = malloc(ib), *inew = malloc(ib);
+    const size_t ib = es(I) * (size_t)c.n;
+    unsigned char *ia = malloc(ib), *inew = malloc(ib);
     gpu_download(ia, p.IDX, ib);
-    for (int64_t i = 0; i < c.n; ++i) inew[i] = (int32_t)ref_rng_below(&rng, (uint64_t)c.r);
+    for (int64_t i = 0; i < c.n; ++i) {
+        const uint64_t v = ref_rng_below(&rng, (uint64_t)c.r);
+        if (I == KJIT_I32) ((int32_t *)inew)[i] = (int32_t)v;
+        else ((int64_t *)inew)[i] = (int64_t)v;
+    }
     const CUdeviceptr dnew = gpu_alloc(ib);
     gpu_upload(dnew, inew, ib);
     outs ref[2], got[2];
@@ -723,8 +733,8 @@ static void check_back_to_back(kjit_ctx *ctx, int mode)
             bad++;
         }
     }
-    printf("%s: two training steps back to back, one partition buffer, the index rewritten on the stream: %d of 2 "
-           "differ from the plain calls\n", mode_name[mode], bad);
+    printf("%s (%s index): two training steps back to back, one partition buffer, the index rewritten on the "
+           "stream: %d of 2 differ from the plain calls\n", mode_name[mode], kjit_dtype_name(I), bad);
     if (bad) kjit_test_failures++;
     for (int k = 0; k < 2; ++k) outs_free(&ref[k]), outs_free(&got[k]);
     gpu_free(ws), gpu_free(part), gpu_free(dnew);
@@ -975,10 +985,17 @@ int main(void)
             if (!only || more[k].h == only) check_accuracy(ctx, &more[k], w2);
         }
         if (only) continue;
-        check_invariance(ctx, mode);
-        check_split(ctx, mode);
+        check_invariance(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 3);
+        /* Other dtypes and a ragged hidden size (the fp32 fused op and
+         * gated_residual run their persistent forwards only at large N). */
+        check_invariance(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 3072, 2);
+        check_invariance(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 1000, 1);
+        check_split(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512);
+        check_split(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 1000);
+        check_split(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 256);
         check_build_paths(ctx, big_ctx, mode);
-        check_back_to_back(ctx, mode);
+        check_back_to_back(ctx, mode, KJIT_I32);
+        check_back_to_back(ctx, mode, KJIT_I64);
         check_bad_args(ctx, sync_ctx, async_ctx, mode);
     }
     for (int mode = 1; mode <= 3; ++mode)

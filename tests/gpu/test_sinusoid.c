@@ -20,7 +20,8 @@ static const int prec[] = {24, 8, 11}, emin[] = {-126, -126, -14};
 /* Outputs farther than half a unit in the last place (at the smaller of
  * the two magnitudes' spacing) from the fp64 reference: a single rounding
  * never is (the 1e-12 of slack covers libm's and CUDA's fp64 exp and
- * sin/cos differing in their last bits: an angle of 1000 is ~1e-13 apart);
+ * sin/cos differing in their last bits: outputs of an angle up to 1000
+ * move by up to ~5e-13);
  * an fp32 rounding before a bf16 or fp16 one can be, by up to half an fp32
  * unit (~3e-8 at 0.5). */
 static int64_t over_half_ulp(const double *got, const double *ref, size_t n, int k)

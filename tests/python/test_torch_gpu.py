@@ -113,11 +113,11 @@ class Accuracy(unittest.TestCase):
         for o, r in zip(outs, routs):
             self.assertEqual(o.dtype, act if name != "adaln_row_gather" else param, label)
             self.assertTrue(o.is_contiguous(), label)
-            self.assertLessEqual(ref.rel_err(o, r), TOL[o.dtype], label)
+            self.assertLessEqual(ref.worst_rel_err(o, r), TOL[o.dtype], label)
         for leaf, g, r in zip(("x", "y", "table", "weight"), grads, rgrads):
             self.assertEqual(g is None, r is None, f"{label} d{leaf}")
             if g is not None:
-                self.assertLessEqual(ref.rel_err(g, r), TOL[g.dtype], f"{label} d{leaf}")
+                self.assertLessEqual(ref.worst_rel_err(g, r), TOL[g.dtype], f"{label} d{leaf}")
 
     def test_h3_shapes(self):
         for name in CASES:
@@ -148,7 +148,7 @@ class Accuracy(unittest.TestCase):
             for dim in (256, 255):
                 got = kjit.timestep_sinusoid(ts, dim, **kw)
                 want = ref.timestep_sinusoid(ts.double(), dim, **kw)
-                self.assertLessEqual(ref.rel_err(got, want), 2e-7, f"{kw} dim={dim}")
+                self.assertLessEqual(ref.worst_rel_err(got, want), 2e-7, f"{kw} dim={dim}")
         self.assertEqual(kjit.timestep_sinusoid(t, 256, out_dtype=torch.bfloat16).dtype,
                          torch.bfloat16)
 
@@ -162,7 +162,7 @@ class Determinism(unittest.TestCase):
             again_o, again_g = run(case, m)
             for a, b in zip(full_g + full_o, again_g + again_o):
                 if a is not None:
-                    self.assertTrue(torch.equal(a, b), f"{name}: not repeatable")
+                    self.assertTrue(ref.same_bits(a, b), f"{name}: not repeatable")
             for rows in ([0], [256], [3, 100, 7], list(range(256, -1, -1))):
                 idx = torch.tensor(rows, device=DEV)
                 sub = dict(m, x=m["x"].detach()[idx].requires_grad_(),
@@ -170,10 +170,10 @@ class Determinism(unittest.TestCase):
                            full_rows=m["x"].shape[0])
                 sub_o, sub_g = run(case, sub, rows=idx)
                 for a, b in zip(sub_o, full_o):
-                    self.assertTrue(torch.equal(a, b[idx]), f"{name}: rows {rows[:3]} forward")
+                    self.assertTrue(ref.same_bits(a, b[idx]), f"{name}: rows {rows[:3]} forward")
                 for a, b in zip(sub_g[:2], full_g[:2]):   # the row gradients dx, dy
                     if a is not None:
-                        self.assertTrue(torch.equal(a, b[idx]), f"{name}: rows {rows[:3]} grad")
+                        self.assertTrue(ref.same_bits(a, b[idx]), f"{name}: rows {rows[:3]} grad")
 
     def test_side_stream(self):
         m = make(1024, 5376)
@@ -183,7 +183,7 @@ class Determinism(unittest.TestCase):
             got, _ = run(case_fused, m)
         s.synchronize()
         for a, b in zip(got, want):
-            self.assertTrue(torch.equal(a, b))
+            self.assertTrue(ref.same_bits(a, b))
 
 
 @unittest.skipUnless(CUDA, "no CUDA device")
@@ -209,7 +209,7 @@ class EagerPaths(unittest.TestCase):
         for u, v in zip(a, b):
             self.assertEqual(u is None, v is None, label)
             if u is not None:
-                self.assertTrue(torch.equal(u, v), label)
+                self.assertTrue(ref.same_bits(u, v), label)
 
     def test_double_backward_raises(self):
         # kjit's gradients have no autograd history: a second derivative
@@ -295,9 +295,9 @@ class TorchIntegration(unittest.TestCase):
         got = compiled(*args)
         gg = torch.autograd.grad(got.sum(), [m["x"], m["table"], m["weight"]])
         # Inductor may fuse the elementwise a * y differently: within one rounding.
-        self.assertLessEqual(ref.rel_err(got, want), 4e-3)
+        self.assertLessEqual(ref.worst_rel_err(got, want), 4e-3)
         for a, b in zip(gg, gw):
-            self.assertLessEqual(ref.rel_err(a, b), 1e-2)
+            self.assertLessEqual(ref.worst_rel_err(a, b), 1e-2)
 
     def test_compile_fullgraph_function_path(self):
         # KJIT_EAGER=function: dynamo still traces the torch.library ops.
@@ -324,7 +324,7 @@ class TorchIntegration(unittest.TestCase):
             dst.copy_(fresh[key].detach())
         graph.replay()
         torch.cuda.synchronize()
-        self.assertTrue(torch.equal(static_out, self.block(*args)))
+        self.assertTrue(ref.same_bits(static_out, self.block(*args)))
 
     def test_compile_reduce_overhead(self):
         torch._dynamo.reset()
@@ -333,8 +333,14 @@ class TorchIntegration(unittest.TestCase):
                 m["index"])
         fn = torch.compile(self.block, mode="reduce-overhead", fullgraph=True)
         for _ in range(3):
-            out = fn(*args)
-        self.assertLessEqual(ref.rel_err(out, self.block(*args)), 4e-3)
+            fn(*args)
+        # New values in the same tensors before the last call: a replay that
+        # left stale outputs would fail.
+        fresh = make(256, 1024, seed=51)
+        for dst, key in zip(args, ("x", "y", "table", "weight", "index")):
+            dst.copy_(fresh[key].detach())
+        out = fn(*args).clone()
+        self.assertLessEqual(ref.worst_rel_err(out, self.block(*args)), 4e-3)
 
     def test_errors_name_the_argument(self):
         m = make(16, 64)
@@ -396,7 +402,7 @@ class TorchIntegration(unittest.TestCase):
             with self.assertRaisesRegex(exc, text):
                 call()
         # What they accept gives the public functions' bits.
-        self.assertTrue(torch.equal(ops.gated_residual(x, y, g, idx), kjit.gated_residual(x, y, g, idx)))
+        self.assertTrue(ref.same_bits(ops.gated_residual(x, y, g, idx), kjit.gated_residual(x, y, g, idx)))
 
     def test_argument_edges(self):
         # eps beyond float32: refused in Python, also with no rows (was inf in C).
@@ -408,13 +414,13 @@ class TorchIntegration(unittest.TestCase):
                 kjit.norm_modulate(x[:rows], None, sh, sc, idx[:rows], eps=1e39)
         # An expanded t (diffusers' timesteps.expand(batch)) is taken.
         t = torch.tensor([500.0], device=DEV)
-        self.assertTrue(torch.equal(kjit.timestep_sinusoid(t.expand(4), 256),
+        self.assertTrue(ref.same_bits(kjit.timestep_sinusoid(t.expand(4), 256),
                                     kjit.timestep_sinusoid(t.repeat(4), 256)))
         # index_error takes a torch.cuda.Stream; a closed context is replaced.
         self.assertFalse(kjit.context().index_error(torch.cuda.current_stream()))
         before = kjit.gated_residual(x, x, sh, idx)
         kjit.context().close()
-        self.assertTrue(torch.equal(kjit.gated_residual(x, x, sh, idx), before))
+        self.assertTrue(ref.same_bits(kjit.gated_residual(x, x, sh, idx), before))
 
     def test_gated_residual_res_grad_only(self):
         """Only res needs a gradient: dres is dout and nothing else runs."""
@@ -431,7 +437,7 @@ class TorchIntegration(unittest.TestCase):
             torch.cuda.synchronize()
         names = {e.name for e in p.events() if "kjit_adaln_bwd" in e.name or "kjit_part_finish" in e.name}
         self.assertEqual(names, set())
-        self.assertTrue(torch.equal(res.grad, dout))
+        self.assertTrue(ref.same_bits(res.grad, dout))
 
     def test_frozen_tables(self):
         """Tables and weight frozen (gated_residual: its gate): the backward
@@ -471,7 +477,7 @@ class TorchIntegration(unittest.TestCase):
                 finally:
                     table.requires_grad_(True), weight.requires_grad_(True)
                 for a, b in zip(rows, full):
-                    self.assertTrue(torch.equal(a, b), f"{name} n {n} h {h}")
+                    self.assertTrue(ref.same_bits(a, b), f"{name} n {n} h {h}")
                 self.assertFalse(out[0].grad_fn is None)
                 names = {e.name for e in p.events() if "kjit_" in e.name}
                 self.assertTrue(any("kjit_adaln_bwd_dx<" in k for k in names), names)

@@ -66,3 +66,29 @@ def rel_err(a, ref):
     """max|a - ref| / max|ref| (the prior-art reports' measure), as a float."""
     ref = ref.detach().double()
     return ((a.detach().double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
+
+
+def spec_rel_err(a, ref):
+    """||a - ref|| / ||ref|| (docs/SPEC.md's measure, contract 4), as a float;
+    NaN stays NaN."""
+    ref = ref.detach().double()
+    return ((a.detach().double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def worst_rel_err(a, ref):
+    """The larger of spec_rel_err and rel_err (NaN if either is): a check
+    against a SPEC bound with it holds under both measures, neither of
+    which bounds the other."""
+    e1, e2 = spec_rel_err(a, ref), rel_err(a, ref)
+    return e1 if e1 != e1 or e1 >= e2 else e2
+
+
+def same_bits(a, b):
+    """Bitwise equality of two tensors (torch.equal takes -0.0 for +0.0 and
+    fails on equal NaNs): the same shape and dtype, the same bits."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.contiguous().view(as_int), b.contiguous().view(as_int))
+    return torch.equal(a, b)
