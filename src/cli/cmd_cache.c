@@ -160,7 +160,9 @@ int kjit_cli_cache(int argc, char **argv)
     } else if (is_stats) {
         printf("cache %s: %llu entries, %.1f MiB", path, (unsigned long long)v.entries,
                (double)v.bytes / (1 << 20));
-        if (v.others) printf(" (and %llu temp or other files, not counted)", (unsigned long long)v.others);
+        if (v.others)
+            printf(" (and %llu temp or other file%s, not counted)", (unsigned long long)v.others,
+                   v.others == 1 ? "" : "s");
         putchar('\n');
     }
     return is_verify && n_bad ? KJIT_EXIT_FAIL : 0;

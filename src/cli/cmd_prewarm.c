@@ -321,9 +321,9 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
             if (jobs[i].result < 0)
                 fprintf(stderr, "kjit prewarm: FAILED %s (%s): %s\n", jobs[i].spec.name_expr, jobs[i].arch,
                         jobs[i].error ? jobs[i].error : "");
-        printf("prewarm: %ld kernels, %ld compiled, %ld cached, %ld failed in %.2f s (%ld jobs, cache %s)\n",
-               n_jobs, atomic_load(&p.compiled), atomic_load(&p.cached), failed, secs, jobs_n,
-               kjit_ctx_cache_dir(ctx));
+        printf("prewarm: %ld kernel%s, %ld compiled, %ld cached, %ld failed in %.2f s (%ld job%s, cache %s)\n",
+               n_jobs, n_jobs == 1 ? "" : "s", atomic_load(&p.compiled), atomic_load(&p.cached), failed, secs,
+               jobs_n, jobs_n == 1 ? "" : "s", kjit_ctx_cache_dir(ctx));
     }
     if (cc.store_failures)
         fprintf(stderr, "kjit prewarm: %llu compiled kernel(s) could not be written to %s (a full disk, no write "
