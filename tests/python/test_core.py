@@ -96,6 +96,14 @@ class Loading(unittest.TestCase):
             _lib.Library(cdll, "<process>").kjit_norm_modulate_fwd  # noqa: B018
 
 
+class ClientWithoutTorch(unittest.TestCase):
+    @unittest.skipUnless(torch is None, "torch is installed")
+    def test_run_names_what_it_needs(self):
+        from kjit.client import Client
+        with self.assertRaisesRegex(ImportError, "needs torch.*run_raw"):
+            Client.run(object.__new__(Client), "norm_modulate", {})
+
+
 class ClientEdges(unittest.TestCase):
     """kjit.client against a scripted fake server (no kjit serve, no GPU):
     a dead server is a ProtocolError, a reply cut by a timeout leaves the
