@@ -4,7 +4,9 @@
 # only a handful): machine.txt, cmake.log, build.log, run.log (every stage,
 # with headers) and reports.tar (the conformance JSON); a summary is printed last.
 # Usage (from the project root):
-#   source .debs/env.sh; bash bench/run_device.sh [STAGE...]
+#   bash bench/run_device.sh [STAGE...]
+# (where the dependencies are unpacked .deb trees rather than installed
+# packages, source their env.sh first: `source .debs/env.sh; bash ...`)
 # Stages (default: tests bench): tests, bench, python, bits (the norm ops'
 # outputs and gradients hashed; KJIT_BITS_REF=DIR compares another tree's
 # build bit for bit), fuzz (random shapes

@@ -1,6 +1,10 @@
 /* The smallest kjit program: create a context, run one op, check a value.
- * Build: cc embed.c $(pkg-config --cflags --libs kjit) -I/usr/local/cuda/include
- * Exits 77 (skipped) when no GPU is present. */
+ * Build (kjit installed; libkjit itself loads the driver at run time, but
+ * this program calls cuMemAlloc and friends for its buffers):
+ *   cc embed.c $(pkg-config --cflags --libs kjit) -I/usr/local/cuda/include \
+ *      -L/usr/local/cuda/lib64/stubs -lcuda -lm
+ * Needs the CUDA driver library (libcuda.so.1) to start; with it and no GPU
+ * it exits 77 (skipped). */
 #include <cuda.h>
 #include <math.h>
 #include <stdio.h>

@@ -324,5 +324,19 @@ done
 [ "$("$KJIT" help prewarm)" = "$("$KJIT" prewarm --help)" ] || fail "kjit help prewarm"
 "$KJIT" help | grep -q "kjit help <command>" || fail "kjit help"
 
+# --json and work that fails: one JSON object on stdout naming the error (and
+# the line on stderr), exit 1, for every cache subcommand on a missing
+# directory and for tune without a GPU.
+for sub in stats ls verify; do
+  out=$("$KJIT" cache $sub --json --cache-dir "$T/missing-dir" 2>/dev/null); rc=$?
+  [ $rc = 1 ] && [ "$(echo "$out" | field ok)" = False ] && echo "$out" | field error | grep -q "does not exist" \
+    || fail "cache $sub --json on a missing directory: $rc '$out'"
+done
+if ! "$KJIT" info --json | grep -q '"gpus":\[{'; then
+  out=$("$KJIT" tune --ops norm_modulate --hidden 256 --dtype bf16 --cache-dir "$T/tune-nogpu" --json 2>/dev/null); rc=$?
+  [ $rc = 1 ] && [ "$(echo "$out" | field command)" = tune ] && echo "$out" | field error | grep -q "needs a GPU" \
+    || fail "tune --json without a GPU: $rc '$out'"
+fi
+
 [ $fails = 0 ] && echo "test_cli: all checks passed" || echo "test_cli: $fails check(s) FAILED"
 [ $fails = 0 ]

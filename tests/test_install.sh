@@ -52,6 +52,14 @@ cmake --build "$tmp/app/b" >"$tmp/bld.log" 2>&1 || { cat "$tmp/bld.log"; exit 1;
 pc=$(PKG_CONFIG_PATH="$tmp/prefix/$libdir/pkgconfig" pkg-config --cflags --libs kjit)
 ${CC:-cc} "$tmp/app/main.c" -o "$tmp/app/pc" $pc
 LD_LIBRARY_PATH="$tmp/prefix/$libdir" "$tmp/app/pc"
+# examples/embed.c built with the line in its header (linked, not run: it
+# needs the driver library to start).
+src=$(cd "$(dirname "$0")/.." && pwd)
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ -f "$cuda/lib64/stubs/libcuda.so" ]; then
+    ${CC:-cc} "$src/examples/embed.c" -o "$tmp/app/embed" $pc -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda -lm
+    echo "examples/embed.c: builds with its header's line"
+fi
 "$tmp/prefix/bin/kjit" prewarm --ops timestep_sinusoid --hidden 256 --dtype fp32 --arch sm_90 \
     --cache-dir "$tmp/cache" | tail -n 1
 ls "$tmp/cache"/*.cubin >/dev/null

@@ -449,7 +449,8 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
         } else if (verify && (!v[i].owned || !kjit__cache_parse_name(v[i].name, &key))) {
             e.ok = 0;
             e.problem = "file name is not <label>.<32 hex key>.<arch>.v<format>.cubin: not kjit's, left alone by "
-                        "clear and eviction";
+                        "clear and eviction (remove it by hand if nothing else needs it: verify fails while it "
+                        "is there)";
         } else if (verify) {
             kjit__image img = {NULL, NULL, 0};
             struct stat st;

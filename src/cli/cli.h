@@ -29,6 +29,10 @@ char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i);
 /* Parses a decimal integer in [lo, hi] (digits, an optional leading '-');
  * -1 on error. */
 int kjit_cli_int(const char *s, long lo, long hi, long *out);
+/* Work that failed: prints "kjit <cmd>: <msg>" on stderr and, with json,
+ * {"ok":false,"command":"<cmd>","error":"<msg>"} on stdout, so a script
+ * reading the JSON gets an answer; returns KJIT_EXIT_FAIL. */
+int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prints "kjit <cmd>: <msg>" and a hint to use --help; returns KJIT_EXIT_USAGE. */
 int kjit_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -99,10 +99,7 @@ int kjit_cli_cache(int argc, char **argv)
      * path must not pass verify as an empty cache) and do not need the
      * size cap. */
     char *resolved = NULL;
-    if (kjit__cache_resolve_dir(dir, &resolved)) {
-        fprintf(stderr, "kjit cache: %s\n", kjit_last_error());
-        return KJIT_EXIT_FAIL;
-    }
+    if (kjit__cache_resolve_dir(dir, &resolved)) return kjit_cli_fail("cache", json, "%s", kjit_last_error());
     char path[4096];
     snprintf(path, sizeof path, "%s", resolved);
     free(resolved);
@@ -113,10 +110,9 @@ int kjit_cli_cache(int argc, char **argv)
         /* Idempotent: a cache that was never created has nothing to clear. */
         const int absent = lstat(path, &st) != 0 && errno == ENOENT;
         if (!absent && kjit__cache_clear(path, &removed, &spared)) {
-            fprintf(stderr, "kjit cache clear: %s", kjit_last_error());
-            if (removed) fprintf(stderr, " (%llu other files were removed)", (unsigned long long)removed);
-            fputc('\n', stderr);
-            return KJIT_EXIT_FAIL;
+            char extra[64] = "";
+            if (removed) snprintf(extra, sizeof extra, " (%llu other files were removed)", (unsigned long long)removed);
+            return kjit_cli_fail("cache clear", json, "%s%s", kjit_last_error(), extra);
         }
         if (json) {
             cJSON *o = cJSON_CreateObject();
@@ -141,9 +137,10 @@ int kjit_cli_cache(int argc, char **argv)
     v.print_each = !json && is_ls;
     int n_bad = 0;
     if (kjit__cache_list(path, is_verify, on_entry, &v, &n_bad)) {
-        fprintf(stderr, "kjit cache %s: %s\n", sub, kjit_last_error());
         if (json) cJSON_Delete(v.list);
-        return KJIT_EXIT_FAIL;
+        char cmd[32];
+        snprintf(cmd, sizeof cmd, "cache %s", sub);
+        return kjit_cli_fail(cmd, json, "%s", kjit_last_error());
     }
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -163,7 +160,9 @@ int kjit_cli_cache(int argc, char **argv)
     } else if (is_stats) {
         printf("cache %s: %llu entries, %.1f MiB", path, (unsigned long long)v.entries,
                (double)v.bytes / (1 << 20));
-        if (v.others) printf(" (and %llu temp or other files, not counted)", (unsigned long long)v.others);
+        if (v.others)
+            printf(" (and %llu temp or other file%s, not counted)", (unsigned long long)v.others,
+                   v.others == 1 ? "" : "s");
         putchar('\n');
     }
     return is_verify && n_bad ? KJIT_EXIT_FAIL : 0;

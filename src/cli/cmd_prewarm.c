@@ -223,10 +223,8 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     for (int i = 0; i < n_arch_arg; ++i) {
         int sm = 0;
         const int rc = kjit__arch_parse(archs[i], &sm);
-        if (rc == KJIT_ENONVRTC) { /* not the argument's fault: no NVRTC to ask */
-            fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());
-            return KJIT_EXIT_FAIL;
-        }
+        if (rc == KJIT_ENONVRTC) /* not the argument's fault: no NVRTC to ask */
+            return kjit_cli_fail("prewarm", json, "%s", kjit_last_error());
         if (rc) {
             fprintf(stderr, "kjit prewarm: --arch: %s\n", kjit_last_error());
             return KJIT_EXIT_USAGE;
@@ -235,10 +233,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         for (int k = 0; k < n_arch; ++k) dup |= sms[k] == sm;
         if (!dup) archs[n_arch] = archs[i], sms[n_arch++] = sm;
     }
-    if (kjit_ctx_create(&ctx, &o)) {
-        fprintf(stderr, "kjit prewarm: %s\n", kjit_last_error());
-        return KJIT_EXIT_FAIL;
-    }
+    if (kjit_ctx_create(&ctx, &o)) return kjit_cli_fail("prewarm", json, "%s", kjit_last_error());
 
     job *jobs = NULL;
     long n_jobs = 0, cap = 0;
@@ -326,9 +321,9 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
             if (jobs[i].result < 0)
                 fprintf(stderr, "kjit prewarm: FAILED %s (%s): %s\n", jobs[i].spec.name_expr, jobs[i].arch,
                         jobs[i].error ? jobs[i].error : "");
-        printf("prewarm: %ld kernels, %ld compiled, %ld cached, %ld failed in %.2f s (%ld jobs, cache %s)\n",
-               n_jobs, atomic_load(&p.compiled), atomic_load(&p.cached), failed, secs, jobs_n,
-               kjit_ctx_cache_dir(ctx));
+        printf("prewarm: %ld kernel%s, %ld compiled, %ld cached, %ld failed in %.2f s (%ld job%s, cache %s)\n",
+               n_jobs, n_jobs == 1 ? "" : "s", atomic_load(&p.compiled), atomic_load(&p.cached), failed, secs,
+               jobs_n, jobs_n == 1 ? "" : "s", kjit_ctx_cache_dir(ctx));
     }
     if (cc.store_failures)
         fprintf(stderr, "kjit prewarm: %llu compiled kernel(s) could not be written to %s (a full disk, no write "

@@ -52,18 +52,14 @@ static int show(const char *cache_dir, int json)
 {
     /* Resolved only, as kjit cache does: --show never creates the directory. */
     char *dir = NULL;
-    if (kjit__cache_resolve_dir(cache_dir, &dir)) {
-        fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
-        return KJIT_EXIT_FAIL;
-    }
+    if (kjit__cache_resolve_dir(cache_dir, &dir)) return kjit_cli_fail("tune", json, "%s", kjit_last_error());
     /* The checks every other use of the directory makes (a directory, ours,
      * not a link, not group/other-writable); one that does not exist yet
      * simply has no tuning file. */
     const int drc = dir[0] ? kjit__cache_dir_check(dir) : KJIT_OK;
     if (drc != KJIT_OK && drc != KJIT_ENOTFOUND) {
-        fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
         free(dir);
-        return KJIT_EXIT_FAIL;
+        return kjit_cli_fail("tune", json, "%s", kjit_last_error());
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
@@ -229,25 +225,20 @@ static int tune(const char **op_names, int n_op_names, const long *hidden, int n
     const int dev_rc = kjit_device_info_get((int)device, &di);
     if (dev_rc) {
         const char *why = kjit_last_error();
-        fprintf(stderr, "kjit tune: needs a GPU: %s\n", why && *why ? why : kjit_status_string(dev_rc));
-        return KJIT_EXIT_FAIL;
+        return kjit_cli_fail("tune", json, "needs a GPU: %s", why && *why ? why : kjit_status_string(dev_rc));
     }
     kjit_ctx_options o;
     kjit_ctx_options_init(&o);
     o.device = (int)device;
     o.cache_dir = cache_dir;
     kjit_ctx *ctx = NULL;
-    if (kjit_ctx_create(&ctx, &o)) {
-        fprintf(stderr, "kjit tune: %s\n", kjit_last_error());
-        return KJIT_EXIT_FAIL;
-    }
+    if (kjit_ctx_create(&ctx, &o)) return kjit_cli_fail("tune", json, "%s", kjit_last_error());
 
     const long n_jobs = (long)n_op_names * n_hidden * n_dtype;
     job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
     if (!jobs) {
-        fprintf(stderr, "kjit tune: out of memory\n");
         kjit_ctx_destroy(ctx);
-        return KJIT_EXIT_FAIL;
+        return kjit_cli_fail("tune", json, "out of memory");
     }
     long k = 0;
     for (int oi = 0; oi < n_op_names; ++oi)

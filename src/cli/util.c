@@ -6,6 +6,30 @@
 
 #include "cli/cli.h"
 
+#include <cjson/cJSON.h>
+
+int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...)
+{
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kjit %s: %s\n", cmd, msg);
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "ok", 0);
+        cJSON_AddStringToObject(o, "command", cmd);
+        cJSON_AddStringToObject(o, "error", msg);
+        char *s = cJSON_PrintUnformatted(o);
+        if (s) puts(s);
+        fflush(stdout);
+        cJSON_free(s);
+        cJSON_Delete(o);
+    }
+    return KJIT_EXIT_FAIL;
+}
+
 int kjit_cli_split(char *list, char **items, int max)
 {
     int n = 0;

@@ -480,9 +480,9 @@ int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUstream stream, CUdevicept
             const size_t have = ctx->ws_bytes;
             pthread_mutex_unlock(&ctx->ws_lock);
             return kjit__fail(KJIT_EINVAL, "the context's backward workspace (%zu bytes) must grow to %zu bytes, "
-                              "which cannot happen while the stream is being captured into a CUDA graph: make "
-                              "the same call once before capturing, or pass a workspace of the op's "
-                              "kjit_*_workspace size", have, bytes);
+                              "which cannot happen while %s is being captured into a CUDA graph: make the same "
+                              "call once before capturing, or pass a workspace of the op's kjit_*_workspace size",
+                              have, bytes, cr == CUDA_SUCCESS ? "the stream" : "a stream the legacy stream waits on");
         }
         /* The old buffer may be in a captured graph or in another thread's
          * launch: retire it (freed at destroy). Growth by 1.5x keeps the

@@ -125,7 +125,7 @@ static void no_gpu(kjit_conn *c, uint64_t id, const char *what)
 {
     kjit_server *s = c->srv;
     kjit__conn_error(c, 1, id, "unsupported",
-                     "unsupported: no GPU (this server's context has no CUDA device: %s; compile and prewarm work, "
+                     "no GPU (this server's context has no CUDA device: %s; compile and prewarm work, "
                      "%s does not)", s->ctx->no_gpu_reason[0] ? s->ctx->no_gpu_reason : "KJIT_ENODRIVER", what);
 }
 

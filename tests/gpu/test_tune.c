@@ -442,8 +442,22 @@ static void check_tuner(kjit_ctx *ctx)
 }
 
 /* tune = 1: the first call of a new key tunes it. */
-static void check_tune_on_use(void)
+/* The context's tune option: the first call of a new (op, hidden, dtype)
+ * tunes it first, then computes what the default config computes, bit for
+ * bit, writing only its outputs (the tuner works on scratch buffers). */
+static void check_tune_on_use(kjit_ctx *ctx)
 {
+    prob p;
+    prob_init(&p, 2, 3072, KJIT_BF16, 500);
+    CHECK_STATUS(run_fwd(ctx, &p, p.n), KJIT_OK); /* the default config (this context's) */
+    CHECK_STATUS(run_bwd(ctx, &p, p.n), KJIT_OK);
+    gpu_sync();
+    size_t snap_len = 0, after_len = 0;
+    unsigned char *before = snapshot(&p, &snap_len);
+    const CUdeviceptr outs[] = {p.OUT, p.HO, p.DX, p.DY};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; ++i) gpu_poison(outs[i], p.act_bytes);
+    gpu_poison(p.DT, p.tab_bytes), gpu_poison(p.DW, p.w_bytes);
+    gpu_sync();
     kjit_ctx_options o;
     kjit_ctx_options_init(&o);
     o.tune = 1;
@@ -453,14 +467,20 @@ static void check_tune_on_use(void)
     kjit_op_config c;
     CHECK_STATUS(kjit_op_config_get(ctx3, "gated_residual", 3072, KJIT_BF16, &c), KJIT_OK);
     CHECK_EQ_INT(c.source, KJIT_CONFIG_DEFAULT);
-    prob p;
-    prob_init(&p, 2, 3072, KJIT_BF16, 500);
     const double t0 = now_s();
     CHECK_STATUS(run_fwd(ctx3, &p, p.n), KJIT_OK);
     printf("first gated_residual 3072 bf16 call with tune = 1: %.2f s\n", now_s() - t0);
     CHECK_STATUS(kjit_op_config_get(ctx3, "gated_residual", 3072, KJIT_BF16, &c), KJIT_OK);
     CHECK_EQ_INT(c.source, KJIT_CONFIG_TUNED);
     CHECK_STATUS(run_bwd(ctx3, &p, p.n), KJIT_OK);
+    gpu_sync();
+    unsigned char *after = snapshot(&p, &after_len);
+    if (after_len != snap_len || memcmp(before, after, snap_len)) {
+        fprintf(stderr, "tune on use: the first tuned calls' outputs or the caller's inputs differ from the default "
+                        "config's run\n");
+        kjit_test_failures++;
+    }
+    free(before), free(after);
     kjit_tune_list l = {0};
     int bad = 0, found = 0;
     kjit__tune_file_read(kjit_ctx_cache_dir(ctx3), &l, &bad);
@@ -469,6 +489,7 @@ static void check_tune_on_use(void)
     kjit__tune_list_free(&l);
     prob_free(&p);
     kjit_ctx_destroy(ctx3);
+    cu->CtxSetCurrent(ctx->cuctx);
 }
 
 int main(void)
@@ -502,7 +523,7 @@ int main(void)
     printf("all configs: %d comparisons, %d differ, %.1f s\n", n_checked, n_differ, now_s() - t0);
     check_tuner(ctx);
     cu->CtxSetCurrent(ctx->cuctx);
-    check_tune_on_use();
+    check_tune_on_use(ctx);
     cu->CtxSetCurrent(ctx->cuctx);
     if (pinned) cu->MemFreeHost(pinned);
     kjit_ctx_destroy(ctx);

@@ -96,6 +96,14 @@ class Loading(unittest.TestCase):
             _lib.Library(cdll, "<process>").kjit_norm_modulate_fwd  # noqa: B018
 
 
+class ClientWithoutTorch(unittest.TestCase):
+    @unittest.skipUnless(torch is None, "torch is installed")
+    def test_run_names_what_it_needs(self):
+        from kjit.client import Client
+        with self.assertRaisesRegex(ImportError, "needs torch.*run_raw"):
+            Client.run(object.__new__(Client), "norm_modulate", {})
+
+
 class ClientEdges(unittest.TestCase):
     """kjit.client against a scripted fake server (no kjit serve, no GPU):
     a dead server is a ProtocolError, a reply cut by a timeout leaves the
@@ -407,6 +415,12 @@ class CoreChecks(unittest.TestCase):
                 self.ctx.norm_modulate_fwd(8, 64, **dict(kw, **{arg: bad}))
         with self.assertRaisesRegex(kjit.InvalidArgument, "^out_dtype "):
             self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, out_dtype="float64")
+        # A name kjit does not know: the names the argument takes, not every dtype.
+        for arg, bad, takes in (("act_dtype", "fp8", "fp32, bf16, fp16"), ("param_dtype", "fp8", "fp32, bf16"),
+                                ("index", (0x3000, "int16", 9), "int32, int64")):
+            want = "index dtype" if arg == "index" else arg
+            with self.subTest(arg=arg), self.assertRaisesRegex(kjit.InvalidArgument, f"^{want} .*takes {takes}$"):
+                self.ctx.norm_modulate_fwd(8, 64, **dict(kw, **{arg: bad}))
 
     def test_pointer_types(self):
         with self.assertRaisesRegex(TypeError, "^t: expected an int, got float"):

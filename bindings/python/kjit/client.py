@@ -386,7 +386,11 @@ class Client:
         """
         if order not in ("auto", "event", "host"):
             raise ValueError("order must be 'auto', 'event' or 'host', not %r" % (order,))
-        import torch  # initializes CUDA: the current context is then torch's
+        try:
+            import torch  # initializes CUDA: the current context is then torch's
+        except ImportError:
+            raise ImportError("kjit.client.Client.run takes torch tensors and needs torch; without it, "
+                              "run_raw sends a run over device pointers you share yourself") from None
 
         if stream is None:
             stream = torch.cuda.current_stream()

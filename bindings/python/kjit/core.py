@@ -152,16 +152,21 @@ def _c_path(value, name):
     return raw
 
 
-def dtype_code(dtype, what="dtype"):
+def dtype_code(dtype, what="dtype", allowed=None):
     """kjit_dtype of a name ("bf16", "bfloat16", "fp32", "int64", ...) or a
-    code; a bad one is refused naming `what` (the argument it came from)."""
+    code; a bad one is refused naming `what` (the argument it came from) and,
+    for a name kjit does not know, the names `what` takes (`allowed`)."""
     if isinstance(dtype, str):
         code = _dtype_codes.get(dtype)
         if code is None:
             if "\0" in dtype:
                 raise ValueError(f"{what}: {dtype!r} contains a NUL character")
             out = ctypes.c_int(-1)
-            check(_lib.load().kjit_dtype_parse(dtype.encode(), ctypes.byref(out)), f"{what} (kjit_dtype_parse)")
+            status = _lib.load().kjit_dtype_parse(dtype.encode(), ctypes.byref(out))
+            if status and allowed:
+                raise InvalidArgument(f"{what} (kjit_dtype_parse)", status, status_name(status),
+                                      f"{dtype!r} is not a dtype kjit knows; {what} takes {', '.join(allowed)}")
+            check(status, f"{what} (kjit_dtype_parse)")
             code = _dtype_codes[dtype] = out.value
         return code
     code = _int(dtype, what)
@@ -190,7 +195,7 @@ def _index(index, what="index"):
     if not (isinstance(index, (tuple, list)) and len(index) == 3):
         raise TypeError(f"{what}: expected (pointer, dtype, rows), got {index!r}")
     ptr, dtype, rows = index
-    return _lib.Index(_pointer(ptr, what + " pointer"), dtype_code(dtype, what + " dtype"),
+    return _lib.Index(_pointer(ptr, what + " pointer"), dtype_code(dtype, what + " dtype", ("int32", "int64")),
                       _int(rows, what + " rows"))
 
 
@@ -367,12 +372,13 @@ class Context:
         dim = _i32(dim, "dim")
         check(self._lib.kjit_timestep_sinusoid(
             self.handle, _pointer(t, "t"), _int(n, "n"), dim, _pointer(out, "out"),
-            dim if out_stride is None else _int(out_stride, "out_stride"), dtype_code(out_dtype, "out_dtype"),
+            dim if out_stride is None else _int(out_stride, "out_stride"),
+            dtype_code(out_dtype, "out_dtype", ("fp32", "bf16", "fp16")),
             ctypes.byref(opts), _pointer(stream, "stream")), "kjit_timestep_sinusoid")
 
     def _row_gather_args(self, n, hidden, dtype, index, pairs):
         a = _lib.RowGatherArgs()
-        a.n, a.hidden, a.dtype = _int(n, "n"), _i32(hidden, "hidden"), dtype_code(dtype, "dtype")
+        a.n, a.hidden, a.dtype = _int(n, "n"), _i32(hidden, "hidden"), dtype_code(dtype, "dtype", ("fp32", "bf16"))
         a.index = _index(index)
         count = None
         for field, items in pairs.items():
@@ -413,7 +419,8 @@ class Context:
                backward=False, workspace=None):
         a = _lib.AdalnArgs()
         a.n, a.hidden, a.eps = _int(n, "n"), _i32(hidden, "hidden"), _real(eps, "eps")
-        a.act_dtype, a.param_dtype = dtype_code(act_dtype, "act_dtype"), dtype_code(param_dtype, "param_dtype")
+        a.act_dtype = dtype_code(act_dtype, "act_dtype", ("fp32", "bf16", "fp16"))
+        a.param_dtype = dtype_code(param_dtype, "param_dtype", ("fp32", "bf16"))
         a.index = _index(index)
         strided = _ADALN_STRIDED
         for name, value in tensors.items():
