@@ -154,13 +154,11 @@ __device__ __forceinline__ int ldcg_i32(const int *p)
 }
 
 // Table row of row n, or -1 when n >= n1 or the index is outside [0, r).
-// CG: the index read through the L2 (ld.global.cg), for a build that reads
-// it without a dependency wait (kjit_part_beside).
-template <class TI, bool CG = false>
+template <class TI>
 __device__ __forceinline__ int part_key(const TI *ix, long long n, long long n1, long long r, bool &bad)
 {
     if (n >= n1) return -1;
-    const long long v = CG ? (long long)__ldcg(ix + n) : (long long)ix[n];
+    const long long v = (long long)ix[n];
     if (v < 0 || v >= r) {
         bad = true;
         return -1;
@@ -482,7 +480,7 @@ __global__ void kjit_part_scatter(const __grid_constant__ kjit_part_build_params
 // shared memory (at least tiles * R * 4 bytes). The walk is the same for
 // every block size, so are the bits.
 namespace kjit {
-template <class TI, bool CG = false>
+template <class TI>
 __device__ __forceinline__ void part_small_build(const kjit_index_arg &ixa, const kjit_partition &pt, int *cnt)
 {
     static_assert(kjit::same_type<TI, int>::value || kjit::same_type<TI, long long>::value, "index is int or long long");
@@ -504,7 +502,7 @@ __device__ __forceinline__ void part_small_build(const kjit_index_arg &ixa, cons
         for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
             int key[KJIT_PART_STEPS];
 #pragma unroll
-            for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key<TI, CG>(ix, b + u * 32 + lane, n1, pt.r, bad);
+            for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key(ix, b + u * 32 + lane, n1, pt.r, bad);
 #pragma unroll
             for (int u = 0; u < KJIT_PART_STEPS; ++u) {
                 const unsigned m = __match_any_sync(0xffffffffu, key[u]);
@@ -566,7 +564,7 @@ __device__ __forceinline__ void part_small_build(const kjit_index_arg &ixa, cons
         for (long long b = n0; b < n1; b += 32 * KJIT_PART_STEPS) {
             int key[KJIT_PART_STEPS];
 #pragma unroll
-            for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key<TI, CG>(ix, b + u * 32 + lane, n1, pt.r, bad);
+            for (int u = 0; u < KJIT_PART_STEPS; ++u) key[u] = kjit::part_key(ix, b + u * 32 + lane, n1, pt.r, bad);
 #pragma unroll
             for (int u = 0; u < KJIT_PART_STEPS; ++u) {
                 const unsigned m = __match_any_sync(0xffffffffu, key[u]);
@@ -617,12 +615,13 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
 // what follows: this grid completes after the forward, so a grid that waits
 // for this one sees the forward's writes too. Launched without the
 // attribute (or before sm_90), it runs after the forward, as any launch.
-// Its index loads, made without a wait, go through the L2 (ld.global.cg),
-// the point of coherence, never a line an L1 kept: they rely on the
-// index's last writer having completed before this grid launched (which
-// the forward's own wait orders), not on an L1 seeing its writes. test_adaln's
-// two training steps on one stream, the index rewritten between them,
-// checks it.
+// Its index loads are plain loads made without a wait: they rely on the
+// index's last writer having completed before this grid launched, which
+// the CUDA documents order but do not state makes the writes visible to a
+// grid that has not waited (griddepcontrol.wait is what they document).
+// test_adaln's two training steps on one stream, the index rewritten between
+// them, would show a stale read; loads through the L2 (ld.global.cg) would
+// not rely on it.
 template <class TI>
 __global__ void __launch_bounds__(1024) kjit_part_beside(const __grid_constant__ kjit_part_build_params p)
 {
@@ -630,7 +629,7 @@ __global__ void __launch_bounds__(1024) kjit_part_beside(const __grid_constant__
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
     extern __shared__ int kjit_part_smem[];
-    kjit::part_small_build<TI, true>(p.index, p.part, kjit_part_smem);
+    kjit::part_small_build<TI>(p.index, p.part, kjit_part_smem);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
