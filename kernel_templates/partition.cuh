@@ -100,7 +100,7 @@
 //       none, in a fixed order: groups of 32 consecutive chunks, each summed
 //       in chunk order, then the group sums in group order. The X * Y blocks
 //       of that plane take 32 columns each, their warps the groups.
-//       With KJIT_L2_HINT bit 2 (common/kjit_l2.cuh; off by default) and
+//       With KJIT_L2_HINT bit 2 (common/kjit_l2.cuh; on by default) and
 //       h % 32 == 0, each partial line read is discarded from the L2 after
 //       its read: the partials are indeterminate after this kernel, so it
 //       cannot be run twice on one backward's partials.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/cubin_text_diff.py without a GPU: two caches prewarmed from the same
 # kernels (the templates as they are, and a copy with a comment added) hold
-# the same kernels (exit 0); a copy whose L2 hint switch is on changes the
+# the same kernels (exit 0); a copy whose L2 hint switch is off (the default is on) changes the
 # backward's code (exit 1, the kernel named); an entry whose register count
 # alone is raised differs in its attributes; a damaged entry, an empty
 # cache, one kernel in two entries and bad usage exit 2 with a message
@@ -20,7 +20,7 @@ warm() { # templates cache
     --cache-dir "$2" --json >"$T/prewarm.json" 2>&1 || fail "prewarm from $1 exited $?: $(cat "$T/prewarm.json")"
 }
 cp -r "$TPL" "$T/same" && echo "// a comment changes no kernel" >>"$T/same/adaln.cuh"
-"$(dirname "$S")/template_variant.sh" "$T/hint" KJIT_L2_HINT 1 "$TPL" || fail "no KJIT_L2_HINT 1 variant"
+"$(dirname "$S")/template_variant.sh" "$T/hint" KJIT_L2_HINT 0 "$TPL" || fail "no KJIT_L2_HINT 0 variant"
 warm "$TPL" "$T/a"; warm "$T/same" "$T/b"; warm "$T/hint" "$T/c"
 
 out=$("$PY" "$S" "$T/a" "$T/b" 2>&1); rc=$?
@@ -30,9 +30,9 @@ echo "$out" | grep -q "; 0 differ in code or attributes, 0 only in their module'
 echo "$out" | grep -q "kernels: [1-9]" || fail "no kernels counted: $out"
 
 out=$("$PY" "$S" "$T/a" "$T/c" --list 2>&1); rc=$?
-[ "$rc" = 1 ] || fail "hint on: exit $rc, want 1: $out"
-echo "$out" | grep -q "code: sm_90 _Z14kjit_adaln_bwd" || fail "hint on: the backward not named: $out"
-echo "$out" | grep -q "code: .*kjit_adaln_fwd" && fail "hint on: a forward named: $out"
+[ "$rc" = 1 ] || fail "hint off: exit $rc, want 1: $out"
+echo "$out" | grep -q "code: sm_90 _Z14kjit_adaln_bwd" || fail "hint off: the backward not named: $out"
+echo "$out" | grep -q "code: .*kjit_adaln_fwd" && fail "hint off: a forward named: $out"
 
 # The same code with one more register: an attribute the driver reads.
 cp -r "$T/a" "$T/reg"

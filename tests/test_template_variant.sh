@@ -12,10 +12,10 @@ fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 . "$(dirname "$0")/refused.sh"
 
-"$S" "$T/v" KJIT_L2_HINT 3 "$TPL" || fail "a good variant exited $?"
+"$S" "$T/v" KJIT_L2_HINT 1 "$TPL" || fail "a good variant exited $?"
 d=$(diff -r "$TPL" "$T/v")
 [ "$(echo "$d" | grep -c '^[<>]')" = 2 ] || fail "the variant differs in more than one line: $d"
-echo "$d" | grep -q '^> #define KJIT_L2_HINT 3$' || fail "the variant lacks '#define KJIT_L2_HINT 3': $d"
+echo "$d" | grep -q '^> #define KJIT_L2_HINT 1$' || fail "the variant lacks '#define KJIT_L2_HINT 1': $d"
 
 refused() { # message dest macro value [templates]
   local msg=$1 dest=$2

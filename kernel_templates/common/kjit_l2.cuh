@@ -14,11 +14,14 @@
 //      The partials are then indeterminate after kjit_part_finish;
 //   8  the finisher reads the partials with the evict_first policy (meant
 //      to demote their lines as they are read, without the discard's
-//      instructions; unmeasured). (Bit 4, the rows' own loads and stores
+//      instructions; measured: it does not, the lines stay). (Bit 4, the rows' own loads and stores
 //      evict_first, was measured and removed: 20-40 us slower at 32768 rows.)
-// Default 0 (plain stores). 1 alone made the 4097-row backwards 1-3 us
-// faster but left its lines pinned: the gather's forward timed after it in
-// a graph lost 2 us. 1 | 2 and 1 | 8 are the candidates; docs/PERF_NOTES.md
+// Default 3 (1 | 2). On the H200 (2026-12-05, `run_device.sh ab`, values
+// 0 1 3 9, two rounds) it took 1.2-2.2 us off the 4097-row training pairs
+// of norm_modulate and gated_residual, 0.5-1 off the fused op's and 17 us
+// off the gather's at 32768 rows, with the same bits; 1 alone and 1 | 8
+// left the lines pinned (the gather's forward timed after them in a graph
+// lost 2 us), 1 | 2 did not (63.1-63.2 against 62.9). docs/PERF_NOTES.md
 // ("partials kept in the L2"). A/B: `run_device.sh ab` with
 // KJIT_AB_MACRO=KJIT_L2_HINT; bench/cubin_text_diff.py shows which kernels a
 // setting changes.
@@ -27,7 +30,7 @@
 #include "common/kjit_types.cuh"
 
 #ifndef KJIT_L2_HINT
-#define KJIT_L2_HINT 0
+#define KJIT_L2_HINT 3
 #endif
 
 namespace kjit {
