@@ -360,14 +360,18 @@ def batch_invariance(cand, quick):
 _flush = None
 
 
-def _time_us(fn, arg_sets, iters):
+def _time_us(fn, arg_sets, iters, flush="read"):
     """Device time: the median of CUDA-event samples around fn, and the host
     time: the median wall time of enqueueing it. Before each sample the L2
     cache is flushed (a 256 MiB buffer read: clean lines, so no write-back of
     the flush's own falls in the timed region) and the GPU is held by a ~5 ms sleep
     kernel, so the host has queued all of fn before the start event runs and
     no host gap is timed (on a slow host an eager step's launches would
-    otherwise be). Every candidate is timed the same way."""
+    otherwise be). Every candidate is timed the same way. flush="memset"
+    writes the buffer instead (the report's method before 2026-12-05, kept
+    for bench/stream_probe.py's comparison)."""
+    if flush not in ("read", "memset"):
+        raise ValueError(f"flush must be 'read' or 'memset', not {flush!r}")
     global _flush
     if _flush is None:
         _flush = torch.zeros(256 << 20, dtype=torch.uint8, device=DEV)
@@ -377,7 +381,10 @@ def _time_us(fn, arg_sets, iters):
     torch.cuda.synchronize()
     events, host = [], []
     for i in range(iters):
-        _flush.view(torch.int64).sum()  # one read of the buffer (a dtype= sum would copy it first)
+        if flush == "read":
+            _flush.view(torch.int64).sum()  # one read of the buffer (a dtype= sum would copy it first)
+        else:
+            _flush.zero_()
         if sleep is not None:
             sleep(10_000_000)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -12,7 +12,9 @@
 # build bit for bit), fuzz (random shapes
 # through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), apicheck
 # (bench/api_check.py, fixed cases through the public Python API;
-# KJIT_APICHECK_SEED), conformance, tune
+# KJIT_APICHECK_SEED), conformance, stepprobe (conformance.py's step with
+# each flush and upstream-gradient method: bench/stream_probe.py;
+# KJIT_STEPPROBE_OPS), tune
 # (KJIT_TUNE_HIDDEN, KJIT_TUNE_DTYPE; KJIT_TUNE_ONLY=1 skips the tuned bench_ops;
 # KJIT_TUNE_PREWARM=1 compiles the tuning space first),
 # sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
@@ -191,6 +193,14 @@ for s in $stages; do
     section "bench_ops norm_modulate"; $B/bench/bench_ops --ops norm_modulate >>"$LOG" 2>&1
     summary+=("bench_ops rc=$?")
     grep -A40 "norm_probe:" "$LOG" | tail -n 40; grep -E "norm_modulate" "$LOG" | tail -n 6 ;;
+  stepprobe)
+    # conformance.py's training step timed with each flush and upstream
+    # gradient method (bench/stream_probe.py), norm_modulate unless
+    # KJIT_STEPPROBE_OPS names others (space-separated).
+    python_env
+    section stream_probe; python3 bench/stream_probe.py --flush both --upstream both \
+      ${KJIT_STEPPROBE_OPS:-norm_modulate} 2>&1 | tee -a "$LOG"
+    summary+=("stream_probe rc=${PIPESTATUS[0]}") ;;
   conformance)
     python_env
     section conformance; python3 bench/conformance.py ${KJIT_CONFORMANCE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -v "^ " | tail -n 60
