@@ -400,6 +400,36 @@ def _time_us(fn, arg_sets, iters, flush="read"):
     return statistics.median(s.elapsed_time(e) * 1e3 for s, e in events), statistics.median(host)
 
 
+def timing_sets(make, n, first=None):
+    """The input sets the timing rotates over: first (else make(11, n)) and
+    enough more that one pass over them does not fit in the 50 MB L2."""
+    first = make(11, n) if first is None else first
+    one = sum(v.numel() * v.element_size() for v in first.values())
+    return [first] + [make(12 + k, n) for k in range(max(1, min(7, (150 << 20) // one)))]
+
+
+def upstream_grads(fn, sets, n, ones=False):
+    """Random upstream gradients, one set of them per input set (never
+    constant data); ones=True: one `ones` tensor per output shared by every
+    set (the report's method before 2026-12-05, for bench/stream_probe.py)."""
+    if ones:
+        shared = [torch.ones_like(o) for o in _flat(fn(**sets[0]))]
+        return [shared for _ in sets]
+    gu = _gen(13, n)
+    return [[torch.randn(o.shape, device=DEV, generator=gu).to(o.dtype) for o in _flat(fn(**s))]
+            for s in sets]
+
+
+def training_step(fn, grads):
+    """One forward + backward of fn on (input set, upstream gradients), the
+    inputs named in grads made leaves that need a gradient."""
+    def step(pair):
+        a, up = pair
+        lv = {k: a[k].detach().requires_grad_() if k in grads else a[k] for k in a}
+        torch.autograd.backward(_flat(fn(**lv)), up)
+    return step
+
+
 def _named_grads(cand, grads):
     out = {}
     for name, chunk in cand["views"].items():
@@ -440,21 +470,12 @@ def accuracy_latency(cand, quick):
             spec["grads_tol"] = {k: SPEC_TOL.get(got[k].dtype) for k in got}
         row["spec_rel_err"] = spec
         del leaves, outs, dbl, routs
-        # Enough input sets that one pass over them does not fit in the 50 MB L2.
-        one = sum(v.numel() * v.element_size() for v in inputs.values())
-        sets = [inputs] + [cand["make"](12 + k, n) for k in range(max(1, min(7, (150 << 20) // one)))]
+        sets = timing_sets(cand["make"], n, inputs)
         iters = 30 if quick else 100
         row["fwd_us"], row["fwd_host_us"] = _time_us(lambda a: cand["fn"](**a), sets, iters)
         if cand["grads"]:
-            # Random upstream gradients, one set of them per input set (never constant data).
-            gu = _gen(13, n)
-            ups = [[torch.randn(o.shape, device=DEV, generator=gu).to(o.dtype) for o in _flat(cand["fn"](**s))]
-                   for s in sets]
-
-            def step(pair):
-                a, up = pair
-                lv = {k: a[k].detach().requires_grad_() if k in cand["grads"] else a[k] for k in a}
-                torch.autograd.backward(_flat(cand["fn"](**lv)), up)
+            step = training_step(cand["fn"], cand["grads"])
+            ups = upstream_grads(cand["fn"], sets, n)
             row["fwd_bwd_us"], row["fwd_bwd_host_us"] = _time_us(step, list(zip(sets, ups)), iters)
         result[str(n)] = row
         del sets, inputs

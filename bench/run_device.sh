@@ -14,7 +14,7 @@
 # (bench/api_check.py, fixed cases through the public Python API;
 # KJIT_APICHECK_SEED), conformance, stepprobe (conformance.py's step with
 # each flush and upstream-gradient method: bench/stream_probe.py;
-# KJIT_STEPPROBE_OPS), tune
+# KJIT_STEPPROBE_OPS; KJIT_STEPPROBE_L2 also with those L2 hint values), tune
 # (KJIT_TUNE_HIDDEN, KJIT_TUNE_DTYPE; KJIT_TUNE_ONLY=1 skips the tuned bench_ops;
 # KJIT_TUNE_PREWARM=1 compiles the tuning space first),
 # sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
@@ -196,11 +196,22 @@ for s in $stages; do
   stepprobe)
     # conformance.py's training step timed with each flush and upstream
     # gradient method (bench/stream_probe.py), norm_modulate unless
-    # KJIT_STEPPROBE_OPS names others (space-separated).
+    # KJIT_STEPPROBE_OPS names others (space-separated); with
+    # KJIT_STEPPROBE_L2="V ..." also with the templates' KJIT_L2_HINT at
+    # each V (bench/template_variant.sh, a cache of its own).
     python_env
     section stream_probe; python3 bench/stream_probe.py --flush both --upstream both \
       ${KJIT_STEPPROBE_OPS:-norm_modulate} 2>&1 | tee -a "$LOG"
-    summary+=("stream_probe rc=${PIPESTATUS[0]}") ;;
+    summary+=("stream_probe rc=${PIPESTATUS[0]}")
+    for v in ${KJIT_STEPPROBE_L2:-}; do
+      d=/tmp/kjit-stepprobe/l2-$v
+      rm -rf "$d"
+      err=$(bench/template_variant.sh "$d" KJIT_L2_HINT "$v" 2>&1) || { summary+=("stepprobe: $err"); break; }
+      section "stream_probe, KJIT_L2_HINT=$v"
+      KJIT_TEMPLATE_DIR=$d KJIT_CACHE_DIR=/tmp/kjit-stepprobe/cache-$v python3 bench/stream_probe.py \
+        --flush both --upstream both ${KJIT_STEPPROBE_OPS:-norm_modulate} 2>&1 | tee -a "$LOG"
+      summary+=("stream_probe KJIT_L2_HINT=$v rc=${PIPESTATUS[0]}")
+    done ;;
   conformance)
     python_env
     section conformance; python3 bench/conformance.py ${KJIT_CONFORMANCE_ARGS:-} 2>&1 | tee -a "$LOG" | grep -v "^ " | tail -n 60

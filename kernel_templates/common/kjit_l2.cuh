@@ -18,7 +18,7 @@
 //      evict_first, was measured and removed: 20-40 us slower at 32768 rows.)
 // Default 3 (1 | 2). On the H200 (2026-12-05, `run_device.sh ab`, values
 // 0 1 3 9, two rounds) it took 1.2-2.2 us off the 4097-row training pairs
-// of norm_modulate and gated_residual, 0.5-1 off the fused op's and 17 us
+// of norm_modulate and gated_residual, 0.4-1 off the fused op's and 17 us
 // off the gather's at 32768 rows, with the same bits; 1 alone and 1 | 8
 // left the lines pinned (the gather's forward timed after them in a graph
 // lost 2 us), 1 | 2 did not (63.1-63.2 against 62.9). docs/PERF_NOTES.md
