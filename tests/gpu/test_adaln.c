@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/ctx.h"
 #include "gpu_util.h"
@@ -43,6 +44,25 @@ typedef struct outs {
 } outs;
 
 static ref_rng rng;
+
+/* Wall seconds per part of the test, printed at the end, so that a run on
+ * the GPU host says where its minutes went. */
+enum { T_ACC, T_INV, T_SPLIT, T_BUILD, T_B2B, T_BAD, T_PARTS };
+static const char *const part_name[T_PARTS] = {"accuracy",     "invariance",   "131072 split",
+                                               "build paths",  "back to back", "bad args"};
+static double part_s[4][T_PARTS];
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+#define TIMED(mode, part, call)                                                                                         \
+    do {                                                                                                               \
+        const double t0_ = wall_s();                                                                                   \
+        call;                                                                                                          \
+        part_s[mode][part] += wall_s() - t0_;                                                                          \
+    } while (0)
 static double tol(kjit_dtype dt) { return dt == KJIT_F32 ? 1e-6 : dt == KJIT_BF16 ? 4e-3 : 1e-3; }
 static size_t es(kjit_dtype dt) { return kjit_dtype_size(dt); }
 
@@ -960,7 +980,7 @@ int main(void)
             for (int pi = 0; pi < 2; ++pi)
                 for (int ii = 0; ii < 2; ++ii) {
                     cfg c = {mode, acts[ai], pars[pi], ii ? KJIT_I64 : KJIT_I32, 5376, 1000, 9, 0, 1, 1, 0};
-                    check_accuracy(ctx, &c, worst[mode][ai]);
+                    TIMED(mode, T_ACC, check_accuracy(ctx, &c, worst[mode][ai]));
                 }
         /* Layouts and shapes: strided activations, separate tables, odd H, R = 1,
          * no weight, misaligned views, other hidden sizes, more rows. */
@@ -982,26 +1002,30 @@ int main(void)
         };
         for (size_t k = 0; k < sizeof more / sizeof more[0]; ++k) {
             double w2[2] = {0, 0};
-            if (!only || more[k].h == only) check_accuracy(ctx, &more[k], w2);
+            if (!only || more[k].h == only) TIMED(mode, T_ACC, check_accuracy(ctx, &more[k], w2));
         }
         if (only) continue;
-        check_invariance(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 3);
+        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 3));
         /* Other dtypes and a ragged hidden size (the fp32 fused op and
          * gated_residual run their persistent forwards only at large N). */
-        check_invariance(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 3072, 2);
-        check_invariance(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 1000, 1);
-        check_split(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512);
-        check_split(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 1000);
-        check_split(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 256);
-        check_build_paths(ctx, big_ctx, mode);
-        check_back_to_back(ctx, mode, KJIT_I32);
-        check_back_to_back(ctx, mode, KJIT_I64);
-        check_bad_args(ctx, sync_ctx, async_ctx, mode);
+        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 3072, 2));
+        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 1000, 1));
+        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512));
+        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 1000));
+        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 256));
+        TIMED(mode, T_BUILD, check_build_paths(ctx, big_ctx, mode));
+        TIMED(mode, T_B2B, check_back_to_back(ctx, mode, KJIT_I32));
+        TIMED(mode, T_B2B, check_back_to_back(ctx, mode, KJIT_I64));
+        TIMED(mode, T_BAD, check_bad_args(ctx, sync_ctx, async_ctx, mode));
     }
     for (int mode = 1; mode <= 3; ++mode)
         printf("%-14s worst rel err (fwd / grads): bf16 %.2e / %.2e  fp16 %.2e / %.2e  fp32 %.2e / %.2e\n",
                mode_name[mode], worst[mode][0][0], worst[mode][0][1], worst[mode][1][0], worst[mode][1][1],
                worst[mode][2][0], worst[mode][2][1]);
+    for (int mode = 1; mode <= 3; ++mode) {
+        printf("%-14s seconds:", mode_name[mode]);
+        for (int k = 0; k < T_PARTS; ++k) printf(" %s %.1f%s", part_name[k], part_s[mode][k], k + 1 < T_PARTS ? "," : "\n");
+    }
     kjit_ctx_destroy(big_ctx);
     kjit_ctx_destroy(async_ctx);
     kjit_ctx_destroy(sync_ctx);
