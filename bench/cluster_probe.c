@@ -1,0 +1,407 @@
+/* A sort-free norm_modulate backward for small R, as a probe (a measurement,
+ * not part of kjit): docs/PERF_NOTES.md, "a direction not yet tried".
+ *
+ * Chunk c of C holds rows [c * rpc, (c + 1) * rpc) in their natural order
+ * (rpc = ceil(N / C)); a thread-block cluster of CL = 8 CTAs takes a chunk,
+ * CTA k of it columns [k * H / 8, (k + 1) * H / 8) (672 at H = 5376 bf16),
+ * one thread a 16-byte granule of 8 columns. Rows go B at a time: each thread
+ * loads its granule of x, dy and the row's scale, the CTA reduces each row's
+ * two sums (sum x^2, sum g x with g = dy * w * (1 + scale)) over its columns
+ * (warp butterflies, then the warps in order), then every CTA reads the eight
+ * CTAs' sums through distributed shared memory in rank order after one
+ * cluster barrier per batch (SYNC = 0 skips the barrier and the remote reads:
+ * wrong results, a bound on what the exchange costs). Each thread writes dx
+ * and adds dy, dy * xhat * w and dy * xhat * (1 + scale) into the shared-
+ * memory accumulators of the row's table row (R x 3 x 672 fp32, rows in
+ * order); at the chunk's end they are written out as the chunk's partials
+ * (C x R x 3 x H fp32). The finisher (summing the C partials in order) is
+ * not timed: it is the same kernel shape as kjit's.
+ *
+ * Timed as sol_probe times its kernels (events per iteration and inside a
+ * graph, rotating sets over 3x the L2), for B = 1, 2, 4, 8, 16, SYNC 0 / 1
+ * and C = 16, 32, with every SYNC = 1 variant's dx (four rows) and chunk
+ * 0's partials checked against a double computation. The floor is the rows'
+ * bytes (x, dy read, dx written) over 4.25 TB/s; kjit's main backward kernel
+ * took 40.5 us at 4097 rows under ncu (2026-12-01).
+ * Built as build/bench/cluster_probe; run by bench/run_device.sh cluster.
+ * Usage: cluster_probe [ROWS...]      (default 4097 32768)
+ *        cluster_probe --compile-only (NVRTC for sm_90, no GPU: registers
+ *                                      and spills of every variant) */
+#include <cuda.h>
+#include <math.h>
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "probe_time.h"
+
+#define H 5376
+#define CL 8
+#define COLS (H / CL)
+#define GRAN (COLS / 8)
+#define THREADS 96
+#define R 9
+#define EPS 1e-5
+#define PEAK_BW 4.25e12
+#define ACC_BYTES ((size_t)R * 3 * COLS * 4)
+
+static const char *src =
+    "#define H 5376\n#define CL 8\n#define COLS (H / CL)\n#define GRAN (COLS / 8)\n#define THREADS 96\n"
+    "#define NW (THREADS / 32)\n"
+    "__device__ __forceinline__ float bf(unsigned short h) { return __uint_as_float((unsigned)h << 16); }\n"
+    "__device__ __forceinline__ unsigned short to_bf(float f)\n"
+    "{\n"
+    "    unsigned u = __float_as_uint(f);\n"
+    "    u += 0x7fffu + ((u >> 16) & 1u);\n"
+    "    return (unsigned short)(u >> 16);\n"
+    "}\n"
+    "__device__ __forceinline__ void unpack(uint4 v, float *f)\n"
+    "{\n"
+    "    const unsigned w[4] = {v.x, v.y, v.z, v.w};\n"
+    "#pragma unroll\n"
+    "    for (int i = 0; i < 4; ++i) { f[2 * i] = bf(w[i] & 0xffffu); f[2 * i + 1] = bf(w[i] >> 16); }\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned smem_addr(const void *p)\n"
+    "{\n"
+    "    unsigned a;\n"
+    "    asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(a) : \"l\"(p));\n"
+    "    return a;\n"
+    "}\n"
+    "__device__ __forceinline__ float ld_remote(unsigned local, unsigned rank)\n"
+    "{\n"
+    "    unsigned ra;\n"
+    "    float v;\n"
+    "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(ra) : \"r\"(local), \"r\"(rank));\n"
+    "    asm volatile(\"ld.shared::cluster.f32 %0, [%1];\" : \"=f\"(v) : \"r\"(ra) : \"memory\");\n"
+    "    return v;\n"
+    "}\n"
+    "__device__ __forceinline__ void cluster_sync()\n"
+    "{\n"
+    "    asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\");\n"
+    "    asm volatile(\"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n"
+    "}\n"
+    "template <int B, int SYNC>\n"
+    "__global__ void __launch_bounds__(THREADS) bwd(const uint4 *__restrict__ x, const uint4 *__restrict__ dy,\n"
+    "    uint4 *__restrict__ dx, const uint4 *__restrict__ scale, const uint4 *__restrict__ w,\n"
+    "    const int *__restrict__ idx, float *__restrict__ partial, long long n, long long rpc, int r, float eps)\n"
+    "{\n"
+    "    extern __shared__ float acc[]; /* [r][3][COLS] */\n"
+    "    __shared__ float red[NW][B][2];\n"
+    "    __shared__ float slot[2][B][2];\n"
+    "    unsigned rank;\n"
+    "    asm(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(rank));\n"
+    "    const long long c = blockIdx.x / CL;\n"
+    "    const int t = threadIdx.x, lane = t & 31, wp = t >> 5;\n"
+    "    const bool mine = t < GRAN;\n"
+    "    const long long g = (long long)rank * GRAN + t; /* granule within a row */\n"
+    "    for (int i = t; i < r * 3 * COLS; i += THREADS) acc[i] = 0.f;\n"
+    "    float wv[8];\n"
+    "    unpack(mine ? w[g] : make_uint4(0, 0, 0, 0), wv);\n"
+    "    __syncthreads();\n"
+    "    const long long r0 = c * rpc, r1 = min(n, r0 + rpc);\n"
+    "    int par = 0;\n"
+    "    for (long long base = r0; base < r1; base += B, par ^= 1) {\n"
+    "        uint4 xq[B], dq[B], sq[B]; /* packed: 12 registers a row */\n"
+    "        float s2[B], gx[B];\n"
+    "        int id[B];\n"
+    "#pragma unroll\n"
+    "        for (int b = 0; b < B; ++b) {\n"
+    "            const long long row = base + b < r1 ? base + b : r1 - 1;\n"
+    "            id[b] = idx[row];\n"
+    "            uint4 a = make_uint4(0, 0, 0, 0), d = a, s = a;\n"
+    "            if (mine) { a = __ldcs(x + row * GRAN * CL + g); d = __ldcs(dy + row * GRAN * CL + g);\n"
+    "                        s = __ldg(scale + (long long)id[b] * GRAN * CL + g); }\n"
+    "            xq[b] = a, dq[b] = d, sq[b] = s;\n"
+    "        }\n"
+    "#pragma unroll\n"
+    "        for (int b = 0; b < B; ++b) {\n"
+    "            float p = 0.f, q = 0.f, xv[8], dv[8], sv[8];\n"
+    "            unpack(xq[b], xv), unpack(dq[b], dv), unpack(sq[b], sv);\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < 8; ++j) {\n"
+    "                p += xv[j] * xv[j];\n"
+    "                q += dv[j] * wv[j] * (1.f + sv[j]) * xv[j];\n"
+    "            }\n"
+    "#pragma unroll\n"
+    "            for (int o = 16; o; o >>= 1) { p += __shfl_xor_sync(~0u, p, o); q += __shfl_xor_sync(~0u, q, o); }\n"
+    "            if (lane == 0) red[wp][b][0] = p, red[wp][b][1] = q;\n"
+    "        }\n"
+    "        __syncthreads();\n"
+    "        if (t < 2 * B) {\n"
+    "            float v = 0.f;\n"
+    "            for (int k = 0; k < NW; ++k) v += red[k][t >> 1][t & 1];\n"
+    "            slot[par][t >> 1][t & 1] = v;\n"
+    "        }\n"
+    "        if (SYNC) cluster_sync(); else __syncthreads();\n"
+    "#pragma unroll\n"
+    "        for (int b = 0; b < B; ++b) {\n"
+    "            float S = 0.f, Q = 0.f;\n"
+    "            if (SYNC) {\n"
+    "                for (unsigned k = 0; k < CL; ++k) {\n"
+    "                    S += ld_remote(smem_addr(&slot[par][b][0]), k);\n"
+    "                    Q += ld_remote(smem_addr(&slot[par][b][1]), k);\n"
+    "                }\n"
+    "            } else {\n"
+    "                S = CL * slot[par][b][0], Q = CL * slot[par][b][1];\n"
+    "            }\n"
+    "            s2[b] = S, gx[b] = Q;\n"
+    "        }\n"
+    "#pragma unroll\n"
+    "        for (int b = 0; b < B; ++b) {\n"
+    "            if (!mine || base + b >= r1) continue;\n"
+    "            const float rstd = rsqrtf(s2[b] / H + eps), mg = rstd * gx[b] / H;\n"
+    "            float *a = acc + (long long)id[b] * 3 * COLS + 8 * t;\n"
+    "            unsigned o[4];\n"
+    "            float xv[8], dv[8], sv[8];\n"
+    "            unpack(xq[b], xv), unpack(dq[b], dv), unpack(sq[b], sv);\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < 8; ++j) {\n"
+    "                const float xh = xv[j] * rstd, gg = dv[j] * wv[j] * (1.f + sv[j]);\n"
+    "                const unsigned short h = to_bf(rstd * (gg - xh * mg));\n"
+    "                o[j >> 1] = (j & 1) ? (o[j >> 1] | ((unsigned)h << 16)) : h;\n"
+    "                a[j] += dv[j];\n"
+    "                a[COLS + j] += dv[j] * xh * wv[j];\n"
+    "                a[2 * COLS + j] += dv[j] * xh * (1.f + sv[j]);\n"
+    "            }\n"
+    "            __stcs(dx + (base + b) * GRAN * CL + g, make_uint4(o[0], o[1], o[2], o[3]));\n"
+    "        }\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    for (int i = t; i < r * 3 * COLS; i += THREADS) {\n"
+    "        const int col = i % COLS, rk = i / COLS; /* rk = table row * 3 + k */\n"
+    "        partial[(c * r * 3 + rk) * (long long)H + rank * COLS + col] = acc[i];\n"
+    "    }\n"
+    "    if (SYNC) cluster_sync(); /* no CTA leaves while a peer may read its slots */\n"
+    "}\n";
+
+static const int B_VALUES[] = {1, 2, 4, 8, 16};
+static const int C_VALUES[] = {16, 32};
+#define NBV 5
+#define NC 2
+
+static CUfunction fns[NBV][2];
+
+static void names(char out[NBV * 2][48])
+{
+    for (int b = 0; b < NBV; ++b)
+        for (int s = 0; s < 2; ++s) snprintf(out[b * 2 + s], 48, "bwd<%d, %d>", B_VALUES[b], s);
+}
+
+/* No GPU: compile every variant for sm_90 and print ptxas's registers and
+ * spills. 0 when all compile. */
+static int compile_only(void)
+{
+    char nm[NBV * 2][48];
+    names(nm);
+    nvrtcProgram prog;
+    NK(nvrtcCreateProgram(&prog, src, "cluster_probe.cu", 0, NULL, NULL));
+    for (int i = 0; i < NBV * 2; ++i) NK(nvrtcAddNameExpression(prog, nm[i]));
+    const char *opts[] = {"--gpu-architecture=sm_90", "-std=c++17", "-Xptxas=-v"};
+    const nvrtcResult rc = nvrtcCompileProgram(prog, 3, opts);
+    size_t len;
+    NK(nvrtcGetProgramLogSize(prog, &len));
+    char *log = malloc(len + 1);
+    NK(nvrtcGetProgramLog(prog, log));
+    printf("%s\n", log);
+    free(log);
+    nvrtcDestroyProgram(&prog);
+    printf("cluster_probe: %s\n", rc == NVRTC_SUCCESS ? "every variant compiled for sm_90" : "compile failed");
+    return rc == NVRTC_SUCCESS ? 0 : 1;
+}
+
+typedef struct { CUdeviceptr x, dy, dx; } set;
+typedef struct {
+    CUfunction f;
+    const set *sets;
+    int nsets, chunks;
+    CUdeviceptr scale, w, idx, partial;
+    long long n;
+} run;
+
+static void launch_run(const void *arg, int i)
+{
+    const run *q = arg;
+    const set *s = &q->sets[i % q->nsets];
+    long long n = q->n, rpc = (q->n + q->chunks - 1) / q->chunks;
+    int r = R;
+    float eps = (float)EPS;
+    CUdeviceptr scale = q->scale, w = q->w, idx = q->idx, partial = q->partial;
+    void *args[] = {(void *)&s->x, (void *)&s->dy, (void *)&s->dx, &scale, &w, &idx, &partial, &n, &rpc, &r, &eps};
+    CUlaunchConfig cfg = {0};
+    CUlaunchAttribute at;
+    at.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    at.value.clusterDim.x = CL, at.value.clusterDim.y = at.value.clusterDim.z = 1;
+    cfg.gridDimX = (unsigned)(q->chunks * CL), cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = THREADS, cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = (unsigned)ACC_BYTES;
+    cfg.hStream = probe_stream;
+    cfg.attrs = &at, cfg.numAttrs = 1;
+    CK(cuLaunchKernelEx(&cfg, q->f, args, NULL));
+}
+
+static unsigned short to_bf(double v)
+{
+    float f = (float)v;
+    unsigned u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+static double from_bf(unsigned short h)
+{
+    unsigned u = (unsigned)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* dx of four rows and chunk 0's partials against a double computation;
+ * returns the worst relative error (max |err| / max |ref| per quantity). */
+static double check(const run *q, const unsigned short *hx, const unsigned short *hdy, const unsigned short *hs,
+                    const unsigned short *hw, const int *hidx)
+{
+    const long long n = q->n, rpc = (n + q->chunks - 1) / q->chunks;
+    const set *s = &q->sets[0];
+    const long long rows[4] = {0, 1, n / 2, n - 1};
+    unsigned short *got = malloc(sizeof(unsigned short) * H);
+    double worst = 0, e = 0, m = 0;
+    for (int k = 0; k < 4; ++k) {
+        const long long i = rows[k];
+        CK(cuMemcpyDtoH(got, s->dx + (size_t)i * H * 2, (size_t)H * 2));
+        double ss = 0, gxs = 0;
+        for (int j = 0; j < H; ++j) {
+            const double xv = from_bf(hx[i * H + j]);
+            const double gg = from_bf(hdy[i * H + j]) * from_bf(hw[j]) * (1 + from_bf(hs[(long long)hidx[i] * H + j]));
+            ss += xv * xv, gxs += gg * xv;
+        }
+        const double rstd = 1 / sqrt(ss / H + EPS), mg = rstd * gxs / H;
+        for (int j = 0; j < H; ++j) {
+            const double xv = from_bf(hx[i * H + j]);
+            const double gg = from_bf(hdy[i * H + j]) * from_bf(hw[j]) * (1 + from_bf(hs[(long long)hidx[i] * H + j]));
+            const double ref = rstd * (gg - xv * rstd * mg);
+            e = fmax(e, fabs(from_bf(got[j]) - ref)), m = fmax(m, fabs(ref));
+        }
+    }
+    worst = e / m;
+    free(got);
+    /* Chunk 0's dshift / dscale / dw of every table row. */
+    const size_t pn = (size_t)R * 3 * H;
+    float *part = malloc(sizeof(float) * pn);
+    double *ref = calloc(pn, sizeof(double));
+    CK(cuMemcpyDtoH(part, q->partial, sizeof(float) * pn));
+    for (long long i = 0; i < rpc && i < n; ++i) {
+        double ss = 0;
+        for (int j = 0; j < H; ++j) ss += from_bf(hx[i * H + j]) * from_bf(hx[i * H + j]);
+        const double rstd = 1 / sqrt(ss / H + EPS);
+        for (int j = 0; j < H; ++j) {
+            const double d = from_bf(hdy[i * H + j]), xh = from_bf(hx[i * H + j]) * rstd;
+            const double sc = from_bf(hs[(long long)hidx[i] * H + j]);
+            ref[((size_t)hidx[i] * 3 + 0) * H + j] += d;
+            ref[((size_t)hidx[i] * 3 + 1) * H + j] += d * xh * from_bf(hw[j]);
+            ref[((size_t)hidx[i] * 3 + 2) * H + j] += d * xh * (1 + sc);
+        }
+    }
+    e = 0, m = 0;
+    for (size_t j = 0; j < pn; ++j) e = fmax(e, fabs(part[j] - ref[j])), m = fmax(m, fabs(ref[j]));
+    free(part), free(ref);
+    return fmax(worst, m > 0 ? e / m : 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "--compile-only")) return compile_only();
+    long long rows[8];
+    const int nrows = probe_rows("cluster_probe", argc, argv, 1 << 18, rows);
+    if (nrows < 0) return 2;
+    CUdevice dev;
+    int sms, l2;
+    const int rc = probe_start("cluster_probe", &dev, &sms, &l2);
+    if (rc) return rc;
+    char nm[NBV * 2][48];
+    const char *np[NBV * 2];
+    names(nm);
+    for (int i = 0; i < NBV * 2; ++i) np[i] = nm[i];
+    probe_build(dev, src, np, NBV * 2, &fns[0][0]);
+    for (int i = 0; i < NBV * 2; ++i)
+        CK(cuFuncSetAttribute((&fns[0][0])[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)ACC_BYTES));
+    printf("# cluster_probe: a sort-free norm_modulate backward (H %d bf16, R %d, clusters of %d CTAs of %d threads,"
+           " %.1f KB of accumulators a CTA); events per iteration / inside a graph, us; floor = x, dy read + dx written"
+           " / %.2f TB/s\n", H, R, CL, THREADS, ACC_BYTES / 1024.0, PEAK_BW / 1e12);
+    printf("%6s %3s %3s %4s %5s %6s %8s %9s %9s %8s %9s\n", "rows", "C", "B", "sync", "regs", "local", "clusters",
+           "events", "graph", "floor", "rel_err");
+    for (int ri = 0; ri < nrows; ++ri) {
+        const long long n = rows[ri];
+        const size_t bytes = (size_t)n * H * 2;
+        const double floor_us = 3.0 * (double)bytes / PEAK_BW * 1e6;
+        int nsets = (int)ceil(3.0 * l2 / (3.0 * (double)bytes)) + 1;
+        if (nsets < 2) nsets = 2;
+        unsigned short *hx = malloc(bytes), *hdy = malloc(bytes), *hs = malloc((size_t)R * H * 2), *hw = malloc(H * 2);
+        int *hidx = malloc(sizeof(int) * (size_t)n);
+        srand(12345);
+        for (size_t j = 0; j < (size_t)n * H; ++j) {
+            hx[j] = to_bf(0.3 + 2.0 * rand() / RAND_MAX - 1.0);
+            hdy[j] = to_bf(2.0 * rand() / RAND_MAX - 1.0);
+        }
+        for (int j = 0; j < R * H; ++j) hs[j] = to_bf(0.5 * (2.0 * rand() / RAND_MAX - 1.0));
+        for (int j = 0; j < H; ++j) hw[j] = to_bf(1.0 + 0.1 * (2.0 * rand() / RAND_MAX - 1.0));
+        for (long long i = 0; i < n; ++i) hidx[i] = rand() % R;
+        set *sets = calloc((size_t)nsets, sizeof *sets);
+        for (int i = 0; i < nsets; ++i) {
+            CK(cuMemAlloc(&sets[i].x, bytes));
+            CK(cuMemAlloc(&sets[i].dy, bytes));
+            CK(cuMemAlloc(&sets[i].dx, bytes));
+            CK(cuMemcpyHtoD(sets[i].x, hx, bytes));
+            CK(cuMemcpyHtoD(sets[i].dy, hdy, bytes));
+        }
+        CUdeviceptr scale, w, idx, partial;
+        CK(cuMemAlloc(&scale, (size_t)R * H * 2));
+        CK(cuMemAlloc(&w, H * 2));
+        CK(cuMemAlloc(&idx, sizeof(int) * (size_t)n));
+        CK(cuMemAlloc(&partial, sizeof(float) * (size_t)C_VALUES[NC - 1] * R * 3 * H));
+        CK(cuMemcpyHtoD(scale, hs, (size_t)R * H * 2));
+        CK(cuMemcpyHtoD(w, hw, H * 2));
+        CK(cuMemcpyHtoD(idx, hidx, sizeof(int) * (size_t)n));
+        for (int ci = 0; ci < NC; ++ci)
+            for (int b = 0; b < NBV; ++b)
+                for (int s = 1; s >= 0; --s) {
+                    run q = {fns[b][s], sets, nsets, C_VALUES[ci], scale, w, idx, partial, n};
+                    int regs, local, clusters = -1;
+                    CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, q.f));
+                    CK(cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, q.f));
+                    CUlaunchConfig cfg = {0};
+                    CUlaunchAttribute at;
+                    at.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+                    at.value.clusterDim.x = CL, at.value.clusterDim.y = at.value.clusterDim.z = 1;
+                    cfg.gridDimX = (unsigned)(q.chunks * CL), cfg.gridDimY = cfg.gridDimZ = 1;
+                    cfg.blockDimX = THREADS, cfg.blockDimY = cfg.blockDimZ = 1;
+                    cfg.sharedMemBytes = (unsigned)ACC_BYTES;
+                    cfg.attrs = &at, cfg.numAttrs = 1;
+                    if (cuOccupancyMaxActiveClusters(&clusters, q.f, &cfg) != CUDA_SUCCESS) clusters = -1;
+                    double err = -1;
+                    if (s) {
+                        for (int i = 0; i < nsets; ++i) CK(cuMemsetD8(sets[i].dx, 0xff, bytes));
+                        CK(cuMemsetD8(partial, 0xff, sizeof(float) * (size_t)C_VALUES[NC - 1] * R * 3 * H));
+                        launch_run(&q, 0);
+                        CK(cuStreamSynchronize(probe_stream));
+                        err = check(&q, hx, hdy, hs, hw, hidx);
+                    }
+                    const double te = probe_time_events(launch_run, &q), tg = probe_time_graph(launch_run, &q, nsets);
+                    printf("%6lld %3d %3d %4d %5d %6d %8d %9.1f %9.1f %8.1f %9.2e%s\n", n, q.chunks, B_VALUES[b], s,
+                           regs, local, clusters, te, tg, floor_us, err, s && err > 1e-2 ? "  WRONG" : "");
+                    fflush(stdout);
+                }
+        for (int i = 0; i < nsets; ++i) {
+            CK(cuMemFree(sets[i].x));
+            CK(cuMemFree(sets[i].dy));
+            CK(cuMemFree(sets[i].dx));
+        }
+        CK(cuMemFree(scale));
+        CK(cuMemFree(w));
+        CK(cuMemFree(idx));
+        CK(cuMemFree(partial));
+        free(sets), free(hx), free(hdy), free(hs), free(hw), free(hidx);
+    }
+    return 0;
+}
