@@ -335,8 +335,7 @@ int main(int argc, char **argv)
         const long long n = rows[ri];
         const size_t bytes = (size_t)n * H * 2;
         const double floor_us = 3.0 * (double)bytes / PEAK_BW * 1e6;
-        int nsets = (int)ceil(3.0 * l2 / (3.0 * (double)bytes)) + 1;
-        if (nsets < 2) nsets = 2;
+        const int nsets = probe_nsets(l2, 3.0 * (double)bytes);
         unsigned short *hx = malloc(bytes), *hdy = malloc(bytes), *hs = malloc((size_t)R * H * 2), *hw = malloc(H * 2);
         int *hidx = malloc(sizeof(int) * (size_t)n);
         srand(12345);

@@ -255,8 +255,7 @@ int main(int argc, char **argv)
         const long long n = rows[ri];
         const size_t bytes = (size_t)n * H * 2;
         const double floor_us = 2.0 * (double)bytes / PEAK_BW * 1e6;
-        int nsets = (int)ceil(3.0 * l2 / (2.0 * (double)bytes)) + 1;
-        if (nsets < 2) nsets = 2;
+        const int nsets = probe_nsets(l2, 2.0 * (double)bytes);
         set *sets = calloc((size_t)nsets, sizeof *sets);
         for (int i = 0; i < nsets; ++i) {
             CK(cuMemAlloc(&sets[i].x, bytes));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <math.h>
 #include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,14 @@ static double probe_time_graph(probe_launch_fn launch, const void *arg, int nset
     CK(cuGraphExecDestroy(ge));
     CK(cuGraphDestroy(g));
     return probe_median(t, PROBE_GRAPH_REPS);
+}
+
+/* How many rotating buffer sets, each moving `moved` bytes, make one pass
+ * over them more than 3x the L2 (at least 2). */
+static int probe_nsets(double l2, double moved)
+{
+    const int n = (int)ceil(3.0 * l2 / moved) + 1;
+    return n < 2 ? 2 : n;
 }
 
 /* Compiles src for the device's arch with the given name expressions and

@@ -143,8 +143,7 @@ int main(int argc, char **argv)
             const size_t bytes = (size_t)rows[ri] * ROW_BYTES;
             const long long n = (long long)(bytes / 16);
             const double moved = (double)bytes * (nin + 1), floor_us = moved / PEAK_BW * 1e6;
-            int nsets = (int)ceil(3.0 * l2_bytes / moved) + 1;
-            if (nsets < 2) nsets = 2;
+            const int nsets = probe_nsets(l2_bytes, moved);
             set *sets = calloc((size_t)nsets, sizeof *sets);
             for (int i = 0; i < nsets; ++i) {
                 CK(cuMemAlloc(&sets[i].a, bytes));
