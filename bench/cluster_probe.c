@@ -10,7 +10,10 @@
  * (warp butterflies, then the warps in order), then every CTA reads the eight
  * CTAs' sums through distributed shared memory in rank order after one
  * cluster barrier per batch (SYNC = 0 skips the barrier and the remote reads:
- * wrong results, a bound on what the exchange costs). Each thread writes dx
+ * wrong results; the difference is what this exchange costs, with the
+ * barrier's release / acquire, a memory fence and an L1 invalidate in SASS:
+ * one mechanism's cost, a push through st.async and an mbarrier would have
+ * neither). Each thread writes dx
  * and adds dy, dy * xhat * w and dy * xhat * (1 + scale) into the shared-
  * memory accumulators of the row's table row (R x 3 x 672 fp32, rows in
  * order); at the chunk's end they are written out as the chunk's partials
@@ -19,8 +22,10 @@
  *
  * Timed as sol_probe times its kernels (events per iteration and inside a
  * graph, rotating sets over 3x the L2), for B = 1, 2, 4, 8, 16, SYNC 0 / 1
- * and C = 16, 32, with every SYNC = 1 variant's dx (four rows) and chunk
- * 0's partials checked against a double computation. The floor is the rows'
+ * and C = 16, 32; every SYNC = 1 variant's dx (every row, poisoned first)
+ * and partials (every chunk) are checked against a double computation
+ * before and after its timed launches, and any wrong one makes the exit
+ * status 1. The floor is the rows'
  * bytes (x, dy read, dx written) over 4.25 TB/s; kjit's main backward kernel
  * took 40.5 us at 4097 rows under ncu (2026-12-01).
  * Built as build/bench/cluster_probe; run by bench/run_device.sh cluster.
