@@ -410,8 +410,10 @@ int main(int argc, char **argv)
                      * purpose: not checked). */
                     double err = -1;
                     if (s) {
-                        for (int i = 0; i < nsets; ++i) CK(cuMemsetD8(sets[i].dx, 0xff, bytes));
-                        CK(cuMemsetD8(partial, 0xff, sizeof(float) * (size_t)C_VALUES[NC - 1] * R * 3 * H));
+                        /* On the probe's own (non-blocking) stream: a plain memset would not be ordered before it. */
+                        for (int i = 0; i < nsets; ++i) CK(cuMemsetD8Async(sets[i].dx, 0xff, bytes, probe_stream));
+                        CK(cuMemsetD8Async(partial, 0xff, sizeof(float) * (size_t)C_VALUES[NC - 1] * R * 3 * H,
+                                           probe_stream));
                         launch_run(&q, 0);
                         CK(cuStreamSynchronize(probe_stream));
                         err = check(&q, &rf, ci);
