@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "probe_bf16.h"
 #include "probe_time.h"
 
 #define H 5376
@@ -195,10 +196,14 @@ static const int C_VALUES[] = {16, 32};
 
 static CUfunction fns[NBV][2];
 
-static void names(char out[NBV * 2][48])
+/* The kernels' name expressions, in fns' order, and pointers to them. */
+static void names(char out[NBV * 2][48], const char *ptr[NBV * 2])
 {
     for (int b = 0; b < NBV; ++b)
-        for (int s = 0; s < 2; ++s) snprintf(out[b * 2 + s], 48, "bwd<%d, %d>", B_VALUES[b], s);
+        for (int s = 0; s < 2; ++s) {
+            snprintf(out[b * 2 + s], 48, "bwd<%d, %d>", B_VALUES[b], s);
+            ptr[b * 2 + s] = out[b * 2 + s];
+        }
 }
 
 /* No GPU: compile every variant for sm_90 and print ptxas's registers and
@@ -206,18 +211,10 @@ static void names(char out[NBV * 2][48])
 static int compile_only(void)
 {
     char nm[NBV * 2][48];
-    names(nm);
+    const char *np[NBV * 2];
+    names(nm, np);
     nvrtcProgram prog;
-    NK(nvrtcCreateProgram(&prog, src, "cluster_probe.cu", 0, NULL, NULL));
-    for (int i = 0; i < NBV * 2; ++i) NK(nvrtcAddNameExpression(prog, nm[i]));
-    const char *opts[] = {"--gpu-architecture=sm_90", "-std=c++17", "-Xptxas=-v"};
-    const nvrtcResult rc = nvrtcCompileProgram(prog, 3, opts);
-    size_t len;
-    NK(nvrtcGetProgramLogSize(prog, &len));
-    char *log = malloc(len + 1);
-    NK(nvrtcGetProgramLog(prog, log));
-    printf("%s\n", log);
-    free(log);
+    const nvrtcResult rc = probe_compile(src, np, NBV * 2, "sm_90", 1, &prog);
     nvrtcDestroyProgram(&prog);
     printf("cluster_probe: %s\n", rc == NVRTC_SUCCESS ? "every variant compiled for sm_90" : "compile failed");
     return rc == NVRTC_SUCCESS ? 0 : 1;
@@ -232,6 +229,21 @@ typedef struct {
     long long n;
 } run;
 
+/* A chunk per cluster of CL CTAs on the probe's stream; at is the cluster
+ * attribute cfg points to. */
+static void launch_config(int chunks, CUlaunchConfig *cfg, CUlaunchAttribute *at)
+{
+    memset(cfg, 0, sizeof *cfg);
+    memset(at, 0, sizeof *at);
+    at->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    at->value.clusterDim.x = CL, at->value.clusterDim.y = at->value.clusterDim.z = 1;
+    cfg->gridDimX = (unsigned)(chunks * CL), cfg->gridDimY = cfg->gridDimZ = 1;
+    cfg->blockDimX = THREADS, cfg->blockDimY = cfg->blockDimZ = 1;
+    cfg->sharedMemBytes = (unsigned)ACC_BYTES;
+    cfg->hStream = probe_stream;
+    cfg->attrs = at, cfg->numAttrs = 1;
+}
+
 static void launch_run(const void *arg, int i)
 {
     const run *q = arg;
@@ -241,34 +253,12 @@ static void launch_run(const void *arg, int i)
     float eps = (float)EPS;
     CUdeviceptr scale = q->scale, w = q->w, idx = q->idx, partial = q->partial;
     void *args[] = {(void *)&s->x, (void *)&s->dy, (void *)&s->dx, &scale, &w, &idx, &partial, &n, &rpc, &r, &eps};
-    CUlaunchConfig cfg = {0};
+    CUlaunchConfig cfg;
     CUlaunchAttribute at;
-    at.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    at.value.clusterDim.x = CL, at.value.clusterDim.y = at.value.clusterDim.z = 1;
-    cfg.gridDimX = (unsigned)(q->chunks * CL), cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = THREADS, cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = (unsigned)ACC_BYTES;
-    cfg.hStream = probe_stream;
-    cfg.attrs = &at, cfg.numAttrs = 1;
+    launch_config(q->chunks, &cfg, &at);
     CK(cuLaunchKernelEx(&cfg, q->f, args, NULL));
 }
 
-static unsigned short to_bf(double v)
-{
-    float f = (float)v;
-    unsigned u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
-
-static double from_bf(unsigned short h)
-{
-    unsigned u = (unsigned)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* The double computation every checked launch is held to: dx of every row
  * (as floats) and, for each chunk count, every chunk's partials. */
@@ -286,17 +276,17 @@ static void reference_make(reference *rf, long long n, const unsigned short *hx,
         const unsigned short *xr = hx + i * H, *dr = hdy + i * H, *sr = hs + (long long)hidx[i] * H;
         double ss = 0, gxs = 0;
         for (int j = 0; j < H; ++j) {
-            const double xv = from_bf(xr[j]), gg = from_bf(dr[j]) * from_bf(hw[j]) * (1 + from_bf(sr[j]));
+            const double xv = probe_bf(xr[j]), gg = probe_bf(dr[j]) * probe_bf(hw[j]) * (1 + probe_bf(sr[j]));
             ss += xv * xv, gxs += gg * xv;
         }
         const double rstd = 1 / sqrt(ss / H + EPS), mg = rstd * gxs / H;
         for (int j = 0; j < H; ++j) {
-            const double xv = from_bf(xr[j]), d = from_bf(dr[j]), sc = from_bf(sr[j]), xh = xv * rstd;
-            rf->dx[i * H + j] = (float)(rstd * (d * from_bf(hw[j]) * (1 + sc) - xh * mg));
+            const double xv = probe_bf(xr[j]), d = probe_bf(dr[j]), sc = probe_bf(sr[j]), xh = xv * rstd;
+            rf->dx[i * H + j] = (float)(rstd * (d * probe_bf(hw[j]) * (1 + sc) - xh * mg));
             for (int ci = 0; ci < NC; ++ci) {
                 const long long rpc = (n + C_VALUES[ci] - 1) / C_VALUES[ci];
                 double *p = rf->part[ci] + ((size_t)(i / rpc) * R * 3 + (size_t)hidx[i] * 3) * H + j;
-                p[0] += d, p[H] += d * xh * from_bf(hw[j]), p[2 * H] += d * xh * (1 + sc);
+                p[0] += d, p[H] += d * xh * probe_bf(hw[j]), p[2 * H] += d * xh * (1 + sc);
             }
         }
     }
@@ -321,7 +311,7 @@ static double check(const run *q, const reference *rf, int ci)
     double e = 0, m = 0, ep = 0, mp = 0;
     size_t nan = 0; /* a value left poisoned (NaN), which fmax would skip */
     for (size_t j = 0; j < n; ++j) {
-        const double d = fabs(from_bf(got[j]) - rf->dx[j]);
+        const double d = fabs(probe_bf(got[j]) - rf->dx[j]);
         nan += d != d, e = fmax(e, d), m = fmax(m, fabs(rf->dx[j]));
     }
     for (size_t j = 0; j < pn; ++j) {
@@ -345,8 +335,7 @@ int main(int argc, char **argv)
     if (rc) return rc;
     char nm[NBV * 2][48];
     const char *np[NBV * 2];
-    names(nm);
-    for (int i = 0; i < NBV * 2; ++i) np[i] = nm[i];
+    names(nm, np);
     probe_build(dev, src, np, NBV * 2, &fns[0][0]);
     for (int i = 0; i < NBV * 2; ++i)
         CK(cuFuncSetAttribute((&fns[0][0])[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)ACC_BYTES));
@@ -365,11 +354,11 @@ int main(int argc, char **argv)
         int *hidx = malloc(sizeof(int) * (size_t)n);
         srand(12345);
         for (size_t j = 0; j < (size_t)n * H; ++j) {
-            hx[j] = to_bf(0.3 + 2.0 * rand() / RAND_MAX - 1.0);
-            hdy[j] = to_bf(2.0 * rand() / RAND_MAX - 1.0);
+            hx[j] = probe_to_bf(0.3 + 2.0 * rand() / RAND_MAX - 1.0);
+            hdy[j] = probe_to_bf(2.0 * rand() / RAND_MAX - 1.0);
         }
-        for (int j = 0; j < R * H; ++j) hs[j] = to_bf(0.5 * (2.0 * rand() / RAND_MAX - 1.0));
-        for (int j = 0; j < H; ++j) hw[j] = to_bf(1.0 + 0.1 * (2.0 * rand() / RAND_MAX - 1.0));
+        for (int j = 0; j < R * H; ++j) hs[j] = probe_to_bf(0.5 * (2.0 * rand() / RAND_MAX - 1.0));
+        for (int j = 0; j < H; ++j) hw[j] = probe_to_bf(1.0 + 0.1 * (2.0 * rand() / RAND_MAX - 1.0));
         for (long long i = 0; i < n; ++i) hidx[i] = rand() % R;
         reference rf;
         reference_make(&rf, n, hx, hdy, hs, hw, hidx);
@@ -396,14 +385,9 @@ int main(int argc, char **argv)
                     int regs, local, clusters = -1;
                     CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, q.f));
                     CK(cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, q.f));
-                    CUlaunchConfig cfg = {0};
+                    CUlaunchConfig cfg;
                     CUlaunchAttribute at;
-                    at.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-                    at.value.clusterDim.x = CL, at.value.clusterDim.y = at.value.clusterDim.z = 1;
-                    cfg.gridDimX = (unsigned)(q.chunks * CL), cfg.gridDimY = cfg.gridDimZ = 1;
-                    cfg.blockDimX = THREADS, cfg.blockDimY = cfg.blockDimZ = 1;
-                    cfg.sharedMemBytes = (unsigned)ACC_BYTES;
-                    cfg.attrs = &at, cfg.numAttrs = 1;
+                    launch_config(q.chunks, &cfg, &at);
                     if (cuOccupancyMaxActiveClusters(&clusters, q.f, &cfg) != CUDA_SUCCESS) clusters = -1;
                     /* The exchange's results, poisoned first, once alone and once
                      * after the timed launches (SYNC 0 computes wrong sums on

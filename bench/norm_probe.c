@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "probe_bf16.h"
 #include "probe_time.h"
 
 #define H 5376
@@ -186,21 +187,6 @@ static void launch_run(const void *arg, int i)
                       args, NULL));
 }
 
-static float bf(unsigned short u)
-{
-    unsigned v = (unsigned)u << 16;
-    float f;
-    memcpy(&f, &v, 4);
-    return f;
-}
-
-static unsigned short to_bf(float f) /* round to nearest even; inputs are finite */
-{
-    unsigned v;
-    memcpy(&v, &f, 4);
-    return (unsigned short)((v + 0x7fffu + ((v >> 16) & 1u)) >> 16);
-}
-
 static unsigned long long rng = 0x9e3779b97f4a7c15ull;
 static double urand(void) /* [0, 1) */
 {
@@ -233,10 +219,10 @@ int main(int argc, char **argv)
      * memset patterns: only their bytes matter for the timing). */
     const size_t tab_bytes = (size_t)R * H * 2;
     unsigned short *hw = malloc(H * 2), *hsh = malloc(tab_bytes), *hsc = malloc(tab_bytes);
-    for (int c = 0; c < H; ++c) hw[c] = to_bf((float)(0.5 + urand()));
+    for (int c = 0; c < H; ++c) hw[c] = probe_to_bf((float)(0.5 + urand()));
     for (size_t k = 0; k < (size_t)R * H; ++k) {
-        hsh[k] = to_bf((float)(0.2 * (urand() - 0.5)));
-        hsc[k] = to_bf((float)(0.2 * (urand() - 0.5)));
+        hsh[k] = probe_to_bf((float)(0.2 * (urand() - 0.5)));
+        hsc[k] = probe_to_bf((float)(0.2 * (urand() - 0.5)));
     }
     CUdeviceptr dw, dsh, dsc;
     CK(cuMemAlloc(&dw, H * 2));
@@ -264,7 +250,7 @@ int main(int argc, char **argv)
         }
         unsigned short *hx = malloc(bytes), *ho = malloc(bytes);
         int *hidx = malloc((size_t)n * sizeof(int));
-        for (size_t k = 0; k < (size_t)n * H; ++k) hx[k] = to_bf((float)(4.0 * (urand() - 0.5)));
+        for (size_t k = 0; k < (size_t)n * H; ++k) hx[k] = probe_to_bf((float)(4.0 * (urand() - 0.5)));
         CK(cuMemcpyHtoD(sets[0].x, hx, bytes));
         CUdeviceptr didx;
         CK(cuMemAlloc(&didx, (size_t)n * sizeof(int)));
@@ -307,13 +293,13 @@ int main(int argc, char **argv)
                 for (int c = 0; c < 4; ++c) {
                     const long long row = check[c];
                     double ss = 0;
-                    for (int j = 0; j < H; ++j) ss += (double)bf(hx[row * H + j]) * bf(hx[row * H + j]);
+                    for (int j = 0; j < H; ++j) ss += (double)probe_bf(hx[row * H + j]) * probe_bf(hx[row * H + j]);
                     const double rstd = 1.0 / sqrt(ss / H + 1e-5);
                     const int ti = hidx[row];
                     for (int j = 0; j < H; ++j) {
-                        const double want = bf(hx[row * H + j]) * rstd * bf(hw[j]) * (1.0 + bf(hsc[ti * H + j])) +
-                                            bf(hsh[ti * H + j]);
-                        const double got = bf(ho[row * H + j]);
+                        const double want = probe_bf(hx[row * H + j]) * rstd * probe_bf(hw[j]) * (1.0 + probe_bf(hsc[ti * H + j])) +
+                                            probe_bf(hsh[ti * H + j]);
+                        const double got = probe_bf(ho[row * H + j]);
                         const double e = fabs(got - want) / (fabs(want) > 1e-3 ? fabs(want) : 1e-3);
                         if (!(e <= max_rel)) max_rel = isnan(e) ? INFINITY : e;
                     }

@@ -106,6 +106,29 @@ static int probe_nsets(double l2, double moved)
     return n < 2 ? 2 : n;
 }
 
+/* Compiles src for arch ("sm_90") with the given name expressions into
+ * *prog; with ptxas_v, ptxas's resource report joins the log. The log goes
+ * to stdout when ptxas_v is set, else to stderr on a failure. */
+static nvrtcResult probe_compile(const char *src, const char *const *names, int count, const char *arch, int ptxas_v,
+                                 nvrtcProgram *prog)
+{
+    NK(nvrtcCreateProgram(prog, src, "probe.cu", 0, NULL, NULL));
+    for (int i = 0; i < count; ++i) NK(nvrtcAddNameExpression(*prog, names[i]));
+    char opt[48];
+    snprintf(opt, sizeof opt, "--gpu-architecture=%s", arch);
+    const char *opts[] = {opt, "-std=c++17", "-Xptxas=-v"};
+    const nvrtcResult rc = nvrtcCompileProgram(*prog, ptxas_v ? 3 : 2, opts);
+    if (ptxas_v || rc != NVRTC_SUCCESS) {
+        size_t len;
+        NK(nvrtcGetProgramLogSize(*prog, &len));
+        char *log = malloc(len + 1);
+        NK(nvrtcGetProgramLog(*prog, log));
+        fprintf(ptxas_v ? stdout : stderr, "%s\n", log);
+        free(log);
+    }
+    return rc;
+}
+
 /* Compiles src for the device's arch with the given name expressions and
  * loads them into fns (in order). */
 static void probe_build(CUdevice dev, const char *src, const char *const *names, int count, CUfunction *fns)
@@ -113,20 +136,10 @@ static void probe_build(CUdevice dev, const char *src, const char *const *names,
     int maj, min;
     CK(cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
     CK(cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    char arch[16];
+    snprintf(arch, sizeof arch, "sm_%d%d", maj, min);
     nvrtcProgram prog;
-    NK(nvrtcCreateProgram(&prog, src, "probe.cu", 0, NULL, NULL));
-    for (int i = 0; i < count; ++i) NK(nvrtcAddNameExpression(prog, names[i]));
-    char arch[32];
-    snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d%d", maj, min);
-    const char *opts[] = {arch, "-std=c++17"};
-    if (nvrtcCompileProgram(prog, 2, opts) != NVRTC_SUCCESS) {
-        size_t len;
-        nvrtcGetProgramLogSize(prog, &len);
-        char *log = malloc(len + 1);
-        nvrtcGetProgramLog(prog, log);
-        fprintf(stderr, "%s\n", log);
-        _exit(2);
-    }
+    if (probe_compile(src, names, count, arch, 0, &prog) != NVRTC_SUCCESS) _exit(2);
     size_t sz;
     NK(nvrtcGetCUBINSize(prog, &sz));
     char *cubin = malloc(sz);

@@ -52,6 +52,11 @@ cmake --build $B -j"$(nproc)" -- -k >"$OUT/build.log" 2>&1 || grep -E "error" "$
 summary=()
 LOG="$OUT/run.log"
 section() { printf '\n===== %s =====\n' "$*" >>"$LOG"; }
+# A copy of the templates with macro $1's default at $2 (bench/template_variant.sh;
+# its refusal printed, status non-zero), and the rest of a line run with it
+# and a cache of its own (the cache key hashes the templates anyway).
+variant_make() { rm -rf "/tmp/kjit-variant/$1-$2"; bench/template_variant.sh "/tmp/kjit-variant/$1-$2" "$1" "$2" 2>&1; }
+variant_env() { local m=$1 v=$2; shift 2; KJIT_TEMPLATE_DIR=/tmp/kjit-variant/$m-$v KJIT_CACHE_DIR=/tmp/kjit-variant-cache/$m-$v "$@"; }
 # The Python stages: the binding from this tree over the library just built.
 python_env() { export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}; }
 section info; $B/kjit info 2>&1 | tee -a "$LOG"
@@ -90,11 +95,10 @@ for s in $stages; do
     m=${KJIT_AB_MACRO:-} vals=${KJIT_AB_VALUES:-}
     [ -n "$m" ] && [ -n "$vals" ] || { summary+=("ab: set KJIT_AB_MACRO and KJIT_AB_VALUES"); continue; }
     # The variant of value $1 runs the rest of the line.
-    ab_env() { local v=$1; shift; KJIT_TEMPLATE_DIR=/tmp/kjit-ab/$m-$v KJIT_CACHE_DIR=/tmp/kjit-ab-cache/$m-$v "$@"; }
+    ab_env() { variant_env "$m" "$@"; }
     ref="" ab_ok=1
     for v in $vals; do
-      rm -rf "/tmp/kjit-ab/$m-$v"
-      err=$(bench/template_variant.sh "/tmp/kjit-ab/$m-$v" "$m" "$v" 2>&1) || { summary+=("ab: $err"); ab_ok=0; break; }
+      err=$(variant_make "$m" "$v") || { summary+=("ab: $err"); ab_ok=0; break; }
       section "ab bits, $m=$v"
       bits=$OUT/bits_$m-$v.txt
       rm -f "$bits"
@@ -212,11 +216,9 @@ for s in $stages; do
       ${KJIT_STEPPROBE_OPS:-norm_modulate} 2>&1 | tee -a "$LOG"
     summary+=("stream_probe rc=${PIPESTATUS[0]}")
     for v in ${KJIT_STEPPROBE_L2:-}; do
-      d=/tmp/kjit-stepprobe/l2-$v
-      rm -rf "$d"
-      err=$(bench/template_variant.sh "$d" KJIT_L2_HINT "$v" 2>&1) || { summary+=("stepprobe: $err"); break; }
+      err=$(variant_make KJIT_L2_HINT "$v") || { summary+=("stepprobe: $err"); break; }
       section "stream_probe, KJIT_L2_HINT=$v"
-      KJIT_TEMPLATE_DIR=$d KJIT_CACHE_DIR=/tmp/kjit-stepprobe/cache-$v python3 bench/stream_probe.py \
+      variant_env KJIT_L2_HINT "$v" python3 bench/stream_probe.py \
         --flush both --upstream both ${KJIT_STEPPROBE_OPS:-norm_modulate} 2>&1 | tee -a "$LOG"
       summary+=("stream_probe KJIT_L2_HINT=$v rc=${PIPESTATUS[0]}")
     done ;;
