@@ -1,0 +1,449 @@
+/* A norm_modulate forward whose rows are split over a thread-block cluster,
+ * as a probe (a measurement, not part of kjit): docs/PERF_NOTES.md, "the
+ * forward split over a cluster".
+ *
+ * Why: at 4097 rows the forward's time above a copy's is the table rows.
+ * Every SM reads every one of the R = 9 shift and scale rows (193 KB at
+ * H = 5376 bf16), ~27-35 MB of L2 reads beside the 88 MB of rows, with the
+ * L2 the busiest unit (norm_probe, 2026-12-01). Here CTA k of a cluster of
+ * CL CTAs owns the columns [k H / CL, (k + 1) H / CL) of every row for its
+ * whole life (a persistent grid), so it needs only its slice of w and of the
+ * tables (25.5 KB at CL = 8), copied once to shared memory (TAB 1) or read
+ * through the L1 (TAB 0). A row's sum of squares is reduced inside each CTA
+ * (warp butterflies, then its warps in order) and then over the cluster in
+ * rank order, so every row's bits depend on the shape alone (the order
+ * kjit's rule needs for batch invariance).
+ *
+ * Layout: TPG threads a row group (the CTA's GR = 672 / CL granules of 16
+ * bytes, rounded up to warps), RW row groups a CTA, RPT rows a thread, so a
+ * batch is B = RW * RPT rows. Cluster q of Q takes rows q, q + Q, q + 2Q, ...
+ * (neighbouring rows on neighbouring clusters), B at a time, with the next
+ * batch's x loaded before the current batch's exchange. Exchanges (SYNC):
+ *   1  each CTA's partial sums in its own shared memory, one cluster barrier,
+ *      then every thread reads the CL partials of its rows from the CTAs'
+ *      shared memory (ld.shared::cluster);
+ *   2  each CTA pushes its partials into every peer's shared memory
+ *      (st.async, completing bytes on the peer's mbarrier) and waits on its
+ *      own mbarrier: no cluster barrier, no fence;
+ *   0  no exchange (the CTA's own partial times CL: wrong unless CL = 1);
+ *      the difference to 1 and 2 is the exchange's cost.
+ * Checked: every variant is poisoned, run, and every element of every row
+ * compared with a double computation; then poisoned again, timed, and the
+ * timed launches' output compared the same way. A variant that should be
+ * right (SYNC 1 / 2, or CL = 1) above 1e-2 relative (floor 1e-3) is WRONG;
+ * one that should be wrong (SYNC 0 with CL > 1: the check's own control)
+ * within it means the check is BLIND; either makes the exit status 1.
+ * Timed as sol_probe times its kernels (events per iteration and inside a
+ * graph, rotating sets over 3x the L2). Floor: x read + out written over
+ * 4.25 TB/s; kjit's forward: bench_ops in the same call (run_device.sh
+ * cluster).
+ * Built as build/bench/cluster_fwd_probe.
+ * Usage: cluster_fwd_probe [ROWS...]      (default 4097 32768)
+ *        cluster_fwd_probe --compile-only (NVRTC for sm_90, no GPU: registers
+ *                                          and spills of every variant)
+ * CLUSTER_FWD_VARIANT=K runs only variant K (e.g. under ncu). */
+#include <cuda.h>
+#include <math.h>
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "probe_bf16.h"
+#include "probe_time.h"
+
+#define H 5376
+#define HG (H / 8)
+#define R 9
+#define EPS 1e-5
+#define PEAK_BW 4.25e12
+
+static const char *src =
+    "#define H 5376\n#define HG (H / 8)\n"
+    "__device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }\n"
+    "__device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }\n"
+    "__device__ __forceinline__ unsigned pk(float a, float b)\n"
+    "{ unsigned r; asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(b), \"f\"(a)); return r; }\n"
+    "__device__ __forceinline__ uint4 ld_x(const uint4 *p)\n"
+    "{ uint4 v; asm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\"\n"
+    "    : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p)); return v; }\n"
+    "__device__ __forceinline__ float sq4(uint4 v)\n"
+    "{ float a = lo(v.x) * lo(v.x) + hi(v.x) * hi(v.x), b = lo(v.y) * lo(v.y) + hi(v.y) * hi(v.y);\n"
+    "  float c = lo(v.z) * lo(v.z) + hi(v.z) * hi(v.z), d = lo(v.w) * lo(v.w) + hi(v.w) * hi(v.w);\n"
+    "  return (a + b) + (c + d); }\n"
+    "/* out = x * rstd * w * (1 + scale) + shift, two columns. */\n"
+    "__device__ __forceinline__ unsigned mod2(unsigned x, unsigned w, unsigned s, unsigned c, float rs)\n"
+    "{ return pk(lo(x) * rs * lo(w) * (1.f + lo(c)) + lo(s), hi(x) * rs * hi(w) * (1.f + hi(c)) + hi(s)); }\n"
+    "__device__ __forceinline__ uint4 mod8(uint4 x, uint4 w, uint4 s, uint4 c, float rs)\n"
+    "{ return make_uint4(mod2(x.x, w.x, s.x, c.x, rs), mod2(x.y, w.y, s.y, c.y, rs),\n"
+    "                    mod2(x.z, w.z, s.z, c.z, rs), mod2(x.w, w.w, s.w, c.w, rs)); }\n"
+    "__device__ __forceinline__ unsigned smem_addr(const void *p)\n"
+    "{ unsigned a; asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(a) : \"l\"(p)); return a; }\n"
+    "/* The shared::cluster address of local shared address a in the CTA of rank k. */\n"
+    "__device__ __forceinline__ unsigned peer(unsigned a, unsigned k)\n"
+    "{ unsigned r; asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(r) : \"r\"(a), \"r\"(k)); return r; }\n"
+    "__device__ __forceinline__ float ld_peer(unsigned a)\n"
+    "{ float v; asm volatile(\"ld.shared::cluster.f32 %0, [%1];\" : \"=f\"(v) : \"r\"(a) : \"memory\"); return v; }\n"
+    "__device__ __forceinline__ void cluster_sync()\n"
+    "{\n"
+    "    asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\");\n"
+    "    asm volatile(\"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n"
+    "}\n"
+    "/* v into a peer's shared memory (remote address a), completing 4 bytes on\n"
+    "   the peer's mbarrier (remote address bar). */\n"
+    "__device__ __forceinline__ void push(unsigned a, float v, unsigned bar)\n"
+    "{ asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\"\n"
+    "               :: \"r\"(a), \"r\"(__float_as_uint(v)), \"r\"(bar) : \"memory\"); }\n"
+    "__device__ __forceinline__ void bar_init(unsigned bar)\n"
+    "{ asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"(bar) : \"memory\"); }\n"
+    "__device__ __forceinline__ void bar_expect(unsigned bar, unsigned bytes)\n"
+    "{ asm volatile(\"{ .reg .b64 st; mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1; }\"\n"
+    "               :: \"r\"(bar), \"r\"(bytes) : \"memory\"); }\n"
+    "__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity)\n"
+    "{\n"
+    "    unsigned done = 0;\n"
+    "    while (!done)\n"
+    "        asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\"\n"
+    "                     \" selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(bar), \"r\"(parity) : \"memory\");\n"
+    "}\n"
+    "/* GR granules a CTA, TPG threads a row group; at least 768 threads an SM\n"
+    "   (MINB CTAs: at most 80 registers a thread). */\n"
+    "template <int CL, int RW> struct geo {\n"
+    "    static constexpr int GR = HG / CL, TPG = (GR + 31) / 32 * 32, MINB = 768 / (TPG * RW) > 1 ? 768 / (TPG * RW) : 1;\n"
+    "};\n"
+    "template <int CL, int RW, int RPT, int SYNC, int TAB>\n"
+    "__global__ void __launch_bounds__(geo<CL, RW>::TPG * RW, (geo<CL, RW>::MINB)) fwd(const uint4 *__restrict__ x, const uint4 *__restrict__ w,\n"
+    "    const uint4 *__restrict__ sh, const uint4 *__restrict__ sc, const int *__restrict__ idx,\n"
+    "    uint4 *__restrict__ out, long long n, int r, float eps)\n"
+    "{\n"
+    "    constexpr int GR = geo<CL, RW>::GR, TPG = geo<CL, RW>::TPG, NWG = TPG / 32, B = RW * RPT;\n"
+    "    static_assert(HG % CL == 0, \"CL divides the granules\");\n"
+    "    static_assert(B * CL <= TPG * RW, \"a thread for every (row, peer) of a batch\");\n"
+    "    extern __shared__ uint4 tab[]; /* TAB 1: w, shift[r], scale[r], this CTA's GR granules each */\n"
+    "    __shared__ float red[2][B][NWG];\n"
+    "    __shared__ __align__(8) float slot[2][CL][B]; /* [parity][source rank][row of the batch] */\n"
+    "    __shared__ __align__(8) unsigned long long bar[2];\n"
+    "    unsigned rank = 0;\n"
+    "    if (CL > 1) asm(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(rank));\n"
+    "    const int tid = threadIdx.x, rg = tid / TPG, t = tid % TPG, wi = t / 32, lane = t % 32;\n"
+    "    const bool mine = t < GR;\n"
+    "    const int g = rank * GR + t; /* the thread's granule of a row */\n"
+    "    const int Q = gridDim.x / CL, q = blockIdx.x / CL; /* (rows < 2^31: 32-bit row numbers) */\n"
+    "    const int nq = q < n ? (int)((n - q + Q - 1) / Q) : 0, nb = (nq + B - 1) / B;\n"
+    "    /* Batch k's rows: m = k B + j RW + rg of this cluster's, row q + m Q. */\n"
+    "    uint4 xa[RPT];\n"
+    "    int ia[RPT];\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < RPT; ++j) {\n"
+    "        const int m = j * RW + rg, row = q + m * Q;\n"
+    "        const bool ok = m < nq;\n"
+    "        ia[j] = ok ? idx[row] : 0;\n"
+    "        xa[j] = ok && mine ? ld_x(x + (long long)row * HG + g) : make_uint4(0, 0, 0, 0);\n"
+    "    }\n"
+    "    if (TAB) {\n"
+    "        for (int k = tid; k < (1 + 2 * r) * GR; k += TPG * RW) {\n"
+    "            const int tr = k / GR, col = k % GR; /* 0: w, 1..r: shift, r+1..2r: scale */\n"
+    "            const uint4 *s = tr == 0 ? w : tr <= r ? sh + (long long)(tr - 1) * HG : sc + (long long)(tr - 1 - r) * HG;\n"
+    "            tab[k] = __ldg(s + (long long)rank * GR + col);\n"
+    "        }\n"
+    "    }\n"
+    "    if (SYNC == 2 && tid == 0) {\n"
+    "        bar_init(smem_addr(&bar[0])), bar_init(smem_addr(&bar[1]));\n"
+    "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+    "    }\n"
+    "    /* The barriers set up in every CTA before any peer pushes. */\n"
+    "    if (CL > 1 && SYNC == 2) cluster_sync(); else __syncthreads();\n"
+    "    const uint4 wv = !mine ? make_uint4(0, 0, 0, 0) : TAB ? tab[t] : __ldg(w + g);\n"
+    "    for (int k = 0; k < nb; ++k) {\n"
+    "        const int par = k & 1;\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) {\n"
+    "            float s = sq4(xa[j]);\n"
+    "#pragma unroll\n"
+    "            for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);\n"
+    "            if (lane == 0) red[par][j * RW + rg][wi] = s;\n"
+    "        }\n"
+    "        __syncthreads();\n"
+    "        if (tid < (SYNC == 2 ? B * CL : B)) {\n"
+    "            const int b = tid % B, d = tid / B;\n"
+    "            float v = 0.f;\n"
+    "#pragma unroll\n"
+    "            for (int i = 0; i < NWG; ++i) v += red[par][b][i];\n"
+    "            if (SYNC == 2) push(peer(smem_addr(&slot[par][rank][b]), d), v, peer(smem_addr(&bar[par]), d));\n"
+    "            else slot[par][0][b] = v;\n"
+    "        }\n"
+    "        if (SYNC == 2 && tid == 0) bar_expect(smem_addr(&bar[par]), CL * B * 4);\n"
+    "        /* The next batch's rows, in flight during the exchange. */\n"
+    "        uint4 xb[RPT];\n"
+    "        int ib[RPT];\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) {\n"
+    "            const int m = (k + 1) * B + j * RW + rg, row = q + m * Q;\n"
+    "            const bool ok = m < nq;\n"
+    "            ib[j] = ok ? idx[row] : 0;\n"
+    "            xb[j] = ok && mine ? ld_x(x + (long long)row * HG + g) : make_uint4(0, 0, 0, 0);\n"
+    "        }\n"
+    "        if (SYNC == 1 && CL > 1) cluster_sync();\n"
+    "        else if (SYNC == 2) bar_wait(smem_addr(&bar[par]), (unsigned)(k >> 1) & 1u);\n"
+    "        else __syncthreads();\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) {\n"
+    "            const int b = j * RW + rg;\n"
+    "            float S = 0.f;\n"
+    "            if (SYNC == 1 && CL > 1) {\n"
+    "                const unsigned a = smem_addr(&slot[par][0][b]);\n"
+    "#pragma unroll\n"
+    "                for (int d = 0; d < CL; ++d) S += ld_peer(peer(a, d));\n"
+    "            } else if (SYNC == 2) {\n"
+    "#pragma unroll\n"
+    "                for (int d = 0; d < CL; ++d) S += slot[par][d][b];\n"
+    "            } else {\n"
+    "                S = CL * slot[par][0][b];\n"
+    "            }\n"
+    "            const int m = k * B + b, row = q + m * Q;\n"
+    "            if (m < nq && mine) {\n"
+    "                const float rs = rsqrtf(S * (1.0f / H) + eps);\n"
+    "                const int i = ia[j];\n"
+    "                const uint4 s = TAB ? tab[(1 + i) * GR + t] : __ldg(sh + i * HG + g);\n"
+    "                const uint4 c = TAB ? tab[(1 + r + i) * GR + t] : __ldg(sc + i * HG + g);\n"
+    "                out[(long long)row * HG + g] = mod8(xa[j], wv, s, c, rs);\n"
+    "            }\n"
+    "        }\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) xa[j] = xb[j], ia[j] = ib[j];\n"
+    "    }\n"
+    "    /* No CTA leaves while a peer may still read or push into its shared memory. */\n"
+    "    if (CL > 1 && SYNC) cluster_sync();\n"
+    "}\n";
+
+typedef struct { int cl, rw, rpt, sync, tab; } variant;
+
+static const variant VARIANTS[] = {
+    /* cl rw rpt sync tab */
+    /* eight CTAs: 96-thread row groups */
+    {8, 2, 2, 1, 1}, {8, 2, 4, 1, 1}, {8, 4, 2, 1, 1}, {8, 4, 4, 1, 1},
+    {8, 2, 2, 2, 1}, {8, 2, 4, 2, 1}, {8, 4, 2, 2, 1}, {8, 4, 4, 2, 1},
+    {8, 4, 4, 1, 0}, {8, 4, 4, 2, 0},
+    {8, 2, 4, 0, 1}, {8, 4, 4, 0, 1}, /* no exchange: what it costs */
+    /* four CTAs: 192-thread row groups */
+    {4, 1, 4, 1, 1}, {4, 2, 2, 1, 1}, {4, 2, 4, 1, 1}, {4, 1, 4, 2, 1}, {4, 2, 2, 2, 1}, {4, 2, 4, 2, 1},
+    {4, 2, 4, 0, 1},
+    /* two CTAs: 352-thread row groups (336 granules) */
+    {2, 1, 2, 1, 1}, {2, 1, 4, 1, 1}, {2, 1, 2, 2, 1}, {2, 1, 4, 2, 1},
+    /* one CTA a row (no cluster; the tables through the L1): the same code's baseline */
+    {1, 1, 2, 0, 0}, {1, 1, 4, 0, 0},
+};
+#define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
+
+static int threads_of(const variant *v) { return (HG / v->cl + 31) / 32 * 32 * v->rw; }
+static unsigned smem_of(const variant *v) { return v->tab ? (unsigned)((1 + 2 * R) * (HG / v->cl) * 16) : 0; }
+/* Whether the variant computes the right sums (SYNC 0 over a cluster does not). */
+static int exact(const variant *v) { return v->sync > 0 || v->cl == 1; }
+
+static void names(char out[NV][64], const char *ptr[NV])
+{
+    for (int i = 0; i < NV; ++i) {
+        const variant *v = &VARIANTS[i];
+        snprintf(out[i], 64, "fwd<%d, %d, %d, %d, %d>", v->cl, v->rw, v->rpt, v->sync, v->tab);
+        ptr[i] = out[i];
+    }
+}
+
+/* No GPU: compile every variant for sm_90 and print ptxas's registers and
+ * spills. 0 when all compile. */
+static int compile_only(void)
+{
+    char nm[NV][64];
+    const char *np[NV];
+    names(nm, np);
+    nvrtcProgram prog;
+    const nvrtcResult rc = probe_compile(src, np, NV, "sm_90", 1, &prog);
+    nvrtcDestroyProgram(&prog);
+    printf("cluster_fwd_probe: %s (%d variants)\n", rc == NVRTC_SUCCESS ? "every variant compiled for sm_90" : "compile failed", NV);
+    return rc == NVRTC_SUCCESS ? 0 : 1;
+}
+
+typedef struct { CUdeviceptr x, o; } set;
+typedef struct {
+    const variant *v;
+    CUfunction f;
+    const set *sets;
+    int nsets;
+    long long n, clusters;
+    CUdeviceptr w, sh, sc, idx;
+} run;
+
+/* clusters clusters of v->cl CTAs on the probe's stream (no cluster
+ * attribute for cl = 1); at is the attribute cfg points to. */
+static void launch_config(const variant *v, long long clusters, CUlaunchConfig *cfg, CUlaunchAttribute *at)
+{
+    memset(cfg, 0, sizeof *cfg);
+    memset(at, 0, sizeof *at);
+    at->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    at->value.clusterDim.x = (unsigned)v->cl, at->value.clusterDim.y = at->value.clusterDim.z = 1;
+    cfg->gridDimX = (unsigned)(clusters * v->cl), cfg->gridDimY = cfg->gridDimZ = 1;
+    cfg->blockDimX = (unsigned)threads_of(v), cfg->blockDimY = cfg->blockDimZ = 1;
+    cfg->sharedMemBytes = smem_of(v);
+    cfg->hStream = probe_stream;
+    cfg->attrs = at, cfg->numAttrs = v->cl > 1;
+}
+
+static void launch_run(const void *arg, int i)
+{
+    const run *q = arg;
+    const set *s = &q->sets[i % q->nsets];
+    long long n = q->n;
+    int r = R;
+    float eps = (float)EPS;
+    CUdeviceptr w = q->w, sh = q->sh, sc = q->sc, idx = q->idx;
+    void *args[] = {(void *)&s->x, &w, &sh, &sc, &idx, (void *)&s->o, &n, &r, &eps};
+    CUlaunchConfig cfg;
+    CUlaunchAttribute at;
+    launch_config(q->v, q->clusters, &cfg, &at);
+    CK(cuLaunchKernelEx(&cfg, q->f, args, NULL));
+}
+
+/* Set 0's output, every element, against want (the double computation
+ * rounded to float): the worst |got - want| / max(|want|, 1e-3), infinite
+ * where a value is NaN (left poisoned). */
+static double check(const run *q, const float *want, unsigned short *got)
+{
+    const size_t n = (size_t)q->n * H;
+    CK(cuMemcpyDtoH(got, q->sets[0].o, n * 2));
+    double worst = 0;
+    for (size_t j = 0; j < n; ++j) {
+        const double e = fabs(probe_bf(got[j]) - want[j]) / fmax(fabs(want[j]), 1e-3);
+        if (!(e <= worst)) worst = e != e ? INFINITY : e;
+    }
+    return worst;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "--compile-only")) return compile_only();
+    long long rows[8];
+    const int nrows = probe_rows("cluster_fwd_probe", argc, argv, 1 << 18, rows);
+    if (nrows < 0) return 2;
+    const char *only_s = getenv("CLUSTER_FWD_VARIANT");
+    char *end = NULL;
+    const long only = only_s ? strtol(only_s, &end, 10) : -1;
+    if (only_s && (*end || end == only_s || only < 0 || only >= NV)) {
+        fprintf(stderr, "cluster_fwd_probe: CLUSTER_FWD_VARIANT must be an integer in 0..%d, got '%s'\n", NV - 1, only_s);
+        return 2;
+    }
+    CUdevice dev;
+    int sms, l2;
+    const int rc = probe_start("cluster_fwd_probe", &dev, &sms, &l2);
+    if (rc) return rc;
+    static CUfunction fns[NV];
+    char nm[NV][64];
+    const char *np[NV];
+    names(nm, np);
+    probe_build(dev, src, np, NV, fns);
+    for (int i = 0; i < NV; ++i)
+        CK(cuFuncSetAttribute(fns[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem_of(&VARIANTS[i])));
+
+    const size_t tab_bytes = (size_t)R * H * 2;
+    unsigned short *hw = malloc(H * 2), *hsh = malloc(tab_bytes), *hsc = malloc(tab_bytes);
+    srand(12345);
+    for (int c = 0; c < H; ++c) hw[c] = probe_to_bf((float)(0.5 + (double)rand() / RAND_MAX));
+    for (size_t k = 0; k < (size_t)R * H; ++k) {
+        hsh[k] = probe_to_bf((float)(0.2 * ((double)rand() / RAND_MAX - 0.5)));
+        hsc[k] = probe_to_bf((float)(0.2 * ((double)rand() / RAND_MAX - 0.5)));
+    }
+    CUdeviceptr dw, dsh, dsc;
+    CK(cuMemAlloc(&dw, H * 2));
+    CK(cuMemAlloc(&dsh, tab_bytes));
+    CK(cuMemAlloc(&dsc, tab_bytes));
+    CK(cuMemcpyHtoD(dw, hw, H * 2));
+    CK(cuMemcpyHtoD(dsh, hsh, tab_bytes));
+    CK(cuMemcpyHtoD(dsc, hsc, tab_bytes));
+
+    printf("# cluster_fwd_probe: norm_modulate forwards split over a cluster (H %d bf16, R %d); events per iteration /"
+           " inside a graph, us; rotating sets > 3x the L2; floor = x read + out written / %.2f TB/s\n", H, R,
+           PEAK_BW / 1e12);
+    printf("%6s %2s %2s %3s %4s %3s %7s %4s %5s %8s %9s %9s %8s %9s\n", "rows", "CL", "RW", "RPT", "sync", "tab",
+           "threads", "regs", "local", "clusters", "events", "graph", "floor", "max_rel");
+    int failed = 0;
+    for (int ri = 0; ri < nrows; ++ri) {
+        const long long n = rows[ri];
+        const size_t elems = (size_t)n * H, bytes = elems * 2;
+        const double floor_us = 2.0 * (double)bytes / PEAK_BW * 1e6;
+        const int nsets = probe_nsets(l2, 2.0 * (double)bytes);
+        unsigned short *hx = malloc(bytes), *got = malloc(bytes);
+        int *hidx = malloc(sizeof(int) * (size_t)n);
+        float *want = malloc(sizeof(float) * elems);
+        for (size_t j = 0; j < elems; ++j) hx[j] = probe_to_bf((float)(4.0 * ((double)rand() / RAND_MAX - 0.5)));
+        for (long long i = 0; i < n; ++i) hidx[i] = rand() % R;
+        for (long long i = 0; i < n; ++i) {
+            const unsigned short *xr = hx + i * H;
+            double ss = 0;
+            for (int j = 0; j < H; ++j) ss += (double)probe_bf(xr[j]) * probe_bf(xr[j]);
+            const double rstd = 1 / sqrt(ss / H + EPS);
+            const size_t t = (size_t)hidx[i] * H;
+            for (int j = 0; j < H; ++j)
+                want[i * H + j] = (float)(probe_bf(xr[j]) * rstd * probe_bf(hw[j]) * (1 + (double)probe_bf(hsc[t + j])) +
+                                          probe_bf(hsh[t + j]));
+        }
+        set *sets = calloc((size_t)nsets, sizeof *sets);
+        for (int i = 0; i < nsets; ++i) {
+            CK(cuMemAlloc(&sets[i].x, bytes));
+            CK(cuMemAlloc(&sets[i].o, bytes));
+            CK(cuMemcpyHtoD(sets[i].x, hx, bytes));
+        }
+        CUdeviceptr didx;
+        CK(cuMemAlloc(&didx, sizeof(int) * (size_t)n));
+        CK(cuMemcpyHtoD(didx, hidx, sizeof(int) * (size_t)n));
+        for (int vi = 0; vi < NV; ++vi) {
+            if (only >= 0 && vi != only) continue;
+            const variant *v = &VARIANTS[vi];
+            run q = {v, fns[vi], sets, nsets, n, 0, dw, dsh, dsc, didx};
+            int regs, local, clusters = 0;
+            CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, q.f));
+            CK(cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, q.f));
+            if (v->cl > 1) {
+                CUlaunchConfig cfg;
+                CUlaunchAttribute at;
+                launch_config(v, 1, &cfg, &at);
+                if (cuOccupancyMaxActiveClusters(&clusters, q.f, &cfg) != CUDA_SUCCESS) clusters = 0;
+            } else {
+                int per_sm = 0;
+                CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, q.f, threads_of(v), smem_of(v)));
+                clusters = per_sm * sms;
+            }
+            if (clusters <= 0) {
+                printf("%6lld %2d %2d %3d %4d %3d %7d %4d %5d  does not fit on this GPU\n", n, v->cl, v->rw, v->rpt,
+                       v->sync, v->tab, threads_of(v), regs, local);
+                continue;
+            }
+            q.clusters = clusters;
+            /* On the probe's own (non-blocking) stream: a plain memset would not be ordered before it. */
+            CK(cuMemsetD8Async(sets[0].o, 0xff, bytes, probe_stream));
+            launch_run(&q, 0);
+            CK(cuStreamSynchronize(probe_stream));
+            double err = check(&q, want, got);
+            /* Set 0 poisoned again: the timed launches (the graph's last) must rewrite all of it. */
+            CK(cuMemsetD8Async(sets[0].o, 0xff, bytes, probe_stream));
+            const double te = probe_time_events(launch_run, &q), tg = probe_time_graph(launch_run, &q, nsets);
+            err = fmax(err, check(&q, want, got));
+            const int right = err <= 1e-2, bad = exact(v) ? !right : right;
+            failed += bad;
+            printf("%6lld %2d %2d %3d %4d %3d %7d %4d %5d %8d %9.1f %9.1f %8.1f %9.2e%s\n", n, v->cl, v->rw, v->rpt,
+                   v->sync, v->tab, threads_of(v), regs, local, clusters, te, tg, floor_us, err,
+                   !bad ? (exact(v) ? "" : "  (no exchange: wrong, as it should be)") : exact(v) ? "  WRONG" : "  BLIND");
+            fflush(stdout);
+        }
+        for (int i = 0; i < nsets; ++i) {
+            CK(cuMemFree(sets[i].x));
+            CK(cuMemFree(sets[i].o));
+        }
+        CK(cuMemFree(didx));
+        free(sets), free(hx), free(got), free(hidx), free(want);
+    }
+    CK(cuMemFree(dw));
+    CK(cuMemFree(dsh));
+    CK(cuMemFree(dsc));
+    free(hw), free(hsh), free(hsc);
+    if (failed) fprintf(stderr, "cluster_fwd_probe: %d variant(s) WRONG or BLIND\n", failed);
+    return failed ? 1 : 0;
+}
