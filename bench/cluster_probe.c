@@ -7,13 +7,16 @@
  * one thread a 16-byte granule of 8 columns. Rows go B at a time: each thread
  * loads its granule of x, dy and the row's scale, the CTA reduces each row's
  * two sums (sum x^2, sum g x with g = dy * w * (1 + scale)) over its columns
- * (warp butterflies, then the warps in order), then every CTA reads the eight
- * CTAs' sums through distributed shared memory in rank order after one
- * cluster barrier per batch (SYNC = 0 skips the barrier and the remote reads:
- * wrong results; the difference is what this exchange costs, with the
- * barrier's release / acquire, a memory fence and an L1 invalidate in SASS:
- * one mechanism's cost, a push through st.async and an mbarrier would have
- * neither). Each thread writes dx
+ * (warp butterflies, then the warps in order), then the eight CTAs' sums are
+ * exchanged and added in rank order (SYNC):
+ *   1  every CTA reads them through distributed shared memory after one
+ *      cluster barrier per batch (its release / acquire is a memory fence
+ *      and an L1 invalidate in SASS);
+ *   2  every CTA pushes its sums into each peer's shared memory (st.async,
+ *      completing bytes on the peer's mbarrier) and waits on its own
+ *      mbarrier: no cluster barrier, no fence (the same bits as 1);
+ *   0  no exchange (the CTA's own sums times 8: wrong results; the
+ *      difference is what the exchange costs). Each thread writes dx
  * and adds dy, dy * xhat * w and dy * xhat * (1 + scale) into the shared-
  * memory accumulators of the row's table row (R x 3 x 672 fp32, rows in
  * order); at the chunk's end they are written out as the chunk's partials
@@ -21,10 +24,11 @@
  * not timed: it is the same kernel shape as kjit's.
  *
  * Timed as sol_probe times its kernels (events per iteration and inside a
- * graph, rotating sets over 3x the L2), for B = 1, 2, 4, 8, 16, SYNC 0 / 1
- * and C = 16, 32; every SYNC = 1 variant's dx (every row, poisoned first)
- * and partials (every chunk) are checked against a double computation
- * before and after its timed launches, and any wrong one makes the exit
+ * graph, rotating sets over 3x the L2), for B = 1, 2, 4, 8, 16, SYNC 0 / 1 / 2
+ * and C = 16, 32; every variant's dx (every row) and partials (every chunk)
+ * are poisoned and checked against a double computation after one launch
+ * and after its timed launches. A SYNC 1 / 2 variant above 1e-2 is WRONG, a
+ * SYNC 0 one within it means the check is BLIND; either makes the exit
  * status 1. The floor is the rows'
  * bytes (x, dy read, dx written) over 4.25 TB/s; kjit's main backward kernel
  * took 40.5 us at 4097 rows under ncu (2026-12-01).
@@ -88,14 +92,35 @@ static const char *src =
     "    asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\");\n"
     "    asm volatile(\"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n"
     "}\n"
+    "/* The shared::cluster address of local shared address a in the CTA of rank k. */\n"
+    "__device__ __forceinline__ unsigned peer(unsigned a, unsigned k)\n"
+    "{ unsigned r; asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(r) : \"r\"(a), \"r\"(k)); return r; }\n"
+    "/* (u, v) into a peer's shared memory (remote address a, 8-byte aligned),\n"
+    "   completing 8 bytes on the peer's mbarrier (remote address bar). */\n"
+    "__device__ __forceinline__ void push2(unsigned a, float u, float v, unsigned bar)\n"
+    "{ asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];\"\n"
+    "               :: \"r\"(a), \"r\"(__float_as_uint(u)), \"r\"(__float_as_uint(v)), \"r\"(bar) : \"memory\"); }\n"
+    "__device__ __forceinline__ void bar_init(unsigned bar)\n"
+    "{ asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"(bar) : \"memory\"); }\n"
+    "__device__ __forceinline__ void bar_expect(unsigned bar, unsigned bytes)\n"
+    "{ asm volatile(\"{ .reg .b64 st; mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1; }\"\n"
+    "               :: \"r\"(bar), \"r\"(bytes) : \"memory\"); }\n"
+    "__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity)\n"
+    "{\n"
+    "    unsigned done = 0;\n"
+    "    while (!done)\n"
+    "        asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\"\n"
+    "                     \" selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(bar), \"r\"(parity) : \"memory\");\n"
+    "}\n"
     "template <int B, int SYNC>\n"
     "__global__ void __launch_bounds__(THREADS) bwd(const uint4 *__restrict__ x, const uint4 *__restrict__ dy,\n"
     "    uint4 *__restrict__ dx, const uint4 *__restrict__ scale, const uint4 *__restrict__ w,\n"
     "    const int *__restrict__ idx, float *__restrict__ partial, long long n, long long rpc, int r, float eps)\n"
     "{\n"
     "    extern __shared__ float acc[]; /* [r][3][COLS] */\n"
-    "    __shared__ float red[NW][B][2];\n"
-    "    __shared__ __align__(8) float slot[2][B][2];\n"
+    "    __shared__ float red[2][NW][B][2];\n"
+    "    __shared__ __align__(8) float slot[2][CL][B][2]; /* [parity][source rank (SYNC 2; else 0)][row][sum] */\n"
+    "    __shared__ __align__(8) unsigned long long bar[2];\n"
     "    unsigned rank;\n"
     "    asm(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(rank));\n"
     "    const long long c = blockIdx.x / CL;\n"
@@ -105,10 +130,15 @@ static const char *src =
     "    for (int i = t; i < r * 3 * COLS; i += THREADS) acc[i] = 0.f;\n"
     "    float wv[8];\n"
     "    unpack(mine ? w[g] : make_uint4(0, 0, 0, 0), wv);\n"
-    "    __syncthreads();\n"
+    "    if (SYNC == 2 && t == 0) {\n"
+    "        bar_init(smem_addr(&bar[0])), bar_init(smem_addr(&bar[1]));\n"
+    "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+    "    }\n"
+    "    /* SYNC 2: every CTA's barriers set up before any peer pushes. */\n"
+    "    if (SYNC == 2) cluster_sync(); else __syncthreads();\n"
     "    const long long r0 = c * rpc, r1 = min(n, r0 + rpc);\n"
-    "    int par = 0;\n"
-    "    for (long long base = r0; base < r1; base += B, par ^= 1) {\n"
+    "    int par = 0, it = 0; /* bar[par]'s phase: it / 2 */\n"
+    "    for (long long base = r0; base < r1; base += B, par ^= 1, ++it) {\n"
     "        uint4 xq[B], dq[B], sq[B]; /* packed: 12 registers a row */\n"
     "        float s2[B], gx[B];\n"
     "        int id[B];\n"
@@ -132,7 +162,7 @@ static const char *src =
     "            }\n"
     "#pragma unroll\n"
     "            for (int o = 16; o; o >>= 1) { p += __shfl_xor_sync(~0u, p, o); q += __shfl_xor_sync(~0u, q, o); }\n"
-    "            if (lane == 0) red[wp][b][0] = p, red[wp][b][1] = q;\n"
+    "            if (lane == 0) red[par][wp][b][0] = p, red[par][wp][b][1] = q;\n"
     "        }\n"
     "        /* Opaque to the compiler: the rows stay packed (12 registers a row)\n"
     "         * instead of unpacked floats living across the exchange. */\n"
@@ -142,22 +172,36 @@ static const char *src =
     "                         \"+r\"(dq[b].x), \"+r\"(dq[b].y), \"+r\"(dq[b].z), \"+r\"(dq[b].w),\n"
     "                         \"+r\"(sq[b].x), \"+r\"(sq[b].y), \"+r\"(sq[b].z), \"+r\"(sq[b].w));\n"
     "        __syncthreads();\n"
-    "        if (t < 2 * B) {\n"
-    "            float v = 0.f;\n"
-    "            for (int k = 0; k < NW; ++k) v += red[k][t >> 1][t & 1];\n"
-    "            slot[par][t >> 1][t & 1] = v;\n"
+    "        if (SYNC == 2) {\n"
+    "            /* Each (row, peer) pair: the CTA's two sums pushed into the peer's slot for this rank. */\n"
+    "            for (int e = t; e < B * CL; e += THREADS) {\n"
+    "                const int b = e % B, d = e / B;\n"
+    "                float u = 0.f, v = 0.f;\n"
+    "                for (int k = 0; k < NW; ++k) u += red[par][k][b][0], v += red[par][k][b][1];\n"
+    "                push2(peer(smem_addr(&slot[par][rank][b][0]), d), u, v, peer(smem_addr(&bar[par]), d));\n"
+    "            }\n"
+    "            if (t == 0) bar_expect(smem_addr(&bar[par]), CL * B * 8);\n"
+    "            bar_wait(smem_addr(&bar[par]), (unsigned)(it >> 1) & 1u);\n"
+    "        } else {\n"
+    "            if (t < 2 * B) {\n"
+    "                float v = 0.f;\n"
+    "                for (int k = 0; k < NW; ++k) v += red[par][k][t >> 1][t & 1];\n"
+    "                slot[par][0][t >> 1][t & 1] = v;\n"
+    "            }\n"
+    "            if (SYNC) cluster_sync(); else __syncthreads();\n"
     "        }\n"
-    "        if (SYNC) cluster_sync(); else __syncthreads();\n"
     "#pragma unroll\n"
     "        for (int b = 0; b < B; ++b) {\n"
     "            float S = 0.f, Q = 0.f;\n"
-    "            if (SYNC) {\n"
+    "            if (SYNC == 1) {\n"
     "                for (unsigned k = 0; k < CL; ++k) {\n"
-    "                    const float2 v = ld_remote2(smem_addr(&slot[par][b][0]), k);\n"
+    "                    const float2 v = ld_remote2(smem_addr(&slot[par][0][b][0]), k);\n"
     "                    S += v.x, Q += v.y;\n"
     "                }\n"
+    "            } else if (SYNC == 2) {\n"
+    "                for (int k = 0; k < CL; ++k) S += slot[par][k][b][0], Q += slot[par][k][b][1];\n"
     "            } else {\n"
-    "                S = CL * slot[par][b][0], Q = CL * slot[par][b][1];\n"
+    "                S = CL * slot[par][0][b][0], Q = CL * slot[par][0][b][1];\n"
     "            }\n"
     "            s2[b] = S, gx[b] = Q;\n"
     "        }\n"
@@ -194,15 +238,16 @@ static const int C_VALUES[] = {16, 32};
 #define NBV 5
 #define NC 2
 
-static CUfunction fns[NBV][2];
+#define NS 3 /* SYNC 0, 1, 2 */
+static CUfunction fns[NBV][NS];
 
 /* The kernels' name expressions, in fns' order, and pointers to them. */
-static void names(char out[NBV * 2][48], const char *ptr[NBV * 2])
+static void names(char out[NBV * NS][48], const char *ptr[NBV * NS])
 {
     for (int b = 0; b < NBV; ++b)
-        for (int s = 0; s < 2; ++s) {
-            snprintf(out[b * 2 + s], 48, "bwd<%d, %d>", B_VALUES[b], s);
-            ptr[b * 2 + s] = out[b * 2 + s];
+        for (int s = 0; s < NS; ++s) {
+            snprintf(out[b * NS + s], 48, "bwd<%d, %d>", B_VALUES[b], s);
+            ptr[b * NS + s] = out[b * NS + s];
         }
 }
 
@@ -210,11 +255,11 @@ static void names(char out[NBV * 2][48], const char *ptr[NBV * 2])
  * spills. 0 when all compile. */
 static int compile_only(void)
 {
-    char nm[NBV * 2][48];
-    const char *np[NBV * 2];
+    char nm[NBV * NS][48];
+    const char *np[NBV * NS];
     names(nm, np);
     nvrtcProgram prog;
-    const nvrtcResult rc = probe_compile(src, np, NBV * 2, "sm_90", 1, &prog);
+    const nvrtcResult rc = probe_compile(src, np, NBV * NS, "sm_90", 1, &prog);
     nvrtcDestroyProgram(&prog);
     printf("cluster_probe: %s\n", rc == NVRTC_SUCCESS ? "every variant compiled for sm_90" : "compile failed");
     return rc == NVRTC_SUCCESS ? 0 : 1;
@@ -298,6 +343,14 @@ static void reference_free(reference *rf)
     for (int ci = 0; ci < NC; ++ci) free(rf->part[ci]);
 }
 
+/* Every set's dx and the partials set to NaN (0xff bytes), on the probe's
+ * own (non-blocking) stream: a plain memset would not be ordered before it. */
+static void poison(const run *q)
+{
+    for (int i = 0; i < q->nsets; ++i) CK(cuMemsetD8Async(q->sets[i].dx, 0xff, (size_t)q->n * H * 2, probe_stream));
+    CK(cuMemsetD8Async(q->partial, 0xff, sizeof(float) * (size_t)q->chunks * R * 3 * H, probe_stream));
+}
+
 /* Set 0's dx (every row) and the last launch's partials (every chunk: every
  * set holds the same inputs) against rf; the worst of max |err| / max |ref|
  * over dx and over the partials. */
@@ -333,11 +386,11 @@ int main(int argc, char **argv)
     int sms, l2;
     const int rc = probe_start("cluster_probe", &dev, &sms, &l2);
     if (rc) return rc;
-    char nm[NBV * 2][48];
-    const char *np[NBV * 2];
+    char nm[NBV * NS][48];
+    const char *np[NBV * NS];
     names(nm, np);
-    probe_build(dev, src, np, NBV * 2, &fns[0][0]);
-    for (int i = 0; i < NBV * 2; ++i)
+    probe_build(dev, src, np, NBV * NS, &fns[0][0]);
+    for (int i = 0; i < NBV * NS; ++i)
         CK(cuFuncSetAttribute((&fns[0][0])[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)ACC_BYTES));
     printf("# cluster_probe: a sort-free norm_modulate backward (H %d bf16, R %d, clusters of %d CTAs of %d threads,"
            " %.1f KB of accumulators a CTA); events per iteration / inside a graph, us; floor = x, dy read + dx written"
@@ -380,7 +433,7 @@ int main(int argc, char **argv)
         CK(cuMemcpyHtoD(idx, hidx, sizeof(int) * (size_t)n));
         for (int ci = 0; ci < NC; ++ci)
             for (int b = 0; b < NBV; ++b)
-                for (int s = 1; s >= 0; --s) {
+                for (int s = NS - 1; s >= 0; --s) {
                     run q = {fns[b][s], sets, nsets, C_VALUES[ci], scale, w, idx, partial, n};
                     int regs, local, clusters = -1;
                     CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, q.f));
@@ -389,25 +442,21 @@ int main(int argc, char **argv)
                     CUlaunchAttribute at;
                     launch_config(q.chunks, &cfg, &at);
                     if (cuOccupancyMaxActiveClusters(&clusters, q.f, &cfg) != CUDA_SUCCESS) clusters = -1;
-                    /* The exchange's results, poisoned first, once alone and once
-                     * after the timed launches (SYNC 0 computes wrong sums on
-                     * purpose: not checked). */
-                    double err = -1;
-                    if (s) {
-                        /* On the probe's own (non-blocking) stream: a plain memset would not be ordered before it. */
-                        for (int i = 0; i < nsets; ++i) CK(cuMemsetD8Async(sets[i].dx, 0xff, bytes, probe_stream));
-                        CK(cuMemsetD8Async(partial, 0xff, sizeof(float) * (size_t)C_VALUES[NC - 1] * R * 3 * H,
-                                           probe_stream));
-                        launch_run(&q, 0);
-                        CK(cuStreamSynchronize(probe_stream));
-                        err = check(&q, &rf, ci);
-                    }
+                    /* The results, poisoned first, once alone and once from the
+                     * timed launches (poisoned again before them). SYNC 0
+                     * computes wrong sums on purpose: the check's control. */
+                    poison(&q);
+                    launch_run(&q, 0);
+                    CK(cuStreamSynchronize(probe_stream));
+                    double err = check(&q, &rf, ci);
+                    poison(&q);
                     const double te = probe_time_events(launch_run, &q), tg = probe_time_graph(launch_run, &q, nsets);
-                    if (s) err = fmax(err, check(&q, &rf, ci));
-                    const int wrong = s && !(err <= 1e-2);
-                    failed += wrong;
+                    err = fmax(err, check(&q, &rf, ci));
+                    const int right = err <= 1e-2, bad = s ? !right : right;
+                    failed += bad;
                     printf("%6lld %3d %3d %4d %5d %6d %8d %9.1f %9.1f %8.1f %9.2e%s%s\n", n, q.chunks, B_VALUES[b], s,
-                           regs, local, clusters, te, tg, floor_us, err, wrong ? "  WRONG" : "",
+                           regs, local, clusters, te, tg, floor_us, err,
+                           !bad ? (s ? "" : "  (no exchange: wrong, as it should be)") : s ? "  WRONG" : "  BLIND",
                            clusters >= 0 && clusters < q.chunks ? "  (more clusters than fit at once)" : "");
                     fflush(stdout);
                 }
@@ -423,6 +472,6 @@ int main(int argc, char **argv)
         free(sets), free(hx), free(hdy), free(hs), free(hw), free(hidx);
         reference_free(&rf);
     }
-    if (failed) fprintf(stderr, "cluster_probe: %d variant(s) computed wrong results\n", failed);
+    if (failed) fprintf(stderr, "cluster_probe: %d variant(s) WRONG or BLIND\n", failed);
     return failed ? 1 : 0;
 }
