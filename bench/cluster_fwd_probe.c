@@ -32,7 +32,8 @@
  * timed launches' output compared the same way. A variant that should be
  * right (SYNC 1 / 2, or CL = 1) above 1e-2 relative (floor 1e-3) is WRONG;
  * one that should be wrong (SYNC 0 with CL > 1: the check's own control)
- * within it means the check is BLIND; either makes the exit status 1.
+ * within it (or left poisoned, which tests nothing) means the check is
+ * BLIND; either, or a variant that does not fit, makes the exit status 1.
  * Timed as sol_probe times its kernels (events per iteration and inside a
  * graph, rotating sets over 3x the L2). Floor: x read + out written over
  * 4.25 TB/s; kjit's forward: bench_ops in the same call (run_device.sh
@@ -106,8 +107,8 @@ static const char *src =
     "        asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\"\n"
     "                     \" selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(bar), \"r\"(parity) : \"memory\");\n"
     "}\n"
-    "/* GR granules a CTA, TPG threads a row group; at least 768 threads an SM\n"
-    "   (MINB CTAs: at most 80 registers a thread). */\n"
+    "/* GR granules a CTA, TPG threads a row group; MINB CTAs an SM where 768\n"
+    "   threads make two or more (at most 80 registers a thread there). */\n"
     "template <int CL, int RW> struct geo {\n"
     "    static constexpr int GR = HG / CL, TPG = (GR + 31) / 32 * 32, MINB = 768 / (TPG * RW) > 1 ? 768 / (TPG * RW) : 1;\n"
     "};\n"
@@ -212,7 +213,9 @@ static const char *src =
     "#pragma unroll\n"
     "        for (int j = 0; j < RPT; ++j) xa[j] = xb[j], ia[j] = ib[j];\n"
     "    }\n"
-    "    /* No CTA leaves while a peer may still read or push into its shared memory. */\n"
+    "    /* SYNC 1: no CTA leaves while a peer may still read its slots. (SYNC 2\n"
+    "       needs no barrier here: a CTA's last wait ends only after every push\n"
+    "       into it has landed; it is kept for symmetry.) */\n"
     "    if (CL > 1 && SYNC) cluster_sync();\n"
     "}\n";
 
@@ -394,6 +397,9 @@ int main(int argc, char **argv)
         CUdeviceptr didx;
         CK(cuMemAlloc(&didx, sizeof(int) * (size_t)n));
         CK(cuMemcpyHtoD(didx, hidx, sizeof(int) * (size_t)n));
+        /* The uploads above ran on the legacy stream; the kernels run on the
+         * probe's non-blocking one, which does not wait for them. */
+        CK(cuCtxSynchronize());
         for (int vi = 0; vi < NV; ++vi) {
             if (only >= 0 && vi != only) continue;
             const variant *v = &VARIANTS[vi];
@@ -412,8 +418,10 @@ int main(int argc, char **argv)
                 clusters = per_sm * sms;
             }
             if (clusters <= 0) {
-                printf("%6lld %2d %2d %3d %4d %3d %7d %4d %5d  does not fit on this GPU\n", n, v->cl, v->rw, v->rpt,
+                /* A failure: the variant list must fit (a control left out would leave the check untested). */
+                printf("%6lld %2d %2d %3d %4d %3d %7d %4d %5d  DOES NOT FIT on this GPU\n", n, v->cl, v->rw, v->rpt,
                        v->sync, v->tab, threads_of(v), regs, local);
+                failed++;
                 continue;
             }
             q.clusters = clusters;
@@ -426,7 +434,8 @@ int main(int argc, char **argv)
             CK(cuMemsetD8Async(sets[0].o, 0xff, bytes, probe_stream));
             const double te = probe_time_events(launch_run, &q), tg = probe_time_graph(launch_run, &q, nsets);
             err = fmax(err, check(&q, want, got));
-            const int right = err <= 1e-2, bad = exact(v) ? !right : right;
+            /* A control must come out wrong with finite values: left poisoned (infinite) proves nothing of the check. */
+            const int right = err <= 1e-2, bad = exact(v) ? !right : right || !isfinite(err);
             failed += bad;
             printf("%6lld %2d %2d %3d %4d %3d %7d %4d %5d %8d %9.1f %9.1f %8.1f %9.2e%s\n", n, v->cl, v->rw, v->rpt,
                    v->sync, v->tab, threads_of(v), regs, local, clusters, te, tg, floor_us, err,

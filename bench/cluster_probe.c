@@ -28,8 +28,8 @@
  * and C = 16, 32; every variant's dx (every row) and partials (every chunk)
  * are poisoned and checked against a double computation after one launch
  * and after its timed launches. A SYNC 1 / 2 variant above 1e-2 is WRONG, a
- * SYNC 0 one within it means the check is BLIND; either makes the exit
- * status 1. The floor is the rows'
+ * SYNC 0 one within it (or left poisoned, which tests nothing) means the
+ * check is BLIND; either makes the exit status 1. The floor is the rows'
  * bytes (x, dy read, dx written) over 4.25 TB/s; kjit's main backward kernel
  * took 40.5 us at 4097 rows under ncu (2026-12-01).
  * Built as build/bench/cluster_probe; run by bench/run_device.sh cluster.
@@ -431,6 +431,9 @@ int main(int argc, char **argv)
         CK(cuMemcpyHtoD(scale, hs, (size_t)R * H * 2));
         CK(cuMemcpyHtoD(w, hw, H * 2));
         CK(cuMemcpyHtoD(idx, hidx, sizeof(int) * (size_t)n));
+        /* The uploads above ran on the legacy stream; the kernels run on the
+         * probe's non-blocking one, which does not wait for them. */
+        CK(cuCtxSynchronize());
         for (int ci = 0; ci < NC; ++ci)
             for (int b = 0; b < NBV; ++b)
                 for (int s = NS - 1; s >= 0; --s) {
@@ -452,7 +455,8 @@ int main(int argc, char **argv)
                     poison(&q);
                     const double te = probe_time_events(launch_run, &q), tg = probe_time_graph(launch_run, &q, nsets);
                     err = fmax(err, check(&q, &rf, ci));
-                    const int right = err <= 1e-2, bad = s ? !right : right;
+                    /* A control must come out wrong with finite values: left poisoned proves nothing of the check. */
+                    const int right = err <= 1e-2, bad = s ? !right : right || !isfinite(err);
                     failed += bad;
                     printf("%6lld %3d %3d %4d %5d %6d %8d %9.1f %9.1f %8.1f %9.2e%s%s\n", n, q.chunks, B_VALUES[b], s,
                            regs, local, clusters, te, tg, floor_us, err,

@@ -265,6 +265,7 @@ int main(int argc, char **argv)
             }
         }
         CK(cuMemcpyHtoD(didx, hidx, (size_t)n * sizeof(int)));
+        CK(cuCtxSynchronize()); /* the upload (legacy stream) before the probe's non-blocking stream reads it */
         printf("# index pattern: %s\n", pat ? "runs (H3)" : "uniform");
         for (int vi = 0; vi < NV; ++vi)
         for (int carve = -1; carve <= 0; ++carve) {
@@ -284,7 +285,7 @@ int main(int argc, char **argv)
             const run r = {v, fns[vi], sets, nsets, n, grid, dw, dsh, dsc, didx, smem};
             double max_rel = -1;
             if (v->tab && v->red) {
-                CK(cuMemsetD8(sets[0].o, 0xff, bytes)); /* poison: NaN bf16 */
+                CK(cuMemsetD8Async(sets[0].o, 0xff, bytes, probe_stream)); /* poison: NaN bf16, ordered before the launch */
                 launch_run(&r, 0);
                 CK(cuStreamSynchronize(probe_stream));
                 CK(cuMemcpyDtoH(ho, sets[0].o, bytes));
