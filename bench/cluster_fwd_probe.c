@@ -17,8 +17,13 @@
  * Layout: TPG threads a row group (the CTA's GR = 672 / CL granules of 16
  * bytes, rounded up to warps), RW row groups a CTA, RPT rows a thread, so a
  * batch is B = RW * RPT rows. Cluster q of Q takes rows q, q + Q, q + 2Q, ...
- * (neighbouring rows on neighbouring clusters), B at a time, with the next
- * batch's x loaded before the current batch's exchange. Exchanges (SYNC):
+ * (neighbouring rows on neighbouring clusters), B at a time. The rows come
+ * in (ST) either into registers, the next batch's loads issued before the
+ * current batch's exchange (ST 0), or through a ring of ST stages in shared
+ * memory, one bulk copy (cp.async.bulk, the async proxy) per row slice
+ * issued by thread 0 ST batches ahead and counted on the stage's mbarrier;
+ * a stage is refilled as soon as every thread has its rows in registers
+ * (no registers held for the rows in flight). Exchanges (SYNC):
  *   1  each CTA's partial sums in its own shared memory, one cluster barrier,
  *      then every thread reads the CL partials of its rows from the CTAs'
  *      shared memory (ld.shared::cluster);
@@ -107,12 +112,17 @@ static const char *src =
     "        asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\"\n"
     "                     \" selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(bar), \"r\"(parity) : \"memory\");\n"
     "}\n"
+    "/* bytes of global memory at src into local shared memory at dst (16-byte\n"
+    "   aligned, a multiple of 16), completing them on the mbarrier at bar. */\n"
+    "__device__ __forceinline__ void bulk_load(unsigned dst, const void *src, unsigned bytes, unsigned bar)\n"
+    "{ asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\"\n"
+    "               :: \"r\"(dst), \"l\"(src), \"r\"(bytes), \"r\"(bar) : \"memory\"); }\n"
     "/* GR granules a CTA, TPG threads a row group; MINB CTAs an SM where 768\n"
     "   threads make two or more (at most 80 registers a thread there). */\n"
     "template <int CL, int RW> struct geo {\n"
     "    static constexpr int GR = HG / CL, TPG = (GR + 31) / 32 * 32, MINB = 768 / (TPG * RW) > 1 ? 768 / (TPG * RW) : 1;\n"
     "};\n"
-    "template <int CL, int RW, int RPT, int SYNC, int TAB>\n"
+    "template <int CL, int RW, int RPT, int SYNC, int TAB, int ST>\n"
     "__global__ void __launch_bounds__(geo<CL, RW>::TPG * RW, (geo<CL, RW>::MINB)) fwd(const uint4 *__restrict__ x, const uint4 *__restrict__ w,\n"
     "    const uint4 *__restrict__ sh, const uint4 *__restrict__ sc, const int *__restrict__ idx,\n"
     "    uint4 *__restrict__ out, long long n, int r, float eps)\n"
@@ -120,7 +130,9 @@ static const char *src =
     "    constexpr int GR = geo<CL, RW>::GR, TPG = geo<CL, RW>::TPG, NWG = TPG / 32, B = RW * RPT;\n"
     "    static_assert(HG % CL == 0, \"CL divides the granules\");\n"
     "    static_assert(B * CL <= TPG * RW, \"a thread for every (row, peer) of a batch\");\n"
-    "    extern __shared__ uint4 tab[]; /* TAB 1: w, shift[r], scale[r], this CTA's GR granules each */\n"
+    "    extern __shared__ uint4 tab[]; /* TAB 1: w, shift[r], scale[r], this CTA's GR granules each; then the ring */\n"
+    "    uint4 *const ring = tab + (TAB ? (1 + 2 * r) * GR : 0); /* ST > 0: [ST][B][GR] */\n"
+    "    __shared__ __align__(8) unsigned long long full[ST > 0 ? ST : 1];\n"
     "    __shared__ float red[2][B][NWG];\n"
     "    __shared__ __align__(8) float slot[2][CL][B]; /* [parity][source rank][row of the batch] */\n"
     "    __shared__ __align__(8) unsigned long long bar[2];\n"
@@ -139,8 +151,20 @@ static const char *src =
     "        const int m = j * RW + rg, row = q + m * Q;\n"
     "        const bool ok = m < nq;\n"
     "        ia[j] = ok ? idx[row] : 0;\n"
-    "        xa[j] = ok && mine ? ld_x(x + (long long)row * HG + g) : make_uint4(0, 0, 0, 0);\n"
+    "        xa[j] = !ST && ok && mine ? ld_x(x + (long long)row * HG + g) : make_uint4(0, 0, 0, 0);\n"
     "    }\n"
+    "    /* ST > 0: thread 0 loads batch kk's slices of its rows into stage kk % ST\n"
+    "       (one bulk copy a row, GR * 16 contiguous bytes), counted on full[stage]. */\n"
+    "    auto issue = [&](int kk) {\n"
+    "        const int nv = min(B, nq - kk * B), st = ST ? kk % ST : 0;\n"
+    "        if (nv <= 0) return;\n"
+    "        const unsigned fb = smem_addr(&full[st]);\n"
+    "        bar_expect(fb, (unsigned)(nv * GR * 16));\n"
+    "        for (int b = 0; b < nv; ++b) {\n"
+    "            const int row = q + (kk * B + b) * Q;\n"
+    "            bulk_load(smem_addr(ring + (st * B + b) * GR), x + (long long)row * HG + (long long)rank * GR, GR * 16, fb);\n"
+    "        }\n"
+    "    };\n"
     "    if (TAB) {\n"
     "        for (int k = tid; k < (1 + 2 * r) * GR; k += TPG * RW) {\n"
     "            const int tr = k / GR, col = k % GR; /* 0: w, 1..r: shift, r+1..2r: scale */\n"
@@ -148,15 +172,25 @@ static const char *src =
     "            tab[k] = __ldg(s + (long long)rank * GR + col);\n"
     "        }\n"
     "    }\n"
-    "    if (SYNC == 2 && tid == 0) {\n"
-    "        bar_init(smem_addr(&bar[0])), bar_init(smem_addr(&bar[1]));\n"
+    "    if ((SYNC == 2 || ST) && tid == 0) {\n"
+    "        if (SYNC == 2) bar_init(smem_addr(&bar[0])), bar_init(smem_addr(&bar[1]));\n"
+    "        for (int i = 0; i < ST; ++i) bar_init(smem_addr(&full[i]));\n"
     "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
     "    }\n"
     "    /* The barriers set up in every CTA before any peer pushes. */\n"
     "    if (CL > 1 && SYNC == 2) cluster_sync(); else __syncthreads();\n"
+    "    if (ST && tid == 0)\n"
+    "        for (int kk = 0; kk < ST; ++kk) issue(kk);\n"
     "    const uint4 wv = !mine ? make_uint4(0, 0, 0, 0) : TAB ? tab[t] : __ldg(w + g);\n"
     "    for (int k = 0; k < nb; ++k) {\n"
     "        const int par = k & 1;\n"
+    "        if (ST) {\n"
+    "            const int st = ST ? k % ST : 0;\n"
+    "            bar_wait(smem_addr(&full[st]), (unsigned)(ST ? k / ST : 0) & 1u);\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < RPT; ++j)\n"
+    "                xa[j] = mine && k * B + j * RW + rg < nq ? ring[(st * B + j * RW + rg) * GR + t] : make_uint4(0, 0, 0, 0);\n"
+    "        }\n"
     "#pragma unroll\n"
     "        for (int j = 0; j < RPT; ++j) {\n"
     "            float s = sq4(xa[j]);\n"
@@ -165,6 +199,12 @@ static const char *src =
     "            if (lane == 0) red[par][j * RW + rg][wi] = s;\n"
     "        }\n"
     "        __syncthreads();\n"
+    "        /* Every thread has its rows of this stage in registers: refill it with\n"
+    "           batch k + ST (the proxy fence orders those reads before the copy). */\n"
+    "        if (ST && tid == 0) {\n"
+    "            asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n"
+    "            issue(k + ST);\n"
+    "        }\n"
     "        if (tid < (SYNC == 2 ? B * CL : B)) {\n"
     "            const int b = tid % B, d = tid / B;\n"
     "            float v = 0.f;\n"
@@ -182,7 +222,7 @@ static const char *src =
     "            const int m = (k + 1) * B + j * RW + rg, row = q + m * Q;\n"
     "            const bool ok = m < nq;\n"
     "            ib[j] = ok ? idx[row] : 0;\n"
-    "            xb[j] = ok && mine ? ld_x(x + (long long)row * HG + g) : make_uint4(0, 0, 0, 0);\n"
+    "            xb[j] = !ST && ok && mine ? ld_x(x + (long long)row * HG + g) : make_uint4(0, 0, 0, 0);\n"
     "        }\n"
     "        if (SYNC == 1 && CL > 1) cluster_sync();\n"
     "        else if (SYNC == 2) bar_wait(smem_addr(&bar[par]), (unsigned)(k >> 1) & 1u);\n"
@@ -211,7 +251,7 @@ static const char *src =
     "            }\n"
     "        }\n"
     "#pragma unroll\n"
-    "        for (int j = 0; j < RPT; ++j) xa[j] = xb[j], ia[j] = ib[j];\n"
+    "        for (int j = 0; j < RPT; ++j) xa[j] = ST ? xa[j] : xb[j], ia[j] = ib[j];\n"
     "    }\n"
     "    /* SYNC 1: no CTA leaves while a peer may still read its slots. (SYNC 2\n"
     "       needs no barrier here: a CTA's last wait ends only after every push\n"
@@ -219,27 +259,33 @@ static const char *src =
     "    if (CL > 1 && SYNC) cluster_sync();\n"
     "}\n";
 
-typedef struct { int cl, rw, rpt, sync, tab; } variant;
+typedef struct { int cl, rw, rpt, sync, tab, st; } variant;
 
 static const variant VARIANTS[] = {
-    /* cl rw rpt sync tab */
-    /* eight CTAs: 96-thread row groups */
-    {8, 2, 2, 1, 1}, {8, 2, 4, 1, 1}, {8, 4, 2, 1, 1}, {8, 4, 4, 1, 1},
-    {8, 2, 2, 2, 1}, {8, 2, 4, 2, 1}, {8, 4, 2, 2, 1}, {8, 4, 4, 2, 1},
-    {8, 4, 4, 1, 0}, {8, 4, 4, 2, 0},
-    {8, 2, 4, 0, 1}, {8, 4, 4, 0, 1}, /* no exchange: what it costs */
+    /* cl rw rpt sync tab st */
+    /* eight CTAs: 96-thread row groups; the next batch in registers */
+    {8, 2, 2, 1, 1, 0}, {8, 2, 4, 1, 1, 0}, {8, 4, 2, 1, 1, 0}, {8, 4, 4, 1, 1, 0},
+    {8, 2, 2, 2, 1, 0}, {8, 2, 4, 2, 1, 0}, {8, 4, 2, 2, 1, 0}, {8, 4, 4, 2, 1, 0},
+    {8, 4, 4, 1, 0, 0}, {8, 4, 4, 2, 0, 0},
+    {8, 2, 4, 0, 1, 0}, {8, 4, 4, 0, 1, 0}, /* no exchange: what it costs */
     /* four CTAs: 192-thread row groups */
-    {4, 1, 4, 1, 1}, {4, 2, 2, 1, 1}, {4, 2, 4, 1, 1}, {4, 1, 4, 2, 1}, {4, 2, 2, 2, 1}, {4, 2, 4, 2, 1},
-    {4, 2, 4, 0, 1},
+    {4, 1, 4, 1, 1, 0}, {4, 2, 2, 1, 1, 0}, {4, 2, 4, 1, 1, 0}, {4, 1, 4, 2, 1, 0}, {4, 2, 2, 2, 1, 0},
+    {4, 2, 4, 2, 1, 0}, {4, 2, 4, 0, 1, 0},
     /* two CTAs: 352-thread row groups (336 granules) */
-    {2, 1, 2, 1, 1}, {2, 1, 4, 1, 1}, {2, 1, 2, 2, 1}, {2, 1, 4, 2, 1},
+    {2, 1, 2, 1, 1, 0}, {2, 1, 4, 1, 1, 0}, {2, 1, 2, 2, 1, 0}, {2, 1, 4, 2, 1, 0},
     /* one CTA a row (no cluster; the tables through the L1): the same code's baseline */
-    {1, 1, 2, 0, 0}, {1, 1, 4, 0, 0},
+    {1, 1, 2, 0, 0, 0}, {1, 1, 4, 0, 0, 0},
+    /* ST batches ahead in a shared-memory ring filled by bulk copies */
+    {8, 4, 2, 1, 1, 4}, {8, 4, 2, 2, 1, 2}, {8, 4, 2, 2, 1, 4}, {8, 4, 2, 2, 1, 6}, {8, 4, 4, 2, 1, 3},
+    {8, 2, 4, 2, 1, 4}, {8, 4, 2, 0, 1, 4}, {4, 2, 2, 2, 1, 4}, {4, 2, 4, 2, 1, 3}, {1, 1, 2, 0, 0, 4},
 };
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
 static int threads_of(const variant *v) { return (HG / v->cl + 31) / 32 * 32 * v->rw; }
-static unsigned smem_of(const variant *v) { return v->tab ? (unsigned)((1 + 2 * R) * (HG / v->cl) * 16) : 0; }
+static unsigned smem_of(const variant *v)
+{
+    return (unsigned)(((v->tab ? 1 + 2 * R : 0) + v->st * v->rw * v->rpt) * (HG / v->cl) * 16);
+}
 /* Whether the variant computes the right sums (SYNC 0 over a cluster does not). */
 static int exact(const variant *v) { return v->sync > 0 || v->cl == 1; }
 
@@ -247,7 +293,7 @@ static void names(char out[NV][64], const char *ptr[NV])
 {
     for (int i = 0; i < NV; ++i) {
         const variant *v = &VARIANTS[i];
-        snprintf(out[i], 64, "fwd<%d, %d, %d, %d, %d>", v->cl, v->rw, v->rpt, v->sync, v->tab);
+        snprintf(out[i], 64, "fwd<%d, %d, %d, %d, %d, %d>", v->cl, v->rw, v->rpt, v->sync, v->tab, v->st);
         ptr[i] = out[i];
     }
 }
@@ -365,8 +411,8 @@ int main(int argc, char **argv)
     printf("# cluster_fwd_probe: norm_modulate forwards split over a cluster (H %d bf16, R %d); events per iteration /"
            " inside a graph, us; rotating sets > 3x the L2; floor = x read + out written / %.2f TB/s\n", H, R,
            PEAK_BW / 1e12);
-    printf("%6s %2s %2s %3s %4s %3s %7s %4s %5s %8s %9s %9s %8s %9s\n", "rows", "CL", "RW", "RPT", "sync", "tab",
-           "threads", "regs", "local", "clusters", "events", "graph", "floor", "max_rel");
+    printf("%6s %2s %2s %3s %4s %3s %2s %7s %6s %4s %5s %8s %9s %9s %8s %9s\n", "rows", "CL", "RW", "RPT", "sync", "tab",
+           "st", "threads", "smem", "regs", "local", "clusters", "events", "graph", "floor", "max_rel");
     int failed = 0;
     for (int ri = 0; ri < nrows; ++ri) {
         const long long n = rows[ri];
@@ -419,8 +465,8 @@ int main(int argc, char **argv)
             }
             if (clusters <= 0) {
                 /* A failure: the variant list must fit (a control left out would leave the check untested). */
-                printf("%6lld %2d %2d %3d %4d %3d %7d %4d %5d  DOES NOT FIT on this GPU\n", n, v->cl, v->rw, v->rpt,
-                       v->sync, v->tab, threads_of(v), regs, local);
+                printf("%6lld %2d %2d %3d %4d %3d %2d %7d %6u %4d %5d  DOES NOT FIT on this GPU\n", n, v->cl, v->rw,
+                       v->rpt, v->sync, v->tab, v->st, threads_of(v), smem_of(v), regs, local);
                 failed++;
                 continue;
             }
@@ -437,8 +483,8 @@ int main(int argc, char **argv)
             /* A control must come out wrong with finite values: left poisoned (infinite) proves nothing of the check. */
             const int right = err <= 1e-2, bad = exact(v) ? !right : right || !isfinite(err);
             failed += bad;
-            printf("%6lld %2d %2d %3d %4d %3d %7d %4d %5d %8d %9.1f %9.1f %8.1f %9.2e%s\n", n, v->cl, v->rw, v->rpt,
-                   v->sync, v->tab, threads_of(v), regs, local, clusters, te, tg, floor_us, err,
+            printf("%6lld %2d %2d %3d %4d %3d %2d %7d %6u %4d %5d %8d %9.1f %9.1f %8.1f %9.2e%s\n", n, v->cl, v->rw,
+                   v->rpt, v->sync, v->tab, v->st, threads_of(v), smem_of(v), regs, local, clusters, te, tg, floor_us, err,
                    !bad ? (exact(v) ? "" : "  (no exchange: wrong, as it should be)") : exact(v) ? "  WRONG" : "  BLIND");
             fflush(stdout);
         }
