@@ -21,7 +21,7 @@
  * in (ST) either into registers, the next batch's loads issued before the
  * current batch's exchange (ST 0), or through a ring of ST stages in shared
  * memory, one bulk copy (cp.async.bulk, the async proxy) per row slice
- * issued by thread 0 ST batches ahead and counted on the stage's mbarrier;
+ * issued by one thread with no part in the exchange, ST batches ahead and counted on the stage's mbarrier;
  * a stage is refilled as soon as every thread has its rows in registers
  * (no registers held for the rows in flight). Exchanges (SYNC):
  *   1  each CTA's partial sums in its own shared memory, one cluster barrier,
@@ -129,7 +129,7 @@ static const char *src =
     "{\n"
     "    constexpr int GR = geo<CL, RW>::GR, TPG = geo<CL, RW>::TPG, NWG = TPG / 32, B = RW * RPT;\n"
     "    static_assert(HG % CL == 0, \"CL divides the granules\");\n"
-    "    static_assert(B * CL <= TPG * RW, \"a thread for every (row, peer) of a batch\");\n"
+    "    static_assert(B * CL <= TPG * RW - 32, \"a thread for every (row, peer) of a batch, the last warp apart\");\n"
     "    extern __shared__ uint4 tab[]; /* TAB 1: w, shift[r], scale[r], this CTA's GR granules each; then the ring */\n"
     "    uint4 *const ring = tab + (TAB ? (1 + 2 * r) * GR : 0); /* ST > 0: [ST][B][GR] */\n"
     "    __shared__ __align__(8) unsigned long long full[ST > 0 ? ST : 1];\n"
@@ -153,7 +153,7 @@ static const char *src =
     "        ia[j] = ok ? idx[row] : 0;\n"
     "        xa[j] = !ST && ok && mine ? ld_x(x + (long long)row * HG + g) : make_uint4(0, 0, 0, 0);\n"
     "    }\n"
-    "    /* ST > 0: thread 0 loads batch kk's slices of its rows into stage kk % ST\n"
+    "    /* ST > 0: the producer loads batch kk's slices of its rows into stage kk % ST\n"
     "       (one bulk copy a row, GR * 16 contiguous bytes), counted on full[stage]. */\n"
     "    auto issue = [&](int kk) {\n"
     "        const int nv = min(B, nq - kk * B), st = ST ? kk % ST : 0;\n"
@@ -179,7 +179,9 @@ static const char *src =
     "    }\n"
     "    /* The barriers set up in every CTA before any peer pushes. */\n"
     "    if (CL > 1 && SYNC == 2) cluster_sync(); else __syncthreads();\n"
-    "    if (ST && tid == 0)\n"
+    "    /* The ring's producer: lane 0 of the last warp, no part in the exchange. */\n"
+    "    const bool producer = ST && tid == TPG * RW - 32;\n"
+    "    if (producer)\n"
     "        for (int kk = 0; kk < ST; ++kk) issue(kk);\n"
     "    const uint4 wv = !mine ? make_uint4(0, 0, 0, 0) : TAB ? tab[t] : __ldg(w + g);\n"
     "    for (int k = 0; k < nb; ++k) {\n"
@@ -201,7 +203,7 @@ static const char *src =
     "        __syncthreads();\n"
     "        /* Every thread has its rows of this stage in registers: refill it with\n"
     "           batch k + ST (the proxy fence orders those reads before the copy). */\n"
-    "        if (ST && tid == 0) {\n"
+    "        if (producer) {\n"
     "            asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n"
     "            issue(k + ST);\n"
     "        }\n"
@@ -277,7 +279,7 @@ static const variant VARIANTS[] = {
     {1, 1, 2, 0, 0, 0}, {1, 1, 4, 0, 0, 0},
     /* ST batches ahead in a shared-memory ring filled by bulk copies */
     {8, 4, 2, 1, 1, 4}, {8, 4, 2, 2, 1, 2}, {8, 4, 2, 2, 1, 4}, {8, 4, 2, 2, 1, 6}, {8, 4, 4, 2, 1, 3},
-    {8, 2, 4, 2, 1, 4}, {8, 4, 2, 0, 1, 4}, {4, 2, 2, 2, 1, 4}, {4, 2, 4, 2, 1, 3}, {1, 1, 2, 0, 0, 4},
+    {8, 2, 4, 2, 1, 2}, {8, 4, 2, 0, 1, 4}, {4, 2, 2, 2, 1, 4}, {4, 2, 4, 2, 1, 2}, {1, 1, 2, 0, 0, 4},
 };
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
