@@ -32,13 +32,24 @@
  *      own mbarrier: no cluster barrier, no fence;
  *   0  no exchange (the CTA's own partial times CL: wrong unless CL = 1);
  *      the difference to 1 and 2 is the exchange's cost.
+ * A second kernel, fwdk (the CL = 7 rows of the table), keeps kjit's own
+ * reduction order: CTA w of a 7-CTA cluster does warp w of kjit's 224-thread
+ * row (lane l: granules 32 w + l + 224 k, k < 3), one warp a row, so its
+ * per-thread sums, lane fold, butterfly and the warp totals added in rank
+ * order are kjit's forward's, bit for bit, and with kjit's rstd and output
+ * arithmetic so are its outputs: a cluster forward kjit could pick as a
+ * launch choice without changing a bit (SPEC contract 3). The probe runs
+ * kjit_norm_modulate_fwd (linked) on the same inputs and counts, for every
+ * variant, the elements whose bits differ from it (kjit_diff): a fwdk
+ * variant with any is NOT KJIT'S BITS.
  * Checked: every variant is poisoned, run, and every element of every row
  * compared with a double computation; then poisoned again, timed, and the
  * timed launches' output compared the same way. A variant that should be
  * right (SYNC 1 / 2, or CL = 1) above 1e-2 relative (floor 1e-3) is WRONG;
  * one that should be wrong (SYNC 0 with CL > 1: the check's own control)
  * within it (or left poisoned, which tests nothing) means the check is
- * BLIND; either, or a variant that does not fit, makes the exit status 1.
+ * BLIND; either, a fwdk variant off kjit's bits, or a variant that does not
+ * fit makes the exit status 1.
  * Timed as sol_probe times its kernels (events per iteration and inside a
  * graph, rotating sets over 3x the L2). Floor: x read + out written over
  * 4.25 TB/s; kjit's forward: bench_ops in the same call (run_device.sh
@@ -55,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kjit.h"
 #include "probe_bf16.h"
 #include "probe_time.h"
 
@@ -259,9 +271,194 @@ static const char *src =
     "       needs no barrier here: a CTA's last wait ends only after every push\n"
     "       into it has landed; it is kept for symmetry.) */\n"
     "    if (CL > 1 && SYNC) cluster_sync();\n"
+    "}\n"
+    "/* kjit's own reduction order (kernel_templates/adaln.cuh at h = 5376 bf16: TPR\n"
+    "   224 threads a row, IT 3 granules a thread, WPR 7 warps) split over a cluster\n"
+    "   of KCL = 7 CTAs: CTA w does warp w's part of every row (lane l of a row's\n"
+    "   warp: granules 32 w + l + 224 k, k < 3), so the per-thread fma sums, the\n"
+    "   lane fold, the butterfly and the warp totals added in warp order (here in\n"
+    "   rank order, from the exchange) are kjit's, as are rstd and the outputs:\n"
+    "   the same bits, a launch choice. RW warps a CTA, a row each; RPT rows a warp\n"
+    "   a batch (B = RW RPT); the tables' slices in shared memory; ST as fwd's. */\n"
+    "#define KCL 7\n#define KTPR 224\n#define KIT 3\n#define KGR (32 * KIT)\n"
+    "__device__ __forceinline__ float lane_fold8(float (&a)[8])\n"
+    "{\n"
+    "#pragma unroll\n"
+    "    for (int s = 1; s < 8; s *= 2)\n"
+    "#pragma unroll\n"
+    "        for (int i = 0; i < 8; i += 2 * s) a[i] = __fadd_rn(a[i], a[i + s]);\n"
+    "    return a[0];\n"
+    "}\n"
+    "/* kjit's nm_out for two columns: x rs w, then fma with (1 + scale) and shift. */\n"
+    "__device__ __forceinline__ unsigned nm2(unsigned x, unsigned w, unsigned s, unsigned c, float rs)\n"
+    "{\n"
+    "    const float a = __fmul_rn(__fmul_rn(lo(x), rs), lo(w)), b = __fmul_rn(__fmul_rn(hi(x), rs), hi(w));\n"
+    "    return pk(__fmaf_rn(a, __fadd_rn(1.f, lo(c)), lo(s)), __fmaf_rn(b, __fadd_rn(1.f, hi(c)), hi(s)));\n"
+    "}\n"
+    "template <int RW, int RPT, int SYNC, int ST, int MINB>\n"
+    "__global__ void __launch_bounds__(32 * RW, MINB) fwdk(const uint4 *__restrict__ x, const uint4 *__restrict__ w,\n"
+    "    const uint4 *__restrict__ sh, const uint4 *__restrict__ sc, const int *__restrict__ idx,\n"
+    "    uint4 *__restrict__ out, long long n, int r, float eps)\n"
+    "{\n"
+    "    constexpr int B = RW * RPT;\n"
+    "    static_assert(RW >= 2 || ST == 0, \"the ring's producer is lane 31 of the last warp\");\n"
+    "    extern __shared__ uint4 tab[]; /* w, shift[r], scale[r]: [table row][k][lane] */\n"
+    "    uint4 *const ring = tab + (1 + 2 * r) * KGR; /* ST > 0: [ST][B][k][lane] */\n"
+    "    __shared__ __align__(8) unsigned long long full[ST > 0 ? ST : 1];\n"
+    "    __shared__ __align__(8) float slot[2][KCL][B]; /* [parity][source rank (SYNC 2; else 0)][row of the batch] */\n"
+    "    __shared__ __align__(8) unsigned long long bar[2];\n"
+    "    unsigned rank;\n"
+    "    asm(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(rank));\n"
+    "    const int tid = threadIdx.x, rg = tid >> 5, l = tid & 31;\n"
+    "    const int c0 = 32 * rank + l; /* the lane's granule k: c0 + KTPR k */\n"
+    "    const int Q = gridDim.x / KCL, q = blockIdx.x / KCL;\n"
+    "    const int nq = q < n ? (int)((n - q + Q - 1) / Q) : 0, nb = (nq + B - 1) / B;\n"
+    "    uint4 xa[RPT][KIT];\n"
+    "    int ia[RPT];\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < RPT; ++j) {\n"
+    "        const int m = j * RW + rg, row = q + m * Q;\n"
+    "        const bool ok = m < nq;\n"
+    "        ia[j] = ok ? idx[row] : 0;\n"
+    "#pragma unroll\n"
+    "        for (int k = 0; k < KIT; ++k)\n"
+    "            xa[j][k] = !ST && ok ? ld_x(x + (long long)row * HG + c0 + KTPR * k) : make_uint4(0, 0, 0, 0);\n"
+    "    }\n"
+    "    /* ST > 0: the producer loads batch kk's parts of its rows into stage kk % ST\n"
+    "       (three bulk copies a row, 512 contiguous bytes each), counted on full[stage]. */\n"
+    "    auto issue = [&](int kk) {\n"
+    "        const int nv = min(B, nq - kk * B), st = ST ? kk % ST : 0;\n"
+    "        if (nv <= 0) return;\n"
+    "        const unsigned fb = smem_addr(&full[st]);\n"
+    "        bar_expect(fb, (unsigned)(nv * KGR * 16));\n"
+    "        for (int b = 0; b < nv; ++b) {\n"
+    "            const int row = q + (kk * B + b) * Q;\n"
+    "            for (int k = 0; k < KIT; ++k)\n"
+    "                bulk_load(smem_addr(ring + (st * B + b) * KGR + 32 * k), x + (long long)row * HG + 32 * rank + KTPR * k,\n"
+    "                          512, fb);\n"
+    "        }\n"
+    "    };\n"
+    "    for (int i = tid; i < (1 + 2 * r) * KGR; i += 32 * RW) {\n"
+    "        const int tr = i / KGR, k = i % KGR / 32, ll = i % 32; /* 0: w, 1..r: shift, r+1..2r: scale */\n"
+    "        const uint4 *src = tr == 0 ? w : tr <= r ? sh + (long long)(tr - 1) * HG : sc + (long long)(tr - 1 - r) * HG;\n"
+    "        tab[i] = __ldg(src + 32 * rank + ll + KTPR * k);\n"
+    "    }\n"
+    "    if ((SYNC == 2 || ST) && tid == 0) {\n"
+    "        if (SYNC == 2) bar_init(smem_addr(&bar[0])), bar_init(smem_addr(&bar[1]));\n"
+    "        for (int i = 0; i < ST; ++i) bar_init(smem_addr(&full[i]));\n"
+    "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+    "    }\n"
+    "    /* The tables and barriers set up, in every CTA before any peer pushes. */\n"
+    "    if (SYNC == 2) cluster_sync(); else __syncthreads();\n"
+    "    /* The ring's producer: lane 31 of the last warp (the pushes are lanes 0..6). */\n"
+    "    const bool producer = ST && tid == 32 * RW - 1;\n"
+    "    if (producer)\n"
+    "        for (int kk = 0; kk < ST; ++kk) issue(kk);\n"
+    "    uint4 wv[KIT];\n"
+    "#pragma unroll\n"
+    "    for (int k = 0; k < KIT; ++k) wv[k] = tab[32 * k + l];\n"
+    "    for (int k = 0; k < nb; ++k) {\n"
+    "        const int par = k & 1;\n"
+    "        if (ST) {\n"
+    "            const int st = ST ? k % ST : 0;\n"
+    "            bar_wait(smem_addr(&full[st]), (unsigned)(ST ? k / ST : 0) & 1u);\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < RPT; ++j)\n"
+    "#pragma unroll\n"
+    "                for (int kk = 0; kk < KIT; ++kk)\n"
+    "                    xa[j][kk] = k * B + j * RW + rg < nq ? ring[(st * B + j * RW + rg) * KGR + 32 * kk + l] : make_uint4(0, 0, 0, 0);\n"
+    "            /* Every warp has its rows of this stage in registers: refill it. */\n"
+    "            __syncthreads();\n"
+    "            if (producer) {\n"
+    "                asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n"
+    "                issue(k + ST);\n"
+    "            }\n"
+    "        }\n"
+    "        float tot[RPT];\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) {\n"
+    "            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};\n"
+    "#pragma unroll\n"
+    "            for (int kk = 0; kk < KIT; ++kk) {\n"
+    "                const unsigned u[4] = {xa[j][kk].x, xa[j][kk].y, xa[j][kk].z, xa[j][kk].w};\n"
+    "#pragma unroll\n"
+    "                for (int e = 0; e < 4; ++e) {\n"
+    "                    acc[2 * e] = __fmaf_rn(lo(u[e]), lo(u[e]), acc[2 * e]);\n"
+    "                    acc[2 * e + 1] = __fmaf_rn(hi(u[e]), hi(u[e]), acc[2 * e + 1]);\n"
+    "                }\n"
+    "            }\n"
+    "            float v = lane_fold8(acc);\n"
+    "#pragma unroll\n"
+    "            for (int o = 16; o; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+    "            tot[j] = v;\n"
+    "        }\n"
+    "        /* This CTA's warp total of each row: to every peer (SYNC 2), or into its own slot. */\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) {\n"
+    "            const int b = j * RW + rg;\n"
+    "            if (SYNC == 2) {\n"
+    "                if (l < KCL) push(peer(smem_addr(&slot[par][rank][b]), l), tot[j], peer(smem_addr(&bar[par]), l));\n"
+    "            } else if (l == 0) {\n"
+    "                slot[par][0][b] = tot[j];\n"
+    "            }\n"
+    "        }\n"
+    "        if (SYNC == 2 && tid == 0) bar_expect(smem_addr(&bar[par]), KCL * B * 4);\n"
+    "        uint4 xb[RPT][KIT];\n"
+    "        int ib[RPT];\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) {\n"
+    "            const int m = (k + 1) * B + j * RW + rg, row = q + m * Q;\n"
+    "            const bool ok = m < nq;\n"
+    "            ib[j] = ok ? idx[row] : 0;\n"
+    "#pragma unroll\n"
+    "            for (int kk = 0; kk < KIT; ++kk)\n"
+    "                xb[j][kk] = !ST && ok ? ld_x(x + (long long)row * HG + c0 + KTPR * kk) : make_uint4(0, 0, 0, 0);\n"
+    "        }\n"
+    "        if (SYNC == 1) cluster_sync();\n"
+    "        else if (SYNC == 2) bar_wait(smem_addr(&bar[par]), (unsigned)(k >> 1) & 1u);\n"
+    "        else __syncwarp();\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) {\n"
+    "            const int b = j * RW + rg;\n"
+    "            float S;\n"
+    "            if (SYNC == 1) {\n"
+    "                const unsigned a = smem_addr(&slot[par][0][b]);\n"
+    "                S = ld_peer(peer(a, 0));\n"
+    "#pragma unroll\n"
+    "                for (int d = 1; d < KCL; ++d) S = __fadd_rn(S, ld_peer(peer(a, d)));\n"
+    "            } else if (SYNC == 2) {\n"
+    "                S = slot[par][0][b];\n"
+    "#pragma unroll\n"
+    "                for (int d = 1; d < KCL; ++d) S = __fadd_rn(S, slot[par][d][b]);\n"
+    "            } else {\n"
+    "                S = KCL * slot[par][0][b];\n"
+    "            }\n"
+    "            const int m = k * B + b, row = q + m * Q;\n"
+    "            if (m < nq) {\n"
+    "                const float rs = __frsqrt_rn(__fadd_rn(__fdiv_rn(S, 5376.0f), eps));\n"
+    "                const int i = ia[j];\n"
+    "#pragma unroll\n"
+    "                for (int kk = 0; kk < KIT; ++kk) {\n"
+    "                    const uint4 xv = xa[j][kk], wq = wv[kk], sv = tab[(1 + i) * KGR + 32 * kk + l],\n"
+    "                                cv = tab[(1 + r + i) * KGR + 32 * kk + l];\n"
+    "                    out[(long long)row * HG + c0 + KTPR * kk] = make_uint4(nm2(xv.x, wq.x, sv.x, cv.x, rs),\n"
+    "                        nm2(xv.y, wq.y, sv.y, cv.y, rs), nm2(xv.z, wq.z, sv.z, cv.z, rs), nm2(xv.w, wq.w, sv.w, cv.w, rs));\n"
+    "                }\n"
+    "            }\n"
+    "        }\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RPT; ++j) {\n"
+    "            ia[j] = ib[j];\n"
+    "#pragma unroll\n"
+    "            for (int kk = 0; kk < KIT; ++kk) xa[j][kk] = ST ? xa[j][kk] : xb[j][kk];\n"
+    "        }\n"
+    "    }\n"
+    "    if (SYNC) cluster_sync(); /* SYNC 1: no CTA leaves while a peer may read its slots */\n"
     "}\n";
 
-typedef struct { int cl, rw, rpt, sync, tab, st; } variant;
+/* kord 1: fwdk (kjit's order, cl 7, minb its launch bound's CTAs an SM);
+ * kord 0: fwd (contiguous slices). */
+typedef struct { int cl, rw, rpt, sync, tab, st, kord, minb; } variant;
 
 static const variant VARIANTS[] = {
     /* cl rw rpt sync tab st */
@@ -280,10 +477,15 @@ static const variant VARIANTS[] = {
     /* ST batches ahead in a shared-memory ring filled by bulk copies */
     {8, 4, 2, 1, 1, 4}, {8, 4, 2, 2, 1, 2}, {8, 4, 2, 2, 1, 4}, {8, 4, 2, 2, 1, 6}, {8, 4, 4, 2, 1, 3},
     {8, 2, 4, 2, 1, 2}, {8, 4, 2, 0, 1, 4}, {4, 2, 2, 2, 1, 4}, {4, 2, 4, 2, 1, 2}, {1, 1, 2, 0, 0, 4},
+    /* kjit's own order over seven CTAs (fwdk): bits as kjit's forward; a warp a row */
+    {7, 4, 1, 2, 1, 0, 1, 4}, {7, 8, 1, 2, 1, 0, 1, 3}, {7, 4, 2, 2, 1, 0, 1, 3}, {7, 8, 1, 1, 1, 0, 1, 3},
+    {7, 8, 1, 0, 1, 0, 1, 3},
+    {7, 8, 1, 2, 1, 4, 1, 2}, {7, 8, 2, 2, 1, 3, 1, 2}, {7, 16, 1, 2, 1, 3, 1, 1}, {7, 8, 1, 1, 1, 4, 1, 2},
+    {7, 4, 2, 2, 1, 4, 1, 2}, {7, 8, 1, 0, 1, 4, 1, 2},
 };
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
-static int threads_of(const variant *v) { return (HG / v->cl + 31) / 32 * 32 * v->rw; }
+static int threads_of(const variant *v) { return v->kord ? 32 * v->rw : (HG / v->cl + 31) / 32 * 32 * v->rw; }
 static unsigned smem_of(const variant *v)
 {
     return (unsigned)(((v->tab ? 1 + 2 * R : 0) + v->st * v->rw * v->rpt) * (HG / v->cl) * 16);
@@ -295,7 +497,10 @@ static void names(char out[NV][64], const char *ptr[NV])
 {
     for (int i = 0; i < NV; ++i) {
         const variant *v = &VARIANTS[i];
-        snprintf(out[i], 64, "fwd<%d, %d, %d, %d, %d, %d>", v->cl, v->rw, v->rpt, v->sync, v->tab, v->st);
+        if (v->kord)
+            snprintf(out[i], 64, "fwdk<%d, %d, %d, %d, %d>", v->rw, v->rpt, v->sync, v->st, v->minb);
+        else
+            snprintf(out[i], 64, "fwd<%d, %d, %d, %d, %d, %d>", v->cl, v->rw, v->rpt, v->sync, v->tab, v->st);
         ptr[i] = out[i];
     }
 }
@@ -393,6 +598,12 @@ int main(int argc, char **argv)
     probe_build(dev, src, np, NV, fns);
     for (int i = 0; i < NV; ++i)
         CK(cuFuncSetAttribute(fns[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem_of(&VARIANTS[i])));
+    /* kjit's own forward on the same inputs: the bits fwdk must reproduce. */
+    kjit_ctx *kctx = NULL;
+    if (kjit_ctx_create(&kctx, NULL) != KJIT_OK) {
+        fprintf(stderr, "cluster_fwd_probe: kjit_ctx_create: %s\n", kjit_last_error());
+        return 2;
+    }
 
     const size_t tab_bytes = (size_t)R * H * 2;
     unsigned short *hw = malloc(H * 2), *hsh = malloc(tab_bytes), *hsc = malloc(tab_bytes);
@@ -413,15 +624,16 @@ int main(int argc, char **argv)
     printf("# cluster_fwd_probe: norm_modulate forwards split over a cluster (H %d bf16, R %d); events per iteration /"
            " inside a graph, us; rotating sets > 3x the L2; floor = x read + out written / %.2f TB/s\n", H, R,
            PEAK_BW / 1e12);
-    printf("%6s %2s %2s %3s %4s %3s %2s %7s %6s %4s %5s %8s %9s %9s %8s %9s\n", "rows", "CL", "RW", "RPT", "sync", "tab",
-           "st", "threads", "smem", "regs", "local", "clusters", "events", "graph", "floor", "max_rel");
+    printf("# kjit_diff: elements whose bits differ from kjit_norm_modulate_fwd's (CL 7, kjit's order: must be 0)\n");
+    printf("%6s %2s %2s %3s %4s %3s %2s %7s %6s %4s %5s %8s %9s %9s %8s %9s %9s\n", "rows", "CL", "RW", "RPT", "sync",
+           "tab", "st", "threads", "smem", "regs", "local", "clusters", "events", "graph", "floor", "max_rel", "kjit_diff");
     int failed = 0;
     for (int ri = 0; ri < nrows; ++ri) {
         const long long n = rows[ri];
         const size_t elems = (size_t)n * H, bytes = elems * 2;
         const double floor_us = 2.0 * (double)bytes / PEAK_BW * 1e6;
         const int nsets = probe_nsets(l2, 2.0 * (double)bytes);
-        unsigned short *hx = malloc(bytes), *got = malloc(bytes);
+        unsigned short *hx = malloc(bytes), *got = malloc(bytes), *kbits = malloc(bytes);
         int *hidx = malloc(sizeof(int) * (size_t)n);
         float *want = malloc(sizeof(float) * elems);
         for (size_t j = 0; j < elems; ++j) hx[j] = probe_to_bf((float)(4.0 * ((double)rand() / RAND_MAX - 0.5)));
@@ -448,6 +660,26 @@ int main(int argc, char **argv)
         /* The uploads above ran on the legacy stream; the kernels run on the
          * probe's non-blocking one, which does not wait for them. */
         CK(cuCtxSynchronize());
+        {
+            CUdeviceptr kout;
+            CK(cuMemAlloc(&kout, bytes));
+            CK(cuMemsetD8Async(kout, 0xff, bytes, probe_stream));
+            kjit_adaln_args a;
+            memset(&a, 0, sizeof a);
+            a.n = n, a.hidden = H, a.eps = (float)EPS, a.act_dtype = KJIT_BF16, a.param_dtype = KJIT_BF16;
+            a.index.ptr = (const void *)(uintptr_t)didx, a.index.dtype = KJIT_I32, a.index.rows = R;
+            a.x = (const void *)(uintptr_t)sets[0].x, a.x_stride = H, a.weight = (const void *)(uintptr_t)dw;
+            a.shift = (const void *)(uintptr_t)dsh, a.shift_stride = H;
+            a.scale = (const void *)(uintptr_t)dsc, a.scale_stride = H;
+            a.out = (void *)(uintptr_t)kout, a.out_stride = H;
+            if (kjit_norm_modulate_fwd(kctx, &a, probe_stream) != KJIT_OK) {
+                fprintf(stderr, "cluster_fwd_probe: kjit_norm_modulate_fwd: %s\n", kjit_last_error());
+                return 2;
+            }
+            CK(cuStreamSynchronize(probe_stream));
+            CK(cuMemcpyDtoH(kbits, kout, bytes));
+            CK(cuMemFree(kout));
+        }
         for (int vi = 0; vi < NV; ++vi) {
             if (only >= 0 && vi != only) continue;
             const variant *v = &VARIANTS[vi];
@@ -482,12 +714,17 @@ int main(int argc, char **argv)
             CK(cuMemsetD8Async(sets[0].o, 0xff, bytes, probe_stream));
             const double te = probe_time_events(launch_run, &q), tg = probe_time_graph(launch_run, &q, nsets);
             err = fmax(err, check(&q, want, got));
+            size_t kdiff = 0;
+            for (size_t j = 0; j < elems; ++j) kdiff += got[j] != kbits[j];
             /* A control must come out wrong with finite values: left poisoned (infinite) proves nothing of the check. */
             const int right = err <= 1e-2, bad = exact(v) ? !right : right || !isfinite(err);
-            failed += bad;
-            printf("%6lld %2d %2d %3d %4d %3d %2d %7d %6u %4d %5d %8d %9.1f %9.1f %8.1f %9.2e%s\n", n, v->cl, v->rw,
-                   v->rpt, v->sync, v->tab, v->st, threads_of(v), smem_of(v), regs, local, clusters, te, tg, floor_us, err,
-                   !bad ? (exact(v) ? "" : "  (no exchange: wrong, as it should be)") : exact(v) ? "  WRONG" : "  BLIND");
+            const int unlike = v->kord && exact(v) && kdiff != 0; /* kjit's order must give kjit's bits */
+            failed += bad + unlike;
+            printf("%6lld %2d %2d %3d %4d %3d %2d %7d %6u %4d %5d %8d %9.1f %9.1f %8.1f %9.2e %9zu%s%s\n", n, v->cl,
+                   v->rw, v->rpt, v->sync, v->tab, v->st, threads_of(v), smem_of(v), regs, local, clusters, te, tg,
+                   floor_us, err, kdiff,
+                   !bad ? (exact(v) ? "" : "  (no exchange: wrong, as it should be)") : exact(v) ? "  WRONG" : "  BLIND",
+                   unlike ? "  NOT KJIT'S BITS" : "");
             fflush(stdout);
         }
         for (int i = 0; i < nsets; ++i) {
@@ -495,12 +732,13 @@ int main(int argc, char **argv)
             CK(cuMemFree(sets[i].o));
         }
         CK(cuMemFree(didx));
-        free(sets), free(hx), free(got), free(hidx), free(want);
+        free(sets), free(hx), free(got), free(kbits), free(hidx), free(want);
     }
     CK(cuMemFree(dw));
     CK(cuMemFree(dsh));
     CK(cuMemFree(dsc));
     free(hw), free(hsh), free(hsc);
-    if (failed) fprintf(stderr, "cluster_fwd_probe: %d variant(s) WRONG or BLIND\n", failed);
+    kjit_ctx_destroy(kctx);
+    if (failed) fprintf(stderr, "cluster_fwd_probe: %d failure(s): WRONG, BLIND, NOT KJIT'S BITS or DOES NOT FIT\n", failed);
     return failed ? 1 : 0;
 }
