@@ -190,6 +190,20 @@ KJIT_CACHE_MAX_MB=abc "$KJIT" cache stats --cache-dir "$T/c1" >/dev/null || fail
 # clear is idempotent: a cache never created has nothing to clear (exit 0), and is not created.
 "$KJIT" cache clear --cache-dir "$T/never/cache" >/dev/null || fail "cache clear of a missing dir"
 [ -e "$T/never" ] && fail "cache clear created $T/never"
+# A cache path of exactly 4095 bytes keeps its entry when a longer path
+# that begins with it is named (once shortened to 4096-byte buffers, such a
+# path named the other cache: clear emptied it); an error about a path
+# past the 4 KiB message buffer still ends with the reason.
+L=$T/l
+while [ ${#L} -lt 3890 ]; do L=$L/dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd; done
+L=$L/$(printf 'e%.0s' $(seq 1 $((4094 - ${#L}))))
+[ ${#L} = 4095 ] || fail "test setup: a ${#L}-byte path, want 4095"
+"$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32 --cache-dir "$L" >/dev/null 2>&1 || fail "prewarm into a 4095-byte path"
+for other in "$L-old" "$L/some/other/cache"; do
+  out=$("$KJIT" cache clear --cache-dir "$other" 2>&1) && fail "cache clear of a ${#other}-byte path succeeded: ${out: -200}"
+  case "$out" in *"File name too long") ;; *) fail "cache clear, ${#other}-byte path: the reason is not last: ${out: -200}" ;; esac
+done
+[ "$("$KJIT" cache stats --cache-dir "$L" --json | field entries)" = 1 ] || fail "the 4095-byte cache lost its entry"
 
 # Temp files and non-files are not entries: stats counts them apart, ls
 # marks them; an mtime localtime cannot convert prints as seconds.

@@ -70,6 +70,8 @@ static void on_entry(void *arg, const kjit_cache_entry_info *e)
     }
 }
 
+static int cache_run(const char *path, const char *sub, int json, int is_stats, int is_ls, int is_verify, int is_clear);
+
 int kjit_cli_cache(int argc, char **argv)
 {
     const char *sub = NULL, *dir = NULL;
@@ -100,10 +102,16 @@ int kjit_cli_cache(int argc, char **argv)
      * size cap. */
     char *resolved = NULL;
     if (kjit__cache_resolve_dir(dir, &resolved)) return kjit_cli_fail("cache", json, "%s", kjit_last_error());
-    char path[4096];
-    snprintf(path, sizeof path, "%s", resolved);
+    /* The whole path, however long: a shortened copy would name another
+     * directory (clear would empty it). */
+    const int rc = cache_run(resolved, sub, json, is_stats, is_ls, is_verify, is_clear);
     free(resolved);
+    return rc;
+}
 
+/* The subcommand on the resolved cache directory path. */
+static int cache_run(const char *path, const char *sub, int json, int is_stats, int is_ls, int is_verify, int is_clear)
+{
     if (is_clear) {
         uint64_t removed = 0, spared = 0;
         struct stat st;

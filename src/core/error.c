@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static _Thread_local char last_error[4096];
 
@@ -30,12 +31,37 @@ const char *kjit_last_error(void) { return last_error; }
 
 void kjit__clear_error(void) { last_error[0] = '\0'; }
 
+/* A message longer than the buffer keeps its start and its end (the reason
+ * usually comes last, after a long path), the middle replaced by "...";
+ * cuts never split a UTF-8 sequence. */
+static void keep_ends(const char *msg, size_t len)
+{
+    const size_t room = sizeof last_error - 1, head_want = room / 4, dots = 3;
+    size_t head = head_want, tail = len - (room - dots - head_want);
+    while (head > 0 && ((unsigned char)msg[head] & 0xC0) == 0x80) --head;
+    while (tail < len && ((unsigned char)msg[tail] & 0xC0) == 0x80) ++tail;
+    memcpy(last_error, msg, head);
+    memcpy(last_error + head, "...", dots);
+    memcpy(last_error + head + dots, msg + tail, len - tail);
+    last_error[head + dots + (len - tail)] = '\0';
+}
+
 int kjit__fail(int status, const char *fmt, ...)
 {
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_copy(again, ap);
+    const int len = vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    if (len >= (int)sizeof last_error) {
+        char *whole = malloc((size_t)len + 1);
+        if (whole) { /* else the first part stays, as formatted */
+            vsnprintf(whole, (size_t)len + 1, fmt, again);
+            keep_ends(whole, (size_t)len);
+            free(whole);
+        }
+    }
+    va_end(again);
     kjit__log("%s: %s", kjit_status_name(status), last_error);
     return status;
 }
