@@ -17,6 +17,15 @@ for c in info prewarm cache tune serve call; do
 done
 "$KJIT" --help | grep -q prewarm || fail "kjit --help"
 "$KJIT" nope 2>/dev/null; [ $? = 2 ] || fail "unknown command must exit 2"
+"$KJIT" help prewarm extra >/dev/null 2>&1; [ $? = 2 ] || fail "kjit help with two commands must exit 2"
+# A report that cannot be written is a failure, said on stderr.
+if [ -w /dev/full ]; then
+  for c in "info --json" "--help" "cache stats --json --cache-dir $T/c0"; do
+    err=$("$KJIT" $c 2>&1 >/dev/full); rc=$?
+    [ $rc = 1 ] || fail "kjit $c >/dev/full exited $rc, want 1"
+    case "$err" in *"cannot write the output"*) ;; *) fail "kjit $c >/dev/full: no message: $err" ;; esac
+  done
+fi
 
 # Refused values name themselves, exit 2.
 check_refused() {

@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,8 +20,28 @@ static const char usage[] =
     "\n"
     "kjit <command> --help (or kjit help <command>) shows each command's options.\n";
 
-int main(int argc, char **argv)
+/* A report lost on the way out (a full disk, a closed pipe, /dev/full) is a
+ * failure: the caller must not read a missing or cut --json as success. */
+static int finish(int rc)
 {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "kjit: cannot write the output to stdout%s%s\n", errno ? ": " : "", errno ? strerror(errno) : "");
+        return rc ? rc : KJIT_EXIT_FAIL;
+    }
+    return rc;
+}
+
+static int run(int argc, char **argv);
+
+int main(int argc, char **argv) { return finish(run(argc, argv)); }
+
+static int run(int argc, char **argv)
+{
+    if (argc > 3 && !strcmp(argv[1], "help")) {
+        fprintf(stderr, "kjit help: one command at most, got '%s' after '%s'\n", argv[3], argv[2]);
+        return KJIT_EXIT_USAGE;
+    }
     /* `kjit help CMD` is `kjit CMD --help`. */
     static char help_opt[] = "--help";
     char *help_argv[] = {argv[0], argc > 2 ? argv[2] : NULL, help_opt, NULL};
