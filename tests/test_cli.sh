@@ -199,6 +199,17 @@ KJIT_CACHE_MAX_MB=abc "$KJIT" cache stats --cache-dir "$T/c1" >/dev/null || fail
 # clear is idempotent: a cache never created has nothing to clear (exit 0), and is not created.
 "$KJIT" cache clear --cache-dir "$T/never/cache" >/dev/null || fail "cache clear of a missing dir"
 [ -e "$T/never" ] && fail "cache clear created $T/never"
+# An entry larger than the format allows (a sparse 1100 MiB file, over the
+# 1 GiB default cap) is damaged: replaced and counted, and it pushes no good
+# entry out (counted in the cap's sum, it had evicted them all).
+"$KJIT" prewarm $OPS --jobs 1 --cache-dir "$T/big" >/dev/null 2>&1 || fail "prewarm into $T/big"
+set -- "$T"/big/*.cubin
+truncate -s 100 "$1"; truncate -s 1100M "$3"; touch "$3"
+out=$("$KJIT" prewarm $OPS --jobs 1 --cache-dir "$T/big" --json 2>/dev/null)
+for kv in compiled=2 bad_entries=2 evicted=0 cached=4; do
+  [ "$(echo "$out" | field "${kv%=*}")" = "${kv#*=}" ] || fail "prewarm over a damaged oversized entry: want ${kv}: $out"
+done
+set --
 # A cache path of exactly 4095 bytes keeps its entry when a longer path
 # that begins with it is named (once shortened to 4096-byte buffers, such a
 # path named the other cache: clear emptied it); an error about a path

@@ -128,7 +128,8 @@ int kjit__cache_open(kjit_cache **out, const char *dir, uint64_t max_bytes)
         /* Temp files a killed writer left: removed here too, not only after
          * a publish, which a warm cache may never do. Nothing is evicted. */
         kjit__scan s;
-        kjit__cache_scan(c->dfd, c->dir, 1, UINT64_MAX, NULL, &s);
+        if (kjit__cache_scan(c->dfd, c->dir, 1, UINT64_MAX, NULL, &s) == 0)
+            c->st.bad_entries += s.bad;
     }
     *out = c;
     return KJIT_OK;
@@ -316,7 +317,7 @@ static int fetch(kjit_cache *c, kjit_cache_key key, const char *label, const cha
      * per entry, small next to the compile that came before it. */
     kjit__scan s;
     if (published && kjit__cache_scan(c->dfd, c->dir, 1, c->max_bytes, name, &s) == 0)
-        d->evictions += s.evicted;
+        d->evictions += s.evicted, d->bad_entries += s.bad;
     return rc;
 }
 
@@ -418,7 +419,7 @@ int kjit__cache_stats(kjit_cache *c, kjit_cache_stats *out)
     kjit__clear_error();
     if (!c || !out)
         return kjit__fail(KJIT_EINVAL, "kjit__cache_stats: %s is NULL", c ? "out" : "cache");
-    kjit__scan s = {0, 0, 0};
+    kjit__scan s = {0, 0, 0, 0};
     int rc = KJIT_OK;
     if (c->dfd >= 0 && kjit__cache_scan(c->dfd, c->dir, 0, 0, NULL, &s) < 0)
         rc = kjit__fail(KJIT_EIO, "cannot scan cache directory %s (KJIT_LOG=1 says why)", c->dir);

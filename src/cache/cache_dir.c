@@ -357,7 +357,7 @@ int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, con
         return -1;
     }
     time_t now = time(NULL);
-    kjit__scan s = {0, 0, 0};
+    kjit__scan s = {0, 0, 0, 0};
     size_t m = 0; /* regular entries, compacted to the front of v */
     for (size_t i = 0; i < n; i++) {
         if (v[i].temp) {
@@ -366,6 +366,16 @@ int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, con
                 kjit__log("cache: removed %s/%s, left by a writer killed mid-write", dir, v[i].name);
             free(v[i].name);
         } else if (!S_ISREG(v[i].st.st_mode) || !v[i].owned) {
+            free(v[i].name);
+        } else if ((uint64_t)v[i].st.st_size > (uint64_t)KJIT__HDR_SIZE + KJIT__NAME_MAX + KJIT__IMAGE_MAX) {
+            /* Larger than any entry the format allows: damaged. Its bytes
+             * must not push good entries out under the cap; a tidying scan
+             * removes it (a reader would refuse it anyway). */
+            if (tidy && unlinkat(dfd, v[i].name, 0) == 0) {
+                s.bad++;
+                kjit__log("cache: removed %s/%s: %lld bytes, more than an entry can hold", dir, v[i].name,
+                          (long long)v[i].st.st_size);
+            }
             free(v[i].name);
         } else {
             s.entries++;

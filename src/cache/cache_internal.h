@@ -74,9 +74,10 @@ int kjit__cache_lock(int lockdfd, const char *dir, const char *hex, double wait_
 void kjit__cache_unlock(int lockdfd, const char *hex, int fd);
 
 typedef struct kjit__scan {
-    uint64_t entries, bytes, evicted;
+    uint64_t entries, bytes, evicted, bad; /* bad: entries larger than the format allows, removed */
 } kjit__scan;
-/* Sums the regular entry files (kjit__cache_is_entry_name). With tidy it also removes temp files older
+/* Sums the regular entry files (kjit__cache_is_entry_name) that the format
+ * allows (larger ones are damaged: never counted, removed with tidy). With tidy it also removes temp files older
  * than KJIT__TMP_STALE_S and, while the sum exceeds max_bytes, the entries of
  * oldest mtime but keep (the entry just published, when not NULL: one entry
  * larger than the cap stays, rather than being written and lost at once).
