@@ -18,6 +18,15 @@ done
 "$KJIT" --help | grep -q prewarm || fail "kjit --help"
 "$KJIT" nope 2>/dev/null; [ $? = 2 ] || fail "unknown command must exit 2"
 "$KJIT" help prewarm extra >/dev/null 2>&1; [ $? = 2 ] || fail "kjit help with two commands must exit 2"
+# call: an unwritable --payload-out is refused before the server is asked
+# (no server here: exit 2, not 1), and a file it created for a request that
+# then fails is removed again.
+for p in "$T/no/such/dir/out.bin" ""; do
+  out=$("$KJIT" call --socket "$T/nosock" --payload-out "$p" '{"type":"stats"}' 2>"$T/err"); rc=$?
+  [ $rc = 2 ] && [ -z "$out" ] && grep -q -- "--payload-out '$p'" "$T/err" || fail "call --payload-out '$p': rc $rc, out '$out', $(cat "$T/err")"
+done
+"$KJIT" call --socket "$T/nosock" --payload-out "$T/pay.bin" '{"type":"stats"}' >/dev/null 2>&1
+[ $? = 1 ] && [ ! -e "$T/pay.bin" ] || fail "call without a server: exit 1 and no payload file left"
 # A report that cannot be written is a failure, said on stderr.
 if [ -w /dev/full ]; then
   for c in "info --json" "--help" "cache stats --json --cache-dir $T/c0"; do

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "kjit_client.h"
@@ -59,14 +60,27 @@ int kjit_cli_call(int argc, char **argv)
         }
     }
     if (!json) return kjit_cli_usage_error("call", "the JSON request is missing");
+    /* The payload file must be writable before anything is asked of the
+     * server: opened for appending (nothing truncated yet), and a file this
+     * call created is removed again if no payload comes to be written. */
+    int created = 0;
+    if (payload_out) {
+        if (!*payload_out) return kjit_cli_usage_error("call", "--payload-out '': expected a file path");
+        created = access(payload_out, F_OK) != 0;
+        FILE *f = fopen(payload_out, "ab");
+        if (!f || fclose(f) != 0)
+            return kjit_cli_usage_error("call", "--payload-out '%s': cannot write it: %s", payload_out, strerror(errno));
+    }
     kjit_client *c;
     if (kjit_client_connect(&c, socket, (int)timeout)) {
         fprintf(stderr, "kjit call: %s\n", kjit_last_error());
+        if (created) unlink(payload_out);
         return KJIT_EXIT_FAIL;
     }
     kjit_client_reply r;
     int rc = kjit_client_request(c, json, NULL, 0, events ? print_event : NULL, NULL, &r);
     kjit_client_close(c);
+    if (rc && created) unlink(payload_out);
     if (rc == KJIT_EINVAL) return kjit_cli_usage_error("call", "%s", kjit_last_error());
     if (rc) {
         fprintf(stderr, "kjit call: %s\n", kjit_last_error());
