@@ -18,6 +18,14 @@ done
 "$KJIT" --help | grep -q prewarm || fail "kjit --help"
 "$KJIT" nope 2>/dev/null; [ $? = 2 ] || fail "unknown command must exit 2"
 "$KJIT" help prewarm extra >/dev/null 2>&1; [ $? = 2 ] || fail "kjit help with two commands must exit 2"
+# Settings from the environment that are not what they claim are refused by
+# name before anything starts (KJIT_TUNE=maybe must not mean "on").
+for kv in KJIT_RUN_GRAPH=maybe KJIT_SERVE_MEMO_MAX=abc KJIT_SERVE_MEMO_MAX=0 KJIT_TUNE=maybe KJIT_PDL=enable; do
+  err=$(env "$kv" timeout 60 "$KJIT" serve --socket "$T/env.sock" 2>&1 >/dev/null); rc=$?
+  [ $rc = 1 ] || fail "$kv kjit serve exited $rc, want 1"
+  case "$err" in *"${kv%=*}='${kv#*=}'"*) ;; *) fail "$kv kjit serve: message does not name it: $err" ;; esac
+  [ -e "$T/env.sock" ] && fail "$kv kjit serve left its socket"
+done
 # call: an unwritable --payload-out is refused before the server is asked
 # (no server here: exit 2, not 1), and a file it created for a request that
 # then fails is removed again.

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/remote.h"
 #include "core/spin.h"
@@ -43,12 +44,14 @@ static int open_device(kjit_ctx *ctx)
         /* On by default where it ran (sm_90) and for sm_100, with a driver
          * that captures it into graphs (12.3+); KJIT_PDL=0 turns it off,
          * KJIT_PDL=1 on for any sm_90+ device and target. */
-        const char *e = getenv("KJIT_PDL");
+        /* (Both switches were checked when the context was created.) */
         const int able = major >= 9 && ctx->sm >= 90 && cu->LaunchKernelEx;
         const int dflt = (major == 9 || major == 10) && cu->driver_version >= 12030;
-        ctx->pdl = able && (e && *e ? strcmp(e, "0") != 0 : dflt);
-        const char *ps = getenv("KJIT_PART_SMALL");
-        ctx->part_small = !(ps && strcmp(ps, "0") == 0);
+        int pdl = dflt, small = 1;
+        (void)kjit__env_switch_parse("KJIT_PDL", dflt, &pdl);
+        (void)kjit__env_switch_parse("KJIT_PART_SMALL", 1, &small);
+        ctx->pdl = able && pdl;
+        ctx->part_small = small;
     }
     KJIT_CU_TRY(cu, DevicePrimaryCtxRetain(&ctx->cuctx, ctx->dev), "cuDevicePrimaryCtxRetain");
     ctx->has_gpu = 1;
@@ -85,6 +88,8 @@ int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts)
     if (opts->index_check < KJIT_INDEX_CHECK_OFF || opts->index_check > KJIT_INDEX_CHECK_ASYNC)
         return kjit__fail(KJIT_EINVAL, "index_check %d: expected KJIT_INDEX_CHECK_OFF, _SYNC or _ASYNC",
                           (int)opts->index_check);
+    int rc0 = kjit__env_switches_check(); /* KJIT_TUNE='false' must not tune */
+    if (rc0) return rc0;
     kjit_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return kjit__fail(KJIT_ENOMEM, "kjit_ctx_create: out of memory");
     ctx->device = opts->device;

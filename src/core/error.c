@@ -1,5 +1,7 @@
 #include "error.h"
 
+#include "core/env.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -71,8 +73,14 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static void log_init(void)
 {
-    const char *e = getenv("KJIT_LOG");
-    log_level = (e && *e && *e != '0') ? 1 : 0;
+    /* A value that is not a switch turns logging on, and says so: logging
+     * cannot fail a call, and whoever set it wanted to see something. */
+    int on = 0;
+    const int bad = kjit__env_switch_parse("KJIT_LOG", 0, &on) < 0;
+    log_level = bad || on;
+    if (bad)
+        fprintf(stderr, "kjit: KJIT_LOG='%s' is not a switch (1 or 0, true or false, ...): logging is on\n",
+                getenv("KJIT_LOG"));
 }
 
 int kjit__log_on(void)

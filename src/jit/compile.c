@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "jit/nvrtc_api.h"
 #include "jit/templates.h"
@@ -46,8 +47,9 @@ int kjit__jit_options(int sm, char buf[64], const char *opts[KJIT_MAX_OPTIONS])
     opts[n++] = "-DKJIT_NVRTC=1";
     /* KJIT_LINEINFO=1: source lines in the cubin, for compute-sanitizer and
      * profilers. It is an option like the others, so it is part of the key. */
-    const char *li = getenv("KJIT_LINEINFO");
-    if (li && *li && strcmp(li, "0") != 0) opts[n++] = "-lineinfo";
+    int li = 0; /* (checked when a context is created; anything else: off) */
+    (void)kjit__env_switch_parse("KJIT_LINEINFO", 0, &li);
+    if (li) opts[n++] = "-lineinfo";
     return n;
 }
 

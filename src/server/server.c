@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/remote.h"
 #include "jit/compile.h"
@@ -305,6 +306,21 @@ int kjit__server_run(const kjit_server_config *cfg)
     kjit__clear_error();
     if (!cfg || cfg->max_clients < 1 || cfg->max_pending < 1 || cfg->idle_timeout_s < 0)
         return kjit__fail(KJIT_EINVAL, "kjit__server_run: bad config");
+    /* The environment's settings, refused by name before anything starts. */
+    int run_graph;
+    if (kjit__env_switch("KJIT_RUN_GRAPH", 1, &run_graph)) return KJIT_EINVAL;
+    size_t memo_max = MEMO_MAX_DEFAULT;
+    const char *memo = getenv("KJIT_SERVE_MEMO_MAX");
+    if (memo && *memo) {
+        char *end;
+        errno = 0;
+        const long v = strtol(memo, &end, 10);
+        if (*memo < '0' || *memo > '9' || *end || errno || v < 1 || v > (1L << 30))
+            return kjit__fail(KJIT_EINVAL,
+                              "KJIT_SERVE_MEMO_MAX='%s' is not a whole number from 1 to %ld (unset it for the "
+                              "default, %d)", memo, 1L << 30, MEMO_MAX_DEFAULT);
+        memo_max = (size_t)v;
+    }
     kjit_server *s = calloc(1, sizeof *s);
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
@@ -332,11 +348,8 @@ int kjit__server_run(const kjit_server_config *cfg)
         return KJIT_OK;
     }
     s->spin_us = kjit__spin_us(LOOP_SPIN_US);
-    const char *graph = getenv("KJIT_RUN_GRAPH");
-    s->run_graph = !(graph && !strcmp(graph, "0"));
-    const char *memo = getenv("KJIT_SERVE_MEMO_MAX");
-    const long memo_max = memo ? strtol(memo, NULL, 10) : 0;
-    s->map.max_done = memo_max >= 1 && memo_max <= (1L << 30) ? (size_t)memo_max : MEMO_MAX_DEFAULT;
+    s->run_graph = run_graph;
+    s->map.max_done = memo_max;
     int r = uv_loop_init(&s->loop);
     if (r) {
         signals_restore(s->sig_fd, &old_mask, 0);

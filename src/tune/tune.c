@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "gpu/cuda_api.h"
 #include "tune/tune_file.h"
@@ -175,8 +176,9 @@ int kjit__tune_attach(kjit_ctx *ctx, const kjit_ctx_options *opts)
         else
             smem = 48 * 1024 - KJIT_TUNE_STATIC_SMEM;
     }
-    const char *env = getenv("KJIT_TUNE");
-    const int on_use = (opts && opts->tune) || (env && *env && strcmp(env, "0") != 0);
+    int env_on = 0; /* (checked when the context was created) */
+    (void)kjit__env_switch_parse("KJIT_TUNE", 0, &env_on);
+    const int on_use = (opts && opts->tune) || env_on;
     ctx->tune = kjit__tune_table_new(name, smem, on_use);
     if (!ctx->tune) return kjit__fail(KJIT_ENOMEM, "kjit_ctx_create: out of memory");
     if (ctx->has_gpu && name[0]) kjit__tune_table_load(ctx->tune, kjit_ctx_cache_dir(ctx));
