@@ -59,6 +59,15 @@ check_refused "--jobs" --jobs 0
 check_refused "sm_ 90" --arch "sm_ 90"
 check_refused "sm_+90" --arch "sm_+90"
 check_refused "sm_000000000000000090" --arch sm_000000000000000090
+# A list with an empty item says which one.
+check_refused "item 2 of 3 is empty" --hidden 5376,,4096
+check_refused "item 2 of 2 is empty" --hidden 5376,
+check_refused "item 1 of 2 is empty" --hidden ,
+check_refused "65 items, more than 64" --hidden "$(seq -s, 8 8 520)"
+# info says why NVRTC is missing, naming the variable that points nowhere.
+out=$(KJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so "$KJIT" info --json)
+echo "$out" | grep -q '"nvrtc_error":"KJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so could not be loaded' ||
+  fail "info with a bad KJIT_NVRTC_LIBRARY does not say why: $out"
 # Not the arguments' fault: no NVRTC (exit 1, no --arch blamed); a template
 # folder that cannot be read is named.
 out=$(KJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so "$KJIT" prewarm --ops timestep_sinusoid --hidden 8 \

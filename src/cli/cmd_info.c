@@ -4,13 +4,15 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "jit/nvrtc_api.h"
 #include "kjit.h"
 
 static const char help[] =
     "usage: kjit info [--json]\n"
     "\n"
-    "Prints kjit's version, the NVRTC library and version, the archs it can\n"
-    "target, the CUDA driver version and the GPUs seen. Works without a GPU.\n";
+    "Prints kjit's version, the NVRTC library and version (or why it is\n"
+    "missing), the archs it can target, the CUDA driver version and the GPUs\n"
+    "seen. Works without a GPU.\n";
 
 int kjit_cli_info(int argc, char **argv)
 {
@@ -33,6 +35,11 @@ int kjit_cli_info(int argc, char **argv)
     snprintf(nv, sizeof nv, "%d.%d", ri.nvrtc_major, ri.nvrtc_minor);
     cJSON_AddStringToObject(o, "nvrtc", ri.nvrtc_major ? nv : "not found");
     cJSON_AddStringToObject(o, "nvrtc_library", ri.nvrtc_path);
+    /* Why NVRTC is missing (a KJIT_NVRTC_LIBRARY that does not load, or
+     * none found): named, not only "not found". */
+    char why[1024] = "";
+    if (!ri.nvrtc_major && !kjit__nvrtc()) snprintf(why, sizeof why, "%s", kjit_last_error());
+    if (why[0]) cJSON_AddStringToObject(o, "nvrtc_error", why);
     cJSON *archs = cJSON_AddArrayToObject(o, "archs");
     for (int i = 0; i < ri.n_archs; ++i) {
         char a[16];
@@ -63,6 +70,7 @@ int kjit_cli_info(int argc, char **argv)
     } else {
         printf("kjit     %s\n", KJIT_VERSION_STRING);
         printf("nvrtc    %s (%s)\n", ri.nvrtc_major ? nv : "not found", ri.nvrtc_path[0] ? ri.nvrtc_path : "-");
+        if (why[0]) printf("         %s\n", why);
         printf("archs   ");
         for (int i = 0; i < ri.n_archs; ++i) printf(" sm_%d", ri.archs[i]);
         printf("\ndriver   %s\n", ri.driver_version ? drv : "none (compile only)");

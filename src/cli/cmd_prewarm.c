@@ -83,12 +83,6 @@ static void *worker(void *arg)
 static int add_jobs(job **jobs, long *n, long *cap, const kjit_kernel_spec *specs, int n_specs, const char *arch)
 {
     for (int s = 0; s < n_specs; ++s) {
-        int dup = 0;
-        for (long k = 0; k < *n && !dup; ++k)
-            /* Ops share kernels (the partition's): one job per compiled image. */
-            dup = !strcmp((*jobs)[k].spec.name_expr, specs[s].name_expr) && !strcmp((*jobs)[k].arch, arch) &&
-                  !strcmp((*jobs)[k].spec.template_file, specs[s].template_file);
-        if (dup) continue;
         if (*n == *cap) {
             *cap = *cap ? *cap * 2 : 64;
             job *nj = realloc(*jobs, sizeof *nj * (size_t)*cap);
@@ -100,6 +94,44 @@ static int add_jobs(job **jobs, long *n, long *cap, const kjit_kernel_spec *spec
         j->spec = specs[s];
         snprintf(j->arch, sizeof j->arch, "%s", arch);
     }
+    return 0;
+}
+
+typedef struct { const job *j; long i; } job_ref;
+
+static int job_ref_cmp(const void *a, const void *b)
+{
+    const job_ref *x = a, *y = b;
+    int c = strcmp(x->j->spec.name_expr, y->j->spec.name_expr);
+    if (!c) c = strcmp(x->j->arch, y->j->arch);
+    if (!c) c = strcmp(x->j->spec.template_file, y->j->spec.template_file);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Ops share kernels (the partition's), and --space repeats the defaults:
+ * one job per compiled image, the first of each kept in order. Sorted, not
+ * compared pair by pair (a wide --space prewarm holds 10^5 jobs). 0, or -1
+ * out of memory. */
+static int dedup_jobs(job *jobs, long *n)
+{
+    if (*n < 2) return 0;
+    job_ref *r = malloc(sizeof *r * (size_t)*n);
+    unsigned char *keep = calloc((size_t)*n, 1);
+    if (!r || !keep) {
+        free(r), free(keep);
+        return -1;
+    }
+    for (long i = 0; i < *n; ++i) r[i] = (job_ref){&jobs[i], i};
+    qsort(r, (size_t)*n, sizeof *r, job_ref_cmp);
+    for (long i = 0; i < *n; ++i)
+        keep[r[i].i] = i == 0 || strcmp(r[i].j->spec.name_expr, r[i - 1].j->spec.name_expr) ||
+                       strcmp(r[i].j->arch, r[i - 1].j->arch) ||
+                       strcmp(r[i].j->spec.template_file, r[i - 1].j->spec.template_file);
+    long m = 0;
+    for (long i = 0; i < *n; ++i)
+        if (keep[i]) jobs[m++] = jobs[i];
+    *n = m;
+    free(r), free(keep);
     return 0;
 }
 
@@ -251,7 +283,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
                     if (n > 64) n = 64;
                     /* The tuner's candidates, for the shared memory that
                      * arch's devices allow (other shapes are not tuned);
-                     * add_jobs drops the kernels listed twice. */
+                     * dedup_jobs drops the kernels listed twice. */
                     const int mode = kjit__adaln_mode(op_names[oi]);
                     if (space && mode && kjit__adaln_fast_hidden((int)hidden[h]))
                         n += kjit__tune_space_specs(mode, (int)hidden[h], dts[d], kjit__arch_tune_smem(sms[a]),
@@ -261,6 +293,10 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
                         usage_rc = KJIT_EXIT_FAIL;
                     }
                 }
+    if (!usage_rc && dedup_jobs(jobs, &n_jobs)) {
+        fprintf(stderr, "kjit prewarm: out of memory\n");
+        usage_rc = KJIT_EXIT_FAIL;
+    }
     if (usage_rc) {
         free(jobs);
         kjit_ctx_destroy(ctx);

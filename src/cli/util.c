@@ -46,8 +46,31 @@ int kjit_cli_split(char *list, char **items, int max)
 
 int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char *list, char **items, int max)
 {
+    /* What is wrong, said before the split cuts the list up. */
+    int commas = 0, empty_at = 0;
+    if (list) {
+        int item = 1, len = 0;
+        for (const char *c = list;; ++c) {
+            if (*c == ',' || !*c) {
+                if (!len && !empty_at) empty_at = item;
+                if (!*c) break;
+                ++commas, ++item, len = 0;
+            } else {
+                ++len;
+            }
+        }
+    }
+    if (!list || !*list) {
+        kjit_cli_usage_error(cmd, "%s '': expected a comma list of %s", opt, what);
+        return -1;
+    }
+    if (empty_at) {
+        kjit_cli_usage_error(cmd, "%s '%s': item %d of %d is empty (expected a comma list of %s)", opt, list,
+                             empty_at, commas + 1, what);
+        return -1;
+    }
     const int n = kjit_cli_split(list, items, max);
-    if (n < 0) kjit_cli_usage_error(cmd, "%s: expected a comma list of at most %d %s", opt, max, what);
+    if (n < 0) kjit_cli_usage_error(cmd, "%s: %d items, more than %d %s", opt, commas + 1, max, what);
     return n;
 }
 
