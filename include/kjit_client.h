@@ -36,7 +36,9 @@ KJIT_API int kjit_client_default_socket(char *buf, size_t len);
  * trickles bytes or sends only other requests' frames is cut off when it
  * has passed, as a silent one is. KJIT_ENOTFOUND when no server answers at the path (no socket
  * file, or a stale one): callers may fall back to compiling themselves.
- * KJIT_EPERM when the server refuses this user. */
+ * KJIT_EPERM when the server refuses this user; KJIT_EINVAL for path "".
+ * A frame from the server that is not a JSON object fails the request at
+ * once (KJIT_EIO; the connection is then done). */
 KJIT_API int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms);
 
 /* Changes the bound on each later reply (0: none), e.g. a short one to
@@ -122,7 +124,9 @@ KJIT_API int kjit_client_run(kjit_client *c, const char *json, const void *handl
  * Concurrent requests for one key share one tuning. Fills *out (may be
  * NULL) from the reply (config sources TUNED and DEFAULT). Takes seconds:
  * allow for it with kjit_client_timeout_set. Errors as for kjit_client_run
- * (KJIT_EUNSUPPORTED without a GPU or off the tuned path). */
+ * (KJIT_EUNSUPPORTED without a GPU or off the tuned path); a reply whose
+ * configs, candidate counts or row counts are not whole numbers in range is
+ * KJIT_EIO (naming the field), *out zeroed. */
 KJIT_API int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out);
 
 /* Closes the connection. NULL is a no-op. */

@@ -2,9 +2,11 @@
  * kjit serve and no GPU: its timeout bounds a whole reply (a server that
  * trickles bytes or sends other requests' frames is cut off), a reply
  * without an id is only ever an error about the connection, a run request
- * with text after its object is refused before anything is sent, and
- * kjit_client_default_socket checks its buffer and writes nothing when it
- * fails. */
+ * with text after its object is refused before anything is sent, a reply
+ * that is not a JSON object or a tune reply with numbers out of range is an
+ * error (not a wait, not a cast of 1e300), a timeout of INT_MAX ms works,
+ * an empty socket path is refused, and kjit_client_default_socket checks
+ * its buffer and writes nothing when it fails. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@
 #include "kjit_client.h"
 #include "test_util.h"
 
-enum mode { TRICKLE, OTHER_IDS, NULL_OK, IDLE_CLOSE, COUNT };
+enum mode { TRICKLE, OTHER_IDS, NULL_OK, IDLE_CLOSE, COUNT, NOT_JSON, TUNE_GARBAGE };
 
 typedef struct fake {
     enum mode mode;
@@ -100,6 +102,26 @@ static void *serve(void *arg)
         send_frame(fd, reply, 0);
         while (read_request(fd) >= 0) f->requests++;
         break;
+    case NOT_JSON: /* hello, then a frame that is no JSON object; stays open until the client goes */
+        send_frame(fd, reply, 0);
+        if (read_request(fd) >= 0) {
+            f->requests++;
+            send_frame(fd, "this is not json", 0);
+            while (read_request(fd) >= 0) f->requests++;
+        }
+        break;
+    case TUNE_GARBAGE: { /* hello, then a tune reply whose numbers no int holds */
+        send_frame(fd, reply, 0);
+        const long long tid = read_request(fd);
+        if (tid >= 0) {
+            char t[400];
+            snprintf(t, sizeof t,
+                     "{\"id\":%lld,\"ok\":true,\"fwd\":{\"rpc\":1e300,\"pf\":1,\"grid_per_sm\":1},"
+                     "\"bwd\":{\"bwd_pf\":1,\"accs\":0},\"fwd_candidates\":1e20,\"rows\":[1e300,-1e300,3]}", tid);
+            send_frame(fd, t, 0);
+        }
+        break;
+    }
     }
     close(fd);
     return NULL;
@@ -200,6 +222,38 @@ int main(void)
     kjit_client_close(c);
     fake_stop(&f);
     CHECK_EQ_INT(f.requests, 0);
+
+    /* A frame that is not a JSON object: an error at once (it was skipped
+     * as another request's, and the call waited for the deadline). */
+    fake_start(&f, dir, NOT_JSON);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 0), KJIT_OK); /* 0: no timeout at all */
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "not a JSON object") != NULL);
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* A tune reply with 1e300 for rpc: KJIT_EIO naming it, out zeroed. */
+    fake_start(&f, dir, TUNE_GARBAGE);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    kjit_tune_result tr;
+    memset(&tr, 0x5a, sizeof tr);
+    CHECK_STATUS(kjit_client_tune(c, "norm_modulate", 5376, KJIT_BF16, &tr), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "rpc = 1e+300") != NULL);
+    CHECK(tr.config.rpc == 0 && tr.fwd_candidates == 0 && tr.n_rows == 0);
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* The longest timeout (INT_MAX ms) and an empty path. */
+    fake_start(&f, dir, COUNT);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 2147483647), KJIT_OK);
+    kjit_client_close(c);
+    fake_stop(&f);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, "", 1000), KJIT_EINVAL);
+    CHECK(c == NULL && strstr(kjit_last_error(), "path is \"\"") != NULL);
 
     kjit_test_rmtree(dir);
     free(dir);

@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,7 +139,7 @@ static int recv_all(kjit_client *c, void *buf, size_t len)
             const double left_us = c->deadline_us - kjit__now_us();
             if (left_us <= 0) return broken(c, "the kjit server at %s did not answer in time%s", "");
             const int left_ms = (int)(left_us / 1000) + 1;
-            if (left_ms * 2 < c->rcv_ms && set_rcv(c, left_ms))
+            if (2LL * left_ms < (long long)c->rcv_ms && set_rcv(c, left_ms)) /* (64-bit: timeouts up to INT_MAX) */
                 return broken(c, "setting a timeout on the socket to %s: %s", strerror(errno));
         }
         ssize_t r = recv(c->fd, p, len, 0);
@@ -312,6 +313,14 @@ static int request_frames(kjit_client *c, char *text, size_t len, const void *pa
             break;
         }
         cJSON *r = cJSON_Parse(rj);
+        if (!cJSON_IsObject(r)) {
+            /* Not a reply at all: reading on would wait for one that the
+             * server cannot be relied on to send. */
+            cJSON_Delete(r);
+            free(rj);
+            free(rp);
+            return broken(c, "the kjit server at %s sent a frame that is not a JSON object%s", "");
+        }
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(r, "id");
         int mine = cJSON_IsNumber(rid) && rid->valuedouble == (double)id;
         /* id null: an error about the connection itself (refused, bad frame). */
@@ -394,6 +403,8 @@ int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms)
     if (!out || timeout_ms < 0)
         return kjit__fail(KJIT_EINVAL, "kjit_client_connect: %s", !out ? "out is NULL" : "timeout_ms < 0");
     *out = NULL;
+    if (path && !*path)
+        return kjit__fail(KJIT_EINVAL, "kjit_client_connect: path is \"\" (NULL: $KJIT_SERVER or the default socket)");
     char def[108];
     const char *env = getenv("KJIT_SERVER");
     if (!path) path = env && *env ? env : NULL;
@@ -689,16 +700,36 @@ static double num_of(const cJSON *o, const char *name)
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
-/* A config from the reply's fwd and bwd objects (kjit tune --json's). */
-static void config_of(const cJSON *root, const char *fwd, const char *bwd, kjit_config_source src, kjit_op_config *c)
+/* A whole number in [0, hi] from the reply (absent: 0), or -1 after a
+ * message naming it: a cast of anything else would be undefined. */
+static int whole_of(kjit_client *c, const cJSON *o, const char *name, double hi, double *out)
+{
+    const double v = num_of(o, name);
+    if (!(v >= 0 && v <= hi && v == floor(v))) {
+        c->broken = 1; /* a server that sends this is not to be trusted further */
+        kjit__fail(KJIT_EIO, "the kjit server at %s sent a tune reply with %s = %g: expected a whole number in 0..%.0f",
+                   c->path, name, v, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A config from the reply's fwd and bwd objects (kjit tune --json's); -1
+ * after a message when a field is out of range. */
+static int config_of(kjit_client *c, const cJSON *root, const char *fwd, const char *bwd, kjit_config_source src,
+                     kjit_op_config *cfg)
 {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, fwd), *b = cJSON_GetObjectItemCaseSensitive(root, bwd);
-    c->rpc = (int)num_of(f, "rpc");
-    c->pf = (int)num_of(f, "pf");
-    c->grid_per_sm = (int)num_of(f, "grid_per_sm");
-    c->bwd_pf = (int)num_of(b, "bwd_pf");
-    c->accs = (int)num_of(b, "accs");
-    c->source = src;
+    double v[5];
+    if (whole_of(c, f, "rpc", 1024, &v[0]) || whole_of(c, f, "pf", 1024, &v[1]) ||
+        whole_of(c, f, "grid_per_sm", 1024, &v[2]) || whole_of(c, b, "bwd_pf", 1024, &v[3]) ||
+        whole_of(c, b, "accs", 1024, &v[4]))
+        return -1;
+    cfg->rpc = (int)v[0], cfg->pf = (int)v[1], cfg->grid_per_sm = (int)v[2], cfg->bwd_pf = (int)v[3];
+    cfg->accs = (int)v[4];
+    cfg->source = src;
+    return 0;
 }
 
 static int doubles_of(const cJSON *root, const char *name, double *out)
@@ -723,21 +754,36 @@ int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtyp
     if (rc) return rc;
     if (out) {
         memset(out, 0, sizeof *out);
-        config_of(root, "fwd", "bwd", KJIT_CONFIG_TUNED, &out->config);
-        config_of(root, "default_fwd", "default_bwd", KJIT_CONFIG_DEFAULT, &out->default_config);
+        double cand[2];
+        if (config_of(c, root, "fwd", "bwd", KJIT_CONFIG_TUNED, &out->config) ||
+            config_of(c, root, "default_fwd", "default_bwd", KJIT_CONFIG_DEFAULT, &out->default_config) ||
+            whole_of(c, root, "fwd_candidates", 1e6, &cand[0]) || whole_of(c, root, "bwd_candidates", 1e6, &cand[1])) {
+            cJSON_Delete(root);
+            memset(out, 0, sizeof *out);
+            return KJIT_EIO;
+        }
         out->fwd_us = num_of(root, "fwd_us");
         out->bwd_us = num_of(root, "bwd_us");
         out->default_fwd_us = num_of(root, "default_fwd_us");
         out->default_bwd_us = num_of(root, "default_bwd_us");
         double rows[KJIT_TUNE_MAX_ROW_COUNTS];
         out->n_rows = doubles_of(root, "rows", rows);
-        for (int i = 0; i < out->n_rows; ++i) out->rows[i] = (int64_t)rows[i];
+        for (int i = 0; i < out->n_rows; ++i) {
+            if (!(rows[i] >= 0 && rows[i] <= 9.0e15 && rows[i] == floor(rows[i]))) {
+                cJSON_Delete(root);
+                memset(out, 0, sizeof *out);
+                c->broken = 1;
+                return kjit__fail(KJIT_EIO, "the kjit server at %s sent a tune reply with rows[%d] = %g: expected a "
+                                            "whole number of rows", c->path, i, rows[i]);
+            }
+            out->rows[i] = (int64_t)rows[i];
+        }
         doubles_of(root, "fwd_us_rows", out->fwd_us_rows);
         doubles_of(root, "bwd_us_rows", out->bwd_us_rows);
         doubles_of(root, "default_fwd_us_rows", out->default_fwd_us_rows);
         doubles_of(root, "default_bwd_us_rows", out->default_bwd_us_rows);
-        out->fwd_candidates = (int)num_of(root, "fwd_candidates");
-        out->bwd_candidates = (int)num_of(root, "bwd_candidates");
+        out->fwd_candidates = (int)cand[0];
+        out->bwd_candidates = (int)cand[1];
         out->seconds = num_of(root, "seconds");
         out->compile_seconds = num_of(root, "compile_seconds");
         out->saved = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "saved"));
