@@ -255,6 +255,67 @@ class ClientEdges(unittest.TestCase):
         self.assertEqual(got[0].get("arch"), "")  # before: dropped, the default compiled
 
 
+    def test_garbage_replies_are_protocol_errors(self):
+        """A frame that is not JSON, not an object, not UTF-8, or a reply
+        whose kernels do not describe its payload: ProtocolError (before:
+        AttributeError, KeyError, TypeError, JSONDecodeError...), and a
+        ServerError whose error is not an object still says something."""
+        from kjit import client
+        import struct
+        hdr = struct.Struct("<4sHHII")
+
+        def raw(body):
+            return hdr.pack(b"KJIT", 1, 0, len(body), 0) + body
+
+        cases = [
+            (raw(b"this is not json"), "not JSON"),
+            (raw(b"[1, 2, 3]"), "not a JSON object"),
+            (raw(b'"a string"'), "not a JSON object"),
+            (raw(b'{"id": 2, "ok": true, "x": "\xff\xfe"}'), "not JSON"),
+        ]
+        for body, want in cases:
+            def script(conn, read, frame, body=body):
+                read()
+                conn.sendall(body)
+                import time
+                time.sleep(0.3)
+
+            path = self.serve(script)
+            with client.Client(path, timeout=5) as c:
+                with self.assertRaisesRegex(client.ProtocolError, want):
+                    c.ping()
+                # The connection is then out of step, and says so.
+                with self.assertRaisesRegex(client.ProtocolError, "out of step"):
+                    c.ping()
+
+        for reply, want in [({"ok": True}, 'without its "kernels"'),
+                            ({"ok": True, "kernels": [{"offset": "a", "size": 4}]}, "offset 'a'"),
+                            ({"ok": True, "kernels": [{"offset": 0, "size": 4}]}, "outside the 0-byte payload")]:
+            def script(conn, read, frame, reply=reply):
+                req = read()
+                conn.sendall(frame(dict(reply, id=req["id"])))
+
+            path = self.serve(script)
+            with client.Client(path, timeout=5) as c:
+                with self.assertRaisesRegex(client.ProtocolError, want):
+                    c.compile("timestep_sinusoid", 256, "bf16")
+
+        def script(conn, read, frame):
+            req = read()
+            conn.sendall(frame({"id": req["id"], "ok": False, "error": "boom"}))
+
+        path = self.serve(script)
+        with client.Client(path, timeout=5) as c:
+            with self.assertRaisesRegex(client.ServerError, "boom"):
+                c.ping()
+
+    def test_bad_paths_are_refused(self):
+        from kjit import client
+        for bad, exc in (("", ValueError), ("/tmp/a\0b", ValueError), (b"/tmp/s", TypeError), (5, TypeError)):
+            with self.assertRaisesRegex(exc, "path"):
+                client.Client(bad, timeout=1)
+
+
 class Packaging(unittest.TestCase):
     """The in-tree PEP 517 / 660 backend (bindings/python/_build): the wheel
     holds the package, the editable wheel a .pth naming the source folder."""
@@ -390,6 +451,17 @@ class CoreChecks(unittest.TestCase):
         with kjit.Context(device=None, cache_dir=Path(d) / "cp"):
             pass
         self.assertTrue(os.path.isdir(os.path.join(d, "cb")) and os.path.isdir(os.path.join(d, "cp")))
+
+    def test_choices_of_the_wrong_type_name_themselves(self):
+        # Before: "unhashable type: 'list'", naming nothing.
+        with self.assertRaisesRegex(TypeError, "index_check: expected one of"):
+            kjit.Context(device=None, cache_dir="", index_check=[])
+        with self.assertRaisesRegex(ValueError, "index_check: 'never' is not one of"):
+            kjit.Context(device=None, cache_dir="", index_check="never")
+        with self.assertRaisesRegex(TypeError, "op: expected one of"):
+            core.adaln_workspace(["x"], 10, 256, 9)
+        with self.assertRaisesRegex(ValueError, "op: 'nope' is not one of"):
+            core.adaln_workspace("nope", 10, 256, 9)
 
     def setUp(self):
         self.ctx = kjit.Context(device=None, cache_dir="")

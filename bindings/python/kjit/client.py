@@ -36,9 +36,11 @@ class ServerError(Exception):
     """The server answered {"ok": false, "error": {"code", "message"}}."""
 
     def __init__(self, reply):
-        err = reply.get("error") or {}
-        self.code = err.get("code", "")
-        self.message = err.get("message", "")
+        err = reply.get("error") if isinstance(reply, dict) else None
+        if not isinstance(err, dict):  # a server that says less than it should
+            err = {"message": "" if err is None else str(err)}
+        self.code = str(err.get("code", ""))
+        self.message = str(err.get("message", ""))
         self.reply = reply
         super().__init__("%s: %s" % (self.code, self.message))
 
@@ -68,9 +70,17 @@ def _non_finite(value, where):
 
 
 def _with_cubins(reply, data):
-    """Gives each entry of reply["kernels"] its "cubin" bytes from the payload."""
-    for k in reply["kernels"]:
-        k["cubin"] = data[k["offset"]:k["offset"] + k["size"]]
+    """Gives each entry of reply["kernels"] its "cubin" bytes from the payload
+    (ProtocolError for a reply whose kernels do not describe it)."""
+    kernels = reply.get("kernels")
+    if not isinstance(kernels, list):
+        raise ProtocolError('a reply without its "kernels" list')
+    for k in kernels:
+        off, size = (k.get("offset"), k.get("size")) if isinstance(k, dict) else (None, None)
+        if not (type(off) is int and type(size) is int and 0 <= off and 0 <= size and off + size <= len(data)):
+            raise ProtocolError(f"a kernel entry with offset {off!r} and size {size!r}, outside the "
+                                f"{len(data)}-byte payload")
+        k["cubin"] = data[off:off + size]
     return reply
 
 
@@ -165,6 +175,9 @@ class Client:
                 raise TypeError(f"timeout: expected seconds (a number) or None, got {type(timeout).__name__}")
             if not timeout >= 0 or timeout == float("inf"):
                 raise ValueError(f"timeout: {timeout!r} is not a number of seconds >= 0")
+        if path is not None and (not isinstance(path, str) or not path or "\0" in path):
+            raise (TypeError if not isinstance(path, str) else ValueError)(
+                f"path: expected a socket path (or None: $KJIT_SERVER, else the default), got {path!r}")
         self.path = path or os.environ.get("KJIT_SERVER") or default_socket()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout or None)
@@ -235,7 +248,13 @@ class Client:
                 raise ProtocolError("not a kjit frame (magic %r, version %d, flags %d)" % (magic, version, flags))
             if jlen < 2 or jlen > _MAX_REPLY_JSON or plen > _MAX_REPLY_PAYLOAD:
                 raise ProtocolError("frame lengths out of range: JSON %d, payload %d" % (jlen, plen))
-            header = json.loads(self._read_exact(jlen))
+            raw = self._read_exact(jlen)
+            try:
+                header = json.loads(raw)
+            except ValueError as exc:  # not JSON, or not UTF-8
+                raise ProtocolError(f"the kjit server at {self.path} sent a frame that is not JSON ({exc})") from None
+            if not isinstance(header, dict):
+                raise ProtocolError(f"the kjit server at {self.path} sent a frame that is not a JSON object")
             return header, self._read_exact(plen) if plen else b""
         except BaseException as exc:
             # A frame read in part (a timeout, Ctrl-C, a bad frame): the next

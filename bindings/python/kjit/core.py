@@ -212,9 +212,18 @@ def _workspace(workspace):
 # ---- queries that need no context ------------------------------------------
 
 
+def _choice(value, table, name):
+    """table[value] for a str value; else TypeError or ValueError naming name
+    (a list or dict would otherwise fail as "unhashable type")."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected one of {sorted(table)}, got {type(value).__name__}")
+    if value not in table:
+        raise ValueError(f"{name}: {value!r} is not one of {sorted(table)}")
+    return table[value]
+
+
 def _adaln_size(function, op, n, hidden, rows):
-    if op not in _ADALN_OPS:
-        raise ValueError(f"op: {op!r} is not one of {sorted(_ADALN_OPS)}")
+    _choice(op, _ADALN_OPS, "op")
     out = ctypes.c_size_t(0)
     check(getattr(_lib.load(), function)(_ADALN_OPS[op], _int(n, "n"), _i32(hidden, "hidden"),
                                          _int(rows, "rows"), ctypes.byref(out)), function)
@@ -288,8 +297,7 @@ class Context:
     """
 
     def __init__(self, device=0, cache_dir=None, arch=None, index_check="off"):
-        if index_check not in _INDEX_CHECK:
-            raise ValueError(f"index_check: {index_check!r} is not one of 'off', 'sync', 'async'")
+        _choice(index_check, _INDEX_CHECK, "index_check")
         self._lib = _lib.load()
         opts = _lib.CtxOptions()
         self._lib.kjit_ctx_options_init(ctypes.byref(opts))
