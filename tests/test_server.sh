@@ -19,6 +19,9 @@ for c in serve call; do "$KJIT" $c --help | grep -q usage || fail "kjit $c --hel
 "$KJIT" --help | grep -q serve || fail "kjit --help lists serve"
 "$KJIT" serve --max-clients 0 2>/dev/null; [ $? = 2 ] || fail "--max-clients 0 must exit 2"
 "$KJIT" serve --idle-timeout x 2>/dev/null; [ $? = 2 ] || fail "--idle-timeout x must exit 2"
+for v in 0x10 1e3 1.2.3 .; do  # plain decimal seconds only (strtod took 0x10 as 16)
+  timeout 10 "$KJIT" serve --idle-timeout "$v" 2>/dev/null; [ $? = 2 ] || fail "--idle-timeout $v must exit 2"
+done
 "$KJIT" serve --allow-uid 1,x 2>/dev/null; [ $? = 2 ] || fail "--allow-uid 1,x must exit 2"
 "$KJIT" serve --bogus 1 2>/dev/null; [ $? = 2 ] || fail "unknown option must exit 2"
 "$KJIT" call 2>/dev/null; [ $? = 2 ] || fail "call without JSON must exit 2"

@@ -88,9 +88,13 @@ int kjit_cli_serve(int argc, char **argv)
             if (kjit_cli_int(v, 1, 4096, &n)) return kjit_cli_usage_error("serve", "--max-pending '%s': expected 1..4096", v);
             cfg.max_pending = (int)n;
         } else if (!strcmp(a, "--idle-timeout")) {
+            /* Plain decimal seconds only: strtod would also take 0x10 and 1e3. */
+            const char *dot = strchr(v, '.');
+            const int plain = v[strspn(v, "0123456789.")] == '\0' && strpbrk(v, "0123456789") &&
+                              (!dot || !strchr(dot + 1, '.'));
             char *end;
             double s = strtod(v, &end);
-            if (!((*v >= '0' && *v <= '9') || *v == '.') || *end || !(s >= 0 && s <= 86400))
+            if (!plain || *end || !(s >= 0 && s <= 86400))
                 return kjit_cli_usage_error("serve", "--idle-timeout '%s': expected seconds in 0..86400", v);
             cfg.idle_timeout_s = s;
         } else if (!strcmp(a, "--allow-uid")) {
