@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "probe_bf16.h"
+#include "probe_device_src.h"
 #include "probe_time.h"
 
 #define H 5376
@@ -44,17 +45,7 @@
 
 static const char *src =
     "#define HG 672\n"
-    "__device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }\n"
-    "__device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }\n"
-    "__device__ __forceinline__ unsigned pk(float a, float b)\n"
-    "{ unsigned r; asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(b), \"f\"(a)); return r; }\n"
-    "__device__ __forceinline__ uint4 ld_x(const uint4 *p)\n"
-    "{ uint4 v; asm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\"\n"
-    "    : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p)); return v; }\n"
-    "__device__ __forceinline__ float sq4(uint4 v)\n"
-    "{ float a = lo(v.x) * lo(v.x) + hi(v.x) * hi(v.x), b = lo(v.y) * lo(v.y) + hi(v.y) * hi(v.y);\n"
-    "  float c = lo(v.z) * lo(v.z) + hi(v.z) * hi(v.z), d = lo(v.w) * lo(v.w) + hi(v.w) * hi(v.w);\n"
-    "  return (a + b) + (c + d); }\n"
+    PROBE_SRC_BF16
     "__device__ __forceinline__ unsigned mod2(unsigned x, unsigned w, unsigned s, unsigned c, float rs, int tab)\n"
     "{ if (!tab) return pk(lo(x) * rs, hi(x) * rs);\n"
     "  return pk(lo(x) * rs * lo(w) * (1.f + lo(c)) + lo(s), hi(x) * rs * hi(w) * (1.f + hi(c)) + hi(s)); }\n"
