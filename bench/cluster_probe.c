@@ -399,14 +399,10 @@ int main(int argc, char **argv)
             CK(cuMemcpyHtoD(sets[i].x, hx, bytes));
             CK(cuMemcpyHtoD(sets[i].dy, hdy, bytes));
         }
-        CUdeviceptr scale, w, idx, partial;
-        CK(cuMemAlloc(&scale, (size_t)R * H * 2));
-        CK(cuMemAlloc(&w, H * 2));
-        CK(cuMemAlloc(&idx, sizeof(int) * (size_t)n));
+        const CUdeviceptr scale = probe_upload(hs, (size_t)R * H * 2), w = probe_upload(hw, H * 2),
+                          idx = probe_upload(hidx, sizeof(int) * (size_t)n);
+        CUdeviceptr partial;
         CK(cuMemAlloc(&partial, sizeof(float) * (size_t)C_VALUES[NC - 1] * R * 3 * H));
-        CK(cuMemcpyHtoD(scale, hs, (size_t)R * H * 2));
-        CK(cuMemcpyHtoD(w, hw, H * 2));
-        CK(cuMemcpyHtoD(idx, hidx, sizeof(int) * (size_t)n));
         /* The uploads above ran on the legacy stream; the kernels run on the
          * probe's non-blocking one, which does not wait for them. */
         CK(cuCtxSynchronize());

@@ -215,13 +215,7 @@ int main(int argc, char **argv)
         hsh[k] = probe_to_bf((float)(0.2 * (urand() - 0.5)));
         hsc[k] = probe_to_bf((float)(0.2 * (urand() - 0.5)));
     }
-    CUdeviceptr dw, dsh, dsc;
-    CK(cuMemAlloc(&dw, H * 2));
-    CK(cuMemAlloc(&dsh, tab_bytes));
-    CK(cuMemAlloc(&dsc, tab_bytes));
-    CK(cuMemcpyHtoD(dw, hw, H * 2));
-    CK(cuMemcpyHtoD(dsh, hsh, tab_bytes));
-    CK(cuMemcpyHtoD(dsc, hsc, tab_bytes));
+    const CUdeviceptr dw = probe_upload(hw, H * 2), dsh = probe_upload(hsh, tab_bytes), dsc = probe_upload(hsc, tab_bytes);
 
     printf("# norm_probe: plain norm_modulate forwards, H %d bf16, R %d; events per iteration / inside a graph, us;"
            " rotating sets > 3x the L2; floor = bytes / %.2f TB/s (x read, y written)\n", H, R, PEAK_BW / 1e12);

@@ -98,6 +98,15 @@ static double probe_time_graph(probe_launch_fn launch, const void *arg, int nset
     return probe_median(t, PROBE_GRAPH_REPS);
 }
 
+/* A device copy of n bytes at h (freed by the caller with cuMemFree). */
+static inline CUdeviceptr probe_upload(const void *h, size_t n)
+{
+    CUdeviceptr d;
+    CK(cuMemAlloc(&d, n));
+    CK(cuMemcpyHtoD(d, h, n));
+    return d;
+}
+
 /* How many rotating buffer sets, each moving `moved` bytes, make one pass
  * over them more than 3x the L2 (at least 2). */
 static int probe_nsets(double l2, double moved)
