@@ -35,9 +35,14 @@ for p in "$T/no/such/dir/out.bin" ""; do
 done
 "$KJIT" call --socket "$T/nosock" --payload-out "$T/pay.bin" '{"type":"stats"}' >/dev/null 2>&1
 [ $? = 1 ] && [ ! -e "$T/pay.bin" ] || fail "call without a server: exit 1 and no payload file left"
+# A dangling link is refused, not followed (nor removed).
+ln -s "$T/nowhere" "$T/dangling"
+"$KJIT" call --socket "$T/nosock" --payload-out "$T/dangling" '{"type":"stats"}' >/dev/null 2>&1
+[ $? = 2 ] && [ -L "$T/dangling" ] && [ ! -e "$T/nowhere" ] || fail "call --payload-out through a dangling link"
 # A report that cannot be written is a failure, said on stderr.
 if [ -w /dev/full ]; then
-  for c in "info --json" "--help" "cache stats --json --cache-dir $T/c0"; do
+  mkdir -m 700 "$T/empty"  # a cache that exists: its report is what is lost
+  for c in "info --json" "--help" "cache stats --json --cache-dir $T/empty"; do
     err=$("$KJIT" $c 2>&1 >/dev/full); rc=$?
     [ $rc = 1 ] || fail "kjit $c >/dev/full exited $rc, want 1"
     case "$err" in *"cannot write the output"*) ;; *) fail "kjit $c >/dev/full: no message: $err" ;; esac

@@ -66,6 +66,12 @@ out=$("$KJIT" call --socket '' '{"type":"ping"}' 2>&1); rc=$?
   || fail "call compile: $(cat "$T/c.json")"
 [ "$(head -c 4 "$T/cubin" | od -An -c | tr -d ' ')" = "177ELF" ] || fail "the payload is not a cubin"
 [ "$(stat -c %s "$T/cubin")" = "$(field '["payload_bytes"]' <"$T/c.json")" ] || fail "payload size"
+# A refused request writes no payload: no file made, an existing one kept.
+"$KJIT" call --payload-out "$T/none.bin" '{"type":"nope"}' >/dev/null 2>&1
+[ $? = 1 ] && [ ! -e "$T/none.bin" ] || fail "call --payload-out with a refused request left a file"
+cp "$T/cubin" "$T/kept.bin"
+"$KJIT" call --payload-out "$T/kept.bin" '{"type":"compile","op":"nope","hidden":256,"dtype":"fp32"}' >/dev/null 2>&1
+cmp -s "$T/cubin" "$T/kept.bin" || fail "call --payload-out with a refused request changed an existing file"
 n=$("$KJIT" call --events '{"type":"prewarm","ops":"timestep_sinusoid","hidden":[8,16],"dtype":"bf16"}' | grep -c '"event"')
 [ "$n" = 2 ] || fail "prewarm printed $n events, want 2"
 

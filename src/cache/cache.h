@@ -149,6 +149,9 @@ typedef struct kjit_cache_entry_info {
     int owned;          /* 0: a *.cubin whose name is not the shape kjit
                            writes: no lookup takes it, the size cap does not
                            count it, clear and eviction leave it alone */
+    int oversized;      /* 1: larger than any entry the format allows: damaged,
+                           not counted by the size cap (a tidying scan
+                           removes it, verify names it) */
 } kjit_cache_entry_info;
 /* Visits entries (*.cubin) and temp files in name order; the info is valid
  * during the call only. verify reads and checks each entry fully, including

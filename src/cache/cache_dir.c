@@ -367,11 +367,11 @@ int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, con
             free(v[i].name);
         } else if (!S_ISREG(v[i].st.st_mode) || !v[i].owned) {
             free(v[i].name);
-        } else if ((uint64_t)v[i].st.st_size > (uint64_t)KJIT__HDR_SIZE + KJIT__NAME_MAX + KJIT__IMAGE_MAX) {
+        } else if ((uint64_t)v[i].st.st_size > KJIT__ENTRY_MAX) {
             /* Larger than any entry the format allows: damaged. Its bytes
              * must not push good entries out under the cap; a tidying scan
              * removes it (a reader would refuse it anyway). */
-            if (tidy && unlinkat(dfd, v[i].name, 0) == 0) {
+            if (tidy && kjit__unlink_same(dfd, v[i].name, &v[i].st)) { /* not a good entry renamed over it since */
                 s.bad++;
                 kjit__log("cache: removed %s/%s: %lld bytes, more than an entry can hold", dir, v[i].name,
                           (long long)v[i].st.st_size);
@@ -448,7 +448,8 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         kjit_cache_entry_info e = {v[i].name, (uint64_t)v[i].st.st_size, (int64_t)v[i].st.st_mtime,
-                                   1, NULL, v[i].temp, S_ISREG(v[i].st.st_mode), v[i].owned};
+                                   1, NULL, v[i].temp, S_ISREG(v[i].st.st_mode), v[i].owned,
+                                   !v[i].temp && (uint64_t)v[i].st.st_size > KJIT__ENTRY_MAX};
         char why[256];
         kjit_cache_key key;
         if (verify && v[i].temp) {

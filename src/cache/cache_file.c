@@ -401,10 +401,9 @@ fail:
     return -1;
 }
 
-void kjit__unlink_same(int dfd, const char *name, const struct stat *st)
+int kjit__unlink_same(int dfd, const char *name, const struct stat *st)
 {
     struct stat now;
-    if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st->st_dev &&
-        now.st_ino == st->st_ino)
-        unlinkat(dfd, name, 0);
+    return fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st->st_dev &&
+           now.st_ino == st->st_ino && unlinkat(dfd, name, 0) == 0;
 }

@@ -16,6 +16,8 @@
 /* Readers refuse larger fields before allocating anything for them. */
 #define KJIT__NAME_MAX 4096u
 #define KJIT__IMAGE_MAX (256u << 20)
+/* The largest file an entry can be: anything larger is damaged. */
+#define KJIT__ENTRY_MAX ((uint64_t)KJIT__HDR_SIZE + KJIT__NAME_MAX + KJIT__IMAGE_MAX)
 #define KJIT__LABEL_MAX 48
 #define KJIT__ARCH_MAX 32
 /* label . 32 hex . arch .v 10 digits .cubin, and ".tmp." label .XXXXXX */
@@ -55,8 +57,8 @@ int kjit__entry_load(int dfd, const char *name, kjit_cache_key key, int touch, k
 int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *label,
                         kjit_cache_key key, const kjit__image *img);
 /* Unlinks `name` only if it still is the file *st describes, so that an
- * entry a writer just renamed over a bad one is not lost. */
-void kjit__unlink_same(int dfd, const char *name, const struct stat *st);
+ * entry a writer just renamed over a bad one is not lost; 1 when removed. */
+int kjit__unlink_same(int dfd, const char *name, const struct stat *st);
 
 /* cache_dir.c */
 /* kjit__cache_resolve_dir: cache.h. */

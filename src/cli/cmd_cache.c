@@ -33,7 +33,7 @@ static void on_entry(void *arg, const kjit_cache_entry_info *e)
 {
     visit *v = arg;
     /* Entries are what lookups can take and what the size cap counts. */
-    const int entry = !e->temp && e->regular && e->owned;
+    const int entry = !e->temp && e->regular && e->owned && !e->oversized;
     if (entry) {
         v->entries++;
         v->bytes += e->bytes;
@@ -43,6 +43,7 @@ static void on_entry(void *arg, const kjit_cache_entry_info *e)
     const char *kind = e->temp      ? "temp file"
                      : !e->regular ? "not a regular file"
                      : !e->owned   ? "not kjit's (name)"
+                     : e->oversized ? "larger than an entry can be (damaged)"
                                    : NULL;
     if (v->json) {
         cJSON *o = cJSON_CreateObject();

@@ -1,5 +1,6 @@
 /* kjit call: one request to a running server, the reply on stdout. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -61,39 +62,48 @@ int kjit_cli_call(int argc, char **argv)
     }
     if (!json) return kjit_cli_usage_error("call", "the JSON request is missing");
     /* The payload file must be writable before anything is asked of the
-     * server: opened for appending (nothing truncated yet), and a file this
-     * call created is removed again if no payload comes to be written. */
-    int created = 0;
+     * server. It stays open; an existing one is truncated only once a
+     * payload comes, and one this call made (O_EXCL says so, also for a
+     * dangling link, which is then refused, not followed) is removed when
+     * none does. */
+    int pfd = -1, created = 0;
     if (payload_out) {
         if (!*payload_out) return kjit_cli_usage_error("call", "--payload-out '': expected a file path");
-        created = access(payload_out, F_OK) != 0;
-        FILE *f = fopen(payload_out, "ab");
-        if (!f || fclose(f) != 0)
+        pfd = open(payload_out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (pfd >= 0)
+            created = 1;
+        else if (errno == EEXIST)
+            pfd = open(payload_out, O_WRONLY | O_CLOEXEC);
+        if (pfd < 0)
             return kjit_cli_usage_error("call", "--payload-out '%s': cannot write it: %s", payload_out, strerror(errno));
     }
     kjit_client *c;
-    if (kjit_client_connect(&c, socket, (int)timeout)) {
-        fprintf(stderr, "kjit call: %s\n", kjit_last_error());
-        if (created) unlink(payload_out);
-        return KJIT_EXIT_FAIL;
+    int rc = kjit_client_connect(&c, socket, (int)timeout);
+    kjit_client_reply r = {0};
+    if (!rc) {
+        rc = kjit_client_request(c, json, NULL, 0, events ? print_event : NULL, NULL, &r);
+        kjit_client_close(c);
     }
-    kjit_client_reply r;
-    int rc = kjit_client_request(c, json, NULL, 0, events ? print_event : NULL, NULL, &r);
-    kjit_client_close(c);
-    if (rc && created) unlink(payload_out);
+    if (pfd >= 0 && (rc || !r.ok)) { /* no payload to keep */
+        if (created) unlink(payload_out);
+        close(pfd);
+        pfd = -1;
+    }
     if (rc == KJIT_EINVAL) return kjit_cli_usage_error("call", "%s", kjit_last_error());
     if (rc) {
         fprintf(stderr, "kjit call: %s\n", kjit_last_error());
         return KJIT_EXIT_FAIL;
     }
     puts(r.json);
-    if (payload_out) {
-        FILE *f = fopen(payload_out, "wb");
-        int bad = !f;
-        if (f) {
-            bad = r.payload_len && fwrite(r.payload, 1, r.payload_len, f) != r.payload_len;
-            bad |= fclose(f) != 0;
+    if (pfd >= 0) {
+        int bad = ftruncate(pfd, 0) != 0;
+        for (size_t off = 0; !bad && off < r.payload_len;) {
+            const ssize_t w = write(pfd, (const char *)r.payload + off, r.payload_len - off);
+            if (w < 0 && errno == EINTR) continue;
+            bad = w <= 0;
+            off += w > 0 ? (size_t)w : 0;
         }
+        bad |= close(pfd) != 0;
         if (bad) {
             fprintf(stderr, "kjit call: --payload-out: cannot write %s: %s\n", payload_out, strerror(errno));
             rc = -1;

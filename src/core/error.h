@@ -9,7 +9,8 @@
 int kjit__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Clears the message (call at the start of every public function). */
 void kjit__clear_error(void);
-/* Logs to stderr when KJIT_LOG is set (1 or a level); silent otherwise. */
+/* Logs to stderr when KJIT_LOG is on (1, true, yes or on; a value that is
+ * no switch turns it on too, with a line saying so); silent otherwise. */
 void kjit__log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* 1 when KJIT_LOG is on: callers skip work that only feeds a log line. */
 int kjit__log_on(void);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "gpu_util.h"
 #include "kjit_client.h"
 #include "ref.h"
@@ -316,8 +317,9 @@ static const char *const f_name[F_N] = {"us", "us_queue", "us_prep", "us_call", 
  * runs as graphs: KJIT_RUN_GRAPH=0 turns that off. */
 static int server_graphs(void)
 {
-    const char *e = getenv("KJIT_RUN_GRAPH");
-    return !(e && !strcmp(e, "0"));
+    int on = 1; /* the server's own reading of KJIT_RUN_GRAPH */
+    (void)kjit__env_switch_parse("KJIT_RUN_GRAPH", 1, &on);
+    return on;
 }
 
 /* The last timed reply's "graph": direct, captured or replayed. */

@@ -309,6 +309,17 @@ class ClientEdges(unittest.TestCase):
             with self.assertRaisesRegex(client.ServerError, "boom"):
                 c.ping()
 
+    def test_a_hello_with_bad_limits_is_a_protocol_error(self):
+        from kjit import client
+        old = self.HELLO
+        self.HELLO = dict(old, limits=[1])
+        try:
+            path = self.serve(lambda conn, read, frame: None)
+            with self.assertRaisesRegex(client.ProtocolError, "limits are not an object"):
+                client.Client(path, timeout=5)
+        finally:
+            self.HELLO = old
+
     def test_bad_paths_are_refused(self):
         from kjit import client
         for bad, exc in (("", ValueError), ("/tmp/a\0b", ValueError), (b"/tmp/s", TypeError), (5, TypeError)):

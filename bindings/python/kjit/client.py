@@ -207,6 +207,8 @@ class Client:
                                       f"user (uid {os.geteuid()}) nor root: not used (another user's "
                                       "server could hand back any kernel)")
             self.hello, _ = self.request({"type": "hello", "versions": [PROTO_VERSION], "client": "kjit-py"})
+            if not isinstance(self.hello.get("limits", {}), dict):
+                raise ProtocolError(f"the kjit server at {self.path} sent a hello whose limits are not an object")
         except BaseException:
             self._sock.close()
             raise
