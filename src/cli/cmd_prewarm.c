@@ -245,7 +245,12 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
             arch_arg = "sm_90";
         }
     }
-    char arch_copy[512];
+    /* A copy to split; a list longer than it is refused (it was cut
+     * silently, dropping the archs past the end). */
+    char arch_copy[1024];
+    if (strlen(arch_arg) >= sizeof arch_copy)
+        return kjit_cli_usage_error("prewarm", "--arch: a list of %zu characters (at most %zu)", strlen(arch_arg),
+                                    sizeof arch_copy - 1);
     snprintf(arch_copy, sizeof arch_copy, "%s", arch_arg);
     const int n_arch_arg =
         kjit_cli_split_opt("prewarm", "--arch", "archs, e.g. sm_90,sm_100", arch_copy, archs, MAX_LIST);

@@ -10,11 +10,19 @@
 
 int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...)
 {
-    char msg[4096];
-    va_list ap;
+    /* The whole message, however long (a library error of 4 KiB and what
+     * the command adds after it). */
+    char small[512], *msg = small;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_copy(again, ap);
+    const int len = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
+    if (len >= (int)sizeof small && (msg = malloc((size_t)len + 1)))
+        vsnprintf(msg, (size_t)len + 1, fmt, again);
+    else if (!msg)
+        msg = small; /* out of memory: the start of it */
+    va_end(again);
     fprintf(stderr, "kjit %s: %s\n", cmd, msg);
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -27,6 +35,7 @@ int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...)
         cJSON_free(s);
         cJSON_Delete(o);
     }
+    if (msg != small) free(msg);
     return KJIT_EXIT_FAIL;
 }
 
