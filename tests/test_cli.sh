@@ -69,6 +69,8 @@ check_refused "item 2 of 3 is empty" --hidden 5376,,4096
 check_refused "item 2 of 2 is empty" --hidden 5376,
 check_refused "item 1 of 2 is empty" --hidden ,
 check_refused "65 items, more than 64" --hidden "$(seq -s, 8 8 520)"
+check_refused "--arch: a list of 1205 characters (at most 1023)" --arch "$(printf 'sm_90,%.0s' $(seq 1 200))sm_90"
+[ -e "$T/c0" ] && fail "a refused prewarm created its cache directory"
 # info says why NVRTC is missing, naming the variable that points nowhere.
 out=$(KJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so "$KJIT" info --json)
 echo "$out" | grep -q '"nvrtc_error":"KJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so could not be loaded' ||
@@ -236,6 +238,10 @@ KJIT_CACHE_MAX_MB=abc "$KJIT" cache stats --cache-dir "$T/c1" >/dev/null || fail
 "$KJIT" prewarm $OPS --jobs 1 --cache-dir "$T/big" >/dev/null 2>&1 || fail "prewarm into $T/big"
 set -- "$T"/big/*.cubin
 truncate -s 100 "$1"; truncate -s 1100M "$3"; touch "$3"
+# stats counts it apart, as the size cap does (not 1.1 GB of entries).
+st=$("$KJIT" cache stats --json --cache-dir "$T/big")
+[ "$(echo "$st" | field entries)" = 5 ] && [ "$(echo "$st" | field other_files)" = 1 ] &&
+  [ "$(echo "$st" | field bytes)" -lt 1000000 ] || fail "stats over an oversized entry: $st"
 out=$("$KJIT" prewarm $OPS --jobs 1 --cache-dir "$T/big" --json 2>/dev/null)
 for kv in compiled=2 bad_entries=2 evicted=0 cached=4; do
   [ "$(echo "$out" | field "${kv%=*}")" = "${kv#*=}" ] || fail "prewarm over a damaged oversized entry: want ${kv}: $out"
