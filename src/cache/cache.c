@@ -11,6 +11,7 @@
 #define _GNU_SOURCE /* the POSIX 2008 calls of cache_internal.h under -std=c11 */
 #endif
 #include "cache/cache_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <errno.h>
@@ -48,27 +49,10 @@ struct kjit_cache {
 #define DEFAULT_MAX_MB 1024u
 #define DEFAULT_LOCK_WAIT_S 60u
 
-/* Environment variable name as a whole number in [lo, hi]: 1 and *out set,
- * 0 when unset or empty, -1 when it is something else. strtoull takes a
- * sign and leading blanks; a digit first rules them out. */
-static int env_whole(const char *name, unsigned long long lo, unsigned long long hi, unsigned long long *out)
-{
-    const char *e = getenv(name);
-    if (!e || !*e)
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(e, &end, 10);
-    if (*e < '0' || *e > '9' || errno || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 1;
-}
-
 static int max_bytes_from_env(uint64_t *out)
 {
     unsigned long long mb = DEFAULT_MAX_MB;
-    if (env_whole("KJIT_CACHE_MAX_MB", 1, UINT64_MAX >> 20, &mb) < 0)
+    if (kjit__env_whole("KJIT_CACHE_MAX_MB", 1, UINT64_MAX >> 20, &mb) < 0)
         return kjit__fail(KJIT_EINVAL, "KJIT_CACHE_MAX_MB='%s' is not a positive whole number of "
                                        "megabytes (unset it for the default, %u)",
                           getenv("KJIT_CACHE_MAX_MB"), DEFAULT_MAX_MB);
@@ -82,7 +66,7 @@ static int max_bytes_from_env(uint64_t *out)
 static int lock_wait_from_env(double *out)
 {
     unsigned long long s = DEFAULT_LOCK_WAIT_S;
-    if (env_whole("KJIT_CACHE_LOCK_WAIT_S", 0, 86400, &s) < 0)
+    if (kjit__env_whole("KJIT_CACHE_LOCK_WAIT_S", 0, 86400, &s) < 0)
         return kjit__fail(KJIT_EINVAL, "KJIT_CACHE_LOCK_WAIT_S='%s' is not a whole number of seconds "
                                        "from 0 to 86400 (unset it for the default, %u)",
                           getenv("KJIT_CACHE_LOCK_WAIT_S"), DEFAULT_LOCK_WAIT_S);

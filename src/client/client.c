@@ -700,11 +700,10 @@ static double num_of(const cJSON *o, const char *name)
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
-/* A whole number in [0, hi] from the reply (absent: 0), or -1 after a
+/* v, the reply's field name, as a whole number in [0, hi], or -1 after a
  * message naming it: a cast of anything else would be undefined. */
-static int whole_of(kjit_client *c, const cJSON *o, const char *name, double hi, double *out)
+static int whole(kjit_client *c, double v, const char *name, double hi, double *out)
 {
-    const double v = num_of(o, name);
     if (!(v >= 0 && v <= hi && v == floor(v))) {
         c->broken = 1; /* a server that sends this is not to be trusted further */
         kjit__fail(KJIT_EIO, "the kjit server at %s sent a tune reply with %s = %g: expected a whole number in 0..%.0f",
@@ -713,6 +712,12 @@ static int whole_of(kjit_client *c, const cJSON *o, const char *name, double hi,
     }
     *out = v;
     return 0;
+}
+
+/* whole() of field name of o (absent: 0). */
+static int whole_of(kjit_client *c, const cJSON *o, const char *name, double hi, double *out)
+{
+    return whole(c, num_of(o, name), name, hi, out);
 }
 
 /* A config from the reply's fwd and bwd objects (kjit tune --json's); -1
@@ -754,10 +759,18 @@ int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtyp
     if (rc) return rc;
     if (out) {
         memset(out, 0, sizeof *out);
-        double cand[2];
-        if (config_of(c, root, "fwd", "bwd", KJIT_CONFIG_TUNED, &out->config) ||
-            config_of(c, root, "default_fwd", "default_bwd", KJIT_CONFIG_DEFAULT, &out->default_config) ||
-            whole_of(c, root, "fwd_candidates", 1e6, &cand[0]) || whole_of(c, root, "bwd_candidates", 1e6, &cand[1])) {
+        double cand[2], rows[KJIT_TUNE_MAX_ROW_COUNTS];
+        int bad = config_of(c, root, "fwd", "bwd", KJIT_CONFIG_TUNED, &out->config) ||
+                  config_of(c, root, "default_fwd", "default_bwd", KJIT_CONFIG_DEFAULT, &out->default_config) ||
+                  whole_of(c, root, "fwd_candidates", 1e6, &cand[0]) || whole_of(c, root, "bwd_candidates", 1e6, &cand[1]);
+        out->n_rows = doubles_of(root, "rows", rows);
+        for (int i = 0; !bad && i < out->n_rows; ++i) {
+            char name[24];
+            snprintf(name, sizeof name, "rows[%d]", i);
+            double v = 0;
+            if (!(bad = whole(c, rows[i], name, 9.0e15, &v))) out->rows[i] = (int64_t)v;
+        }
+        if (bad) {
             cJSON_Delete(root);
             memset(out, 0, sizeof *out);
             return KJIT_EIO;
@@ -766,18 +779,6 @@ int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtyp
         out->bwd_us = num_of(root, "bwd_us");
         out->default_fwd_us = num_of(root, "default_fwd_us");
         out->default_bwd_us = num_of(root, "default_bwd_us");
-        double rows[KJIT_TUNE_MAX_ROW_COUNTS];
-        out->n_rows = doubles_of(root, "rows", rows);
-        for (int i = 0; i < out->n_rows; ++i) {
-            if (!(rows[i] >= 0 && rows[i] <= 9.0e15 && rows[i] == floor(rows[i]))) {
-                cJSON_Delete(root);
-                memset(out, 0, sizeof *out);
-                c->broken = 1;
-                return kjit__fail(KJIT_EIO, "the kjit server at %s sent a tune reply with rows[%d] = %g: expected a "
-                                            "whole number of rows", c->path, i, rows[i]);
-            }
-            out->rows[i] = (int64_t)rows[i];
-        }
         doubles_of(root, "fwd_us_rows", out->fwd_us_rows);
         doubles_of(root, "bwd_us_rows", out->bwd_us_rows);
         doubles_of(root, "default_fwd_us_rows", out->default_fwd_us_rows);

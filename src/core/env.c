@@ -1,5 +1,6 @@
 #include "core/env.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <strings.h>
 
@@ -25,6 +26,21 @@ int kjit__env_switch_parse(const char *name, int dflt, int *on)
         }
     }
     return -1;
+}
+
+int kjit__env_whole(const char *name, unsigned long long lo, unsigned long long hi, unsigned long long *out)
+{
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return 0;
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(e, &end, 10);
+    /* strtoull takes a sign and leading blanks; a digit first rules them out. */
+    if (*e < '0' || *e > '9' || errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 1;
 }
 
 int kjit__env_switch(const char *name, int dflt, int *on)

@@ -309,18 +309,11 @@ int kjit__server_run(const kjit_server_config *cfg)
     /* The environment's settings, refused by name before anything starts. */
     int run_graph;
     if (kjit__env_switch("KJIT_RUN_GRAPH", 1, &run_graph)) return KJIT_EINVAL;
-    size_t memo_max = MEMO_MAX_DEFAULT;
-    const char *memo = getenv("KJIT_SERVE_MEMO_MAX");
-    if (memo && *memo) {
-        char *end;
-        errno = 0;
-        const long v = strtol(memo, &end, 10);
-        if (*memo < '0' || *memo > '9' || *end || errno || v < 1 || v > (1L << 30))
-            return kjit__fail(KJIT_EINVAL,
-                              "KJIT_SERVE_MEMO_MAX='%s' is not a whole number from 1 to %ld (unset it for the "
-                              "default, %d)", memo, 1L << 30, MEMO_MAX_DEFAULT);
-        memo_max = (size_t)v;
-    }
+    unsigned long long memo_max = MEMO_MAX_DEFAULT;
+    if (kjit__env_whole("KJIT_SERVE_MEMO_MAX", 1, 1ULL << 30, &memo_max) < 0)
+        return kjit__fail(KJIT_EINVAL,
+                          "KJIT_SERVE_MEMO_MAX='%s' is not a whole number from 1 to %llu (unset it for the default, %d)",
+                          getenv("KJIT_SERVE_MEMO_MAX"), 1ULL << 30, MEMO_MAX_DEFAULT);
     kjit_server *s = calloc(1, sizeof *s);
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;
@@ -349,7 +342,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     }
     s->spin_us = kjit__spin_us(LOOP_SPIN_US);
     s->run_graph = run_graph;
-    s->map.max_done = memo_max;
+    s->map.max_done = (size_t)memo_max;
     int r = uv_loop_init(&s->loop);
     if (r) {
         signals_restore(s->sig_fd, &old_mask, 0);
