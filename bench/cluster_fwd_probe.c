@@ -42,6 +42,13 @@
  * kjit_norm_modulate_fwd (linked) on the same inputs and counts, for every
  * variant, the elements whose bits differ from it (kjit_diff): a fwdk
  * variant with any is NOT KJIT'S BITS.
+ * A third, fwdt, keeps whole rows in kjit's order (a 224-thread row group a
+ * row: kjit's bits, checked the same way) and changes only where the shift
+ * and scale rows come from: through the L1 as kjit (TAB 0, the baseline), or
+ * all of them in each CTA's shared memory (TAB 1, one CTA an SM), one bulk
+ * copy a table row, multicast over a cluster of CL (the L2 then serves each
+ * table row once a cluster, not once an SM). Multicast is an sm_90a
+ * instruction, so the probe compiles for the arch-specific target.
  * Checked: every variant is poisoned, run, and every element of every row
  * compared with a double computation; then poisoned again, timed, and the
  * timed launches' output compared the same way. A variant that should be
@@ -99,6 +106,11 @@ static const char *src =
     "__device__ __forceinline__ void bulk_load(unsigned dst, const void *src, unsigned bytes, unsigned bar)\n"
     "{ asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\"\n"
     "               :: \"r\"(dst), \"l\"(src), \"r\"(bytes), \"r\"(bar) : \"memory\"); }\n"
+    "/* The same into shared memory at dst (and its mbarrier at bar) in every CTA\n"
+    "   of the cluster whose rank's bit is set in mask (sm_90a). */\n"
+    "__device__ __forceinline__ void bulk_mcast(unsigned dst, const void *src, unsigned bytes, unsigned bar, unsigned short mask)\n"
+    "{ asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;\"\n"
+    "               :: \"r\"(dst), \"l\"(src), \"r\"(bytes), \"r\"(bar), \"h\"(mask) : \"memory\"); }\n"
     "/* GR granules a CTA, TPG threads a row group; MINB CTAs an SM where 768\n"
     "   threads make two or more (at most 80 registers a thread there). */\n"
     "template <int CL, int RW> struct geo {\n"
@@ -423,10 +435,132 @@ static const char *src =
     "        }\n"
     "    }\n"
     "    if (SYNC) cluster_sync(); /* SYNC 1: no CTA leaves while a peer may read its slots */\n"
+    "}\n"
+    "/* kjit's order with whole rows (fwdt): a 224-thread row group a row, thread t\n"
+    "   the granules t + 224 k, its warp totals added in warp order, as kjit's\n"
+    "   forward at h = 5376 bf16, so the same bits; only where the shift and scale\n"
+    "   rows come from differs. TAB 0: through the L1, as kjit reads them (this\n"
+    "   code's baseline). TAB 1: every table row in each CTA's shared memory\n"
+    "   (193.5 KB at R = 9, one CTA an SM), one bulk copy a table row issued at the\n"
+    "   start, in table-row order, and waited for by the first row that needs it\n"
+    "   (an mbarrier a table row). In a cluster of CL > 1 CTAs the copies are\n"
+    "   shared out by rank and each multicast into every CTA of the cluster, so\n"
+    "   the L2 serves each table row once a cluster instead of once an SM. RW row\n"
+    "   groups a CTA, the next row's x in registers. */\n"
+    "template <int CL, int RW, int TAB>\n"
+    "__global__ void __launch_bounds__(KTPR * RW, 1) fwdt(const uint4 *__restrict__ x, const uint4 *__restrict__ w,\n"
+    "    const uint4 *__restrict__ sh, const uint4 *__restrict__ sc, const int *__restrict__ idx,\n"
+    "    uint4 *__restrict__ out, long long n, int r, float eps)\n"
+    "{\n"
+    "    extern __shared__ uint4 tab[]; /* TAB 1: shift rows 0..r-1, then scale rows; HG granules each */\n"
+    "    __shared__ __align__(8) unsigned long long tbar[32]; /* table slot i's arrival (2 r <= 32) */\n"
+    "    __shared__ float red[2][RW][KTPR / 32];\n"
+    "    unsigned rank = 0;\n"
+    "    if (CL > 1) asm(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(rank));\n"
+    "    const int tid = threadIdx.x, rg = tid / KTPR, t = tid - rg * KTPR, wq = t >> 5, l = tid & 31;\n"
+    "    const long long G = (long long)gridDim.x * RW;\n"
+    "    if (TAB) {\n"
+    "        if (tid == 0) {\n"
+    "            for (int i = 0; i < 2 * r; ++i) bar_init(smem_addr(&tbar[i]));\n"
+    "            asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+    "        }\n"
+    "        /* Every CTA's barriers initialised before any copy may complete on them. */\n"
+    "        if (CL > 1) cluster_sync(); else __syncthreads();\n"
+    "        if (tid == 0) {\n"
+    "            for (int i = 0; i < 2 * r; ++i) bar_expect(smem_addr(&tbar[i]), HG * 16);\n"
+    "            /* Copy j: table row j / 2, its shift (j even) or scale (j odd). */\n"
+    "            for (int j = (int)rank; j < 2 * r; j += CL) {\n"
+    "                const int tr = j >> 1, slot = (j & 1) ? r + tr : tr;\n"
+    "                const uint4 *s = ((j & 1) ? sc : sh) + (long long)tr * HG;\n"
+    "                const unsigned d = smem_addr(tab + (long long)slot * HG), b = smem_addr(&tbar[slot]);\n"
+    "                if (CL > 1) bulk_mcast(d, s, HG * 16, b, (unsigned short)((1u << CL) - 1u));\n"
+    "                else bulk_load(d, s, HG * 16, b);\n"
+    "            }\n"
+    "        }\n"
+    "    }\n"
+    "    uint4 wv[KIT];\n"
+    "#pragma unroll\n"
+    "    for (int k = 0; k < KIT; ++k) wv[k] = __ldg(w + t + KTPR * k);\n"
+    "    unsigned ready = 0; /* TAB 1: the table rows this thread has seen land */\n"
+    "    long long row = (long long)blockIdx.x * RW + rg;\n"
+    "    uint4 xa[KIT];\n"
+    "    int ia = 0;\n"
+    "    if (row < n) {\n"
+    "        ia = idx[row];\n"
+    "#pragma unroll\n"
+    "        for (int k = 0; k < KIT; ++k) xa[k] = ld_x(x + row * HG + t + KTPR * k);\n"
+    "    }\n"
+    "    for (int m = 0; row < n; ++m, row += G) {\n"
+    "        const long long nrow = row + G;\n"
+    "        uint4 xb[KIT];\n"
+    "        int ib = 0;\n"
+    "        if (nrow < n) {\n"
+    "            ib = idx[nrow];\n"
+    "#pragma unroll\n"
+    "            for (int k = 0; k < KIT; ++k) xb[k] = ld_x(x + nrow * HG + t + KTPR * k);\n"
+    "        }\n"
+    "        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};\n"
+    "#pragma unroll\n"
+    "        for (int kk = 0; kk < KIT; ++kk) {\n"
+    "            const unsigned u[4] = {xa[kk].x, xa[kk].y, xa[kk].z, xa[kk].w};\n"
+    "#pragma unroll\n"
+    "            for (int e = 0; e < 4; ++e) {\n"
+    "                acc[2 * e] = __fmaf_rn(lo(u[e]), lo(u[e]), acc[2 * e]);\n"
+    "                acc[2 * e + 1] = __fmaf_rn(hi(u[e]), hi(u[e]), acc[2 * e + 1]);\n"
+    "            }\n"
+    "        }\n"
+    "        float v = lane_fold8(acc);\n"
+    "#pragma unroll\n"
+    "        for (int o = 16; o; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+    "        /* Double-buffered: a thread writes this slot again two rows on, after the\n"
+    "           group's next barrier, which every reader of this row passes only\n"
+    "           after its reads. */\n"
+    "        const int par = m & 1;\n"
+    "        if (l == 0) red[par][rg][wq] = v;\n"
+    "        asm volatile(\"bar.sync %0, %1;\" :: \"r\"(1 + rg), \"r\"(KTPR) : \"memory\");\n"
+    "        float S = red[par][rg][0];\n"
+    "#pragma unroll\n"
+    "        for (int d = 1; d < KTPR / 32; ++d) S = __fadd_rn(S, red[par][rg][d]);\n"
+    "        const float rs = __frsqrt_rn(__fadd_rn(__fdiv_rn(S, 5376.0f), eps));\n"
+    "        const int i = ia;\n"
+    "        uint4 sv[KIT], cv[KIT];\n"
+    "        if (TAB) {\n"
+    "            if (!(ready >> i & 1u)) {\n"
+    "                bar_wait(smem_addr(&tbar[i]), 0u);\n"
+    "                bar_wait(smem_addr(&tbar[r + i]), 0u);\n"
+    "                ready |= 1u << i;\n"
+    "            }\n"
+    "#pragma unroll\n"
+    "            for (int kk = 0; kk < KIT; ++kk)\n"
+    "                sv[kk] = tab[(long long)i * HG + t + KTPR * kk], cv[kk] = tab[(long long)(r + i) * HG + t + KTPR * kk];\n"
+    "        } else {\n"
+    "#pragma unroll\n"
+    "            for (int kk = 0; kk < KIT; ++kk)\n"
+    "                sv[kk] = __ldg(sh + (long long)i * HG + t + KTPR * kk), cv[kk] = __ldg(sc + (long long)i * HG + t + KTPR * kk);\n"
+    "        }\n"
+    "#pragma unroll\n"
+    "        for (int kk = 0; kk < KIT; ++kk) {\n"
+    "            const uint4 xv = xa[kk], wq4 = wv[kk], s4 = sv[kk], c4 = cv[kk];\n"
+    "            out[row * HG + t + KTPR * kk] = make_uint4(nm2(xv.x, wq4.x, s4.x, c4.x, rs), nm2(xv.y, wq4.y, s4.y, c4.y, rs),\n"
+    "                                                       nm2(xv.z, wq4.z, s4.z, c4.z, rs), nm2(xv.w, wq4.w, s4.w, c4.w, rs));\n"
+    "        }\n"
+    "        ia = ib;\n"
+    "#pragma unroll\n"
+    "        for (int kk = 0; kk < KIT; ++kk) xa[kk] = xb[kk];\n"
+    "    }\n"
+    "    if (TAB) {\n"
+    "        /* No CTA leaves with a copy still landing in it (a table row none of\n"
+    "           its rows used), nor while a peer's copies may still be issued into\n"
+    "           it. */\n"
+    "        for (int i = 0; i < 2 * r; ++i) bar_wait(smem_addr(&tbar[i]), 0u);\n"
+    "        if (CL > 1) cluster_sync();\n"
+    "    }\n"
     "}\n";
 
 /* kord 1: fwdk (kjit's order, cl 7, minb its launch bound's CTAs an SM);
- * kord 0: fwd (contiguous slices). */
+ * kord 2: fwdt (kjit's order, whole rows; tab 1: the tables in shared
+ * memory, multicast over cl > 1; rw row groups of 224 threads; rpt, sync,
+ * st unused); kord 0: fwd (contiguous slices). */
 typedef struct { int cl, rw, rpt, sync, tab, st, kord, minb; } variant;
 
 static const variant VARIANTS[] = {
@@ -451,12 +585,21 @@ static const variant VARIANTS[] = {
     {7, 8, 1, 0, 1, 0, 1, 3},
     {7, 8, 1, 2, 1, 4, 1, 2}, {7, 8, 2, 2, 1, 3, 1, 2}, {7, 16, 1, 2, 1, 3, 1, 1}, {7, 8, 1, 1, 1, 4, 1, 2},
     {7, 4, 2, 2, 1, 4, 1, 2}, {7, 8, 1, 0, 1, 4, 1, 2},
+    /* kjit's order with whole rows (fwdt): the tables through the L1 (tab 0, as
+       kjit), in each CTA's shared memory (tab 1, cl 1), multicast over a cluster */
+    {1, 2, 1, 1, 0, 0, 2, 1}, {1, 4, 1, 1, 0, 0, 2, 1}, {1, 2, 1, 1, 1, 0, 2, 1}, {1, 4, 1, 1, 1, 0, 2, 1},
+    {2, 2, 1, 1, 1, 0, 2, 1}, {2, 4, 1, 1, 1, 0, 2, 1}, {4, 2, 1, 1, 1, 0, 2, 1}, {4, 3, 1, 1, 1, 0, 2, 1},
+    {4, 4, 1, 1, 1, 0, 2, 1},
 };
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
-static int threads_of(const variant *v) { return v->kord ? 32 * v->rw : (HG / v->cl + 31) / 32 * 32 * v->rw; }
+static int threads_of(const variant *v)
+{
+    return v->kord == 2 ? 224 * v->rw : v->kord ? 32 * v->rw : (HG / v->cl + 31) / 32 * 32 * v->rw;
+}
 static unsigned smem_of(const variant *v)
 {
+    if (v->kord == 2) return v->tab ? (unsigned)(2 * R * HG * 16) : 0u; /* every shift and scale row */
     /* fwdk keeps its table slices in shared memory whatever tab says */
     return (unsigned)(((v->tab || v->kord ? 1 + 2 * R : 0) + v->st * v->rw * v->rpt) * (HG / v->cl) * 16);
 }
@@ -467,7 +610,9 @@ static void names(char out[NV][64], const char *ptr[NV])
 {
     for (int i = 0; i < NV; ++i) {
         const variant *v = &VARIANTS[i];
-        if (v->kord)
+        if (v->kord == 2)
+            snprintf(out[i], 64, "fwdt<%d, %d, %d>", v->cl, v->rw, v->tab);
+        else if (v->kord)
             snprintf(out[i], 64, "fwdk<%d, %d, %d, %d, %d>", v->rw, v->rpt, v->sync, v->st, v->minb);
         else
             snprintf(out[i], 64, "fwd<%d, %d, %d, %d, %d, %d>", v->cl, v->rw, v->rpt, v->sync, v->tab, v->st);
@@ -483,9 +628,9 @@ static int compile_only(void)
     const char *np[NV];
     names(nm, np);
     nvrtcProgram prog;
-    const nvrtcResult rc = probe_compile(src, np, NV, "sm_90", 1, &prog);
+    const nvrtcResult rc = probe_compile(src, np, NV, "sm_90a", 1, &prog);
     nvrtcDestroyProgram(&prog);
-    printf("cluster_fwd_probe: %s (%d variants)\n", rc == NVRTC_SUCCESS ? "every variant compiled for sm_90" : "compile failed", NV);
+    printf("cluster_fwd_probe: %s (%d variants)\n", rc == NVRTC_SUCCESS ? "every variant compiled for sm_90 (sm_90a)" : "compile failed", NV);
     return rc == NVRTC_SUCCESS ? 0 : 1;
 }
 
@@ -565,6 +710,7 @@ int main(int argc, char **argv)
     char nm[NV][64];
     const char *np[NV];
     names(nm, np);
+    probe_arch_suffix = "a"; /* fwdt's multicast is an sm_90a instruction */
     probe_build(dev, src, np, NV, fns);
     for (int i = 0; i < NV; ++i)
         CK(cuFuncSetAttribute(fns[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem_of(&VARIANTS[i])));

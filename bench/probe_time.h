@@ -138,15 +138,19 @@ static nvrtcResult probe_compile(const char *src, const char *const *names, int 
     return rc;
 }
 
-/* Compiles src for the device's arch with the given name expressions and
- * loads them into fns (in order). */
+/* Appended to the device's arch by probe_build: "a" for the arch-specific
+ * target (sm_90a: what cp.async.bulk's multicast is built for). */
+static const char *probe_arch_suffix = "";
+
+/* Compiles src for the device's arch (plus probe_arch_suffix) with the given
+ * name expressions and loads them into fns (in order). */
 static void probe_build(CUdevice dev, const char *src, const char *const *names, int count, CUfunction *fns)
 {
     int maj, min;
     CK(cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
     CK(cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
     char arch[16];
-    snprintf(arch, sizeof arch, "sm_%d%d", maj, min);
+    snprintf(arch, sizeof arch, "sm_%d%d%s", maj, min, probe_arch_suffix);
     nvrtcProgram prog;
     if (probe_compile(src, names, count, arch, 0, &prog) != NVRTC_SUCCESS) _exit(2);
     size_t sz;
