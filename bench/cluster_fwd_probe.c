@@ -63,7 +63,7 @@
  * cluster).
  * Built as build/bench/cluster_fwd_probe.
  * Usage: cluster_fwd_probe [ROWS...]      (default 4097 32768)
- *        cluster_fwd_probe --compile-only (NVRTC for sm_90, no GPU: registers
+ *        cluster_fwd_probe --compile-only (NVRTC for sm_90a, no GPU: registers
  *                                          and spills of every variant)
  * CLUSTER_FWD_VARIANT=K runs only variant K (e.g. under ncu). */
 #include <cuda.h>
@@ -81,6 +81,8 @@
 #define H 5376
 #define HG (H / 8)
 #define R 9
+/* fwdt: an mbarrier a table row's shift and one its scale, 32 in all */
+_Static_assert(2 * R <= 32, "fwdt's tbar holds 2 R <= 32 barriers");
 #define EPS 1e-5
 #define PEAK_BW 4.25e12
 
@@ -587,7 +589,8 @@ static const variant VARIANTS[] = {
     {7, 4, 2, 2, 1, 4, 1, 2}, {7, 8, 1, 0, 1, 4, 1, 2},
     /* kjit's order with whole rows (fwdt): the tables through the L1 (tab 0, as
        kjit), in each CTA's shared memory (tab 1, cl 1), multicast over a cluster */
-    {1, 2, 1, 1, 0, 0, 2, 1}, {1, 4, 1, 1, 0, 0, 2, 1}, {1, 2, 1, 1, 1, 0, 2, 1}, {1, 4, 1, 1, 1, 0, 2, 1},
+    {1, 2, 1, 1, 0, 0, 2, 1}, {1, 3, 1, 1, 0, 0, 2, 1}, {1, 4, 1, 1, 0, 0, 2, 1},
+    {1, 2, 1, 1, 1, 0, 2, 1}, {1, 3, 1, 1, 1, 0, 2, 1}, {1, 4, 1, 1, 1, 0, 2, 1},
     {2, 2, 1, 1, 1, 0, 2, 1}, {2, 4, 1, 1, 1, 0, 2, 1}, {4, 2, 1, 1, 1, 0, 2, 1}, {4, 3, 1, 1, 1, 0, 2, 1},
     {4, 4, 1, 1, 1, 0, 2, 1},
 };
@@ -734,9 +737,10 @@ int main(int argc, char **argv)
     printf("# cluster_fwd_probe: norm_modulate forwards split over a cluster (H %d bf16, R %d); events per iteration /"
            " inside a graph, us; rotating sets > 3x the L2; floor = x read + out written / %.2f TB/s\n", H, R,
            PEAK_BW / 1e12);
-    printf("# kjit_diff: elements whose bits differ from kjit_norm_modulate_fwd's over the first launch and the timed ones (CL 7, kjit's order: must be 0)\n");
-    printf("%6s %2s %2s %3s %4s %3s %2s %7s %6s %4s %5s %8s %9s %9s %8s %9s %9s\n", "rows", "CL", "RW", "RPT", "sync",
-           "tab", "st", "threads", "smem", "regs", "local", "clusters", "events", "graph", "floor", "max_rel", "kjit_diff");
+    printf("# kjit_diff: elements whose bits differ from kjit_norm_modulate_fwd's over the first launch and the timed ones (fwdk, fwdt: kjit's order, must be 0)\n");
+    printf("%6s %2s %2s %3s %4s %3s %2s %7s %6s %4s %5s %8s %9s %9s %8s %9s %9s  %s\n", "rows", "CL", "RW", "RPT", "sync",
+           "tab", "st", "threads", "smem", "regs", "local", "clusters", "events", "graph", "floor", "max_rel", "kjit_diff",
+           "kernel");
     int failed = 0;
     for (int ri = 0; ri < nrows; ++ri) {
         const long long n = rows[ri];
@@ -809,8 +813,8 @@ int main(int argc, char **argv)
             }
             if (clusters <= 0) {
                 /* A failure: the variant list must fit (a control left out would leave the check untested). */
-                printf("%6lld %2d %2d %3d %4d %3d %2d %7d %6u %4d %5d  DOES NOT FIT on this GPU\n", n, v->cl, v->rw,
-                       v->rpt, v->sync, v->tab, v->st, threads_of(v), smem_of(v), regs, local);
+                printf("%6lld %2d %2d %3d %4d %3d %2d %7d %6u %4d %5d  DOES NOT FIT on this GPU  %s\n", n, v->cl, v->rw,
+                       v->rpt, v->sync, v->tab, v->st, threads_of(v), smem_of(v), regs, local, nm[vi]);
                 failed++;
                 continue;
             }
@@ -831,9 +835,9 @@ int main(int argc, char **argv)
             const int right = err <= 1e-2, bad = exact(v) ? !right : right || !isfinite(err);
             const int unlike = v->kord && exact(v) && kdiff != 0; /* kjit's order must give kjit's bits */
             failed += bad + unlike;
-            printf("%6lld %2d %2d %3d %4d %3d %2d %7d %6u %4d %5d %8d %9.1f %9.1f %8.1f %9.2e %9zu%s%s\n", n, v->cl,
+            printf("%6lld %2d %2d %3d %4d %3d %2d %7d %6u %4d %5d %8d %9.1f %9.1f %8.1f %9.2e %9zu  %s%s%s\n", n, v->cl,
                    v->rw, v->rpt, v->sync, v->tab, v->st, threads_of(v), smem_of(v), regs, local, clusters, te, tg,
-                   floor_us, err, kdiff,
+                   floor_us, err, kdiff, nm[vi],
                    !bad ? (exact(v) ? "" : "  (no exchange: wrong, as it should be)") : exact(v) ? "  WRONG" : "  BLIND",
                    unlike ? "  NOT KJIT'S BITS" : "");
             fflush(stdout);
