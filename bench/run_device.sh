@@ -27,7 +27,8 @@
 # the fastest plain kernels for the ops' bytes; KJIT_SOL_ROWS), normp
 # (bench/norm_probe: plain norm_modulate forwards beside kjit's), cluster
 # (bench/cluster_probe: a sort-free backward split over an 8-CTA cluster;
-# bench/cluster_fwd_probe: the forward split over a cluster; KJIT_CLUSTER_ROWS), timeline
+# bench/cluster_fwd_probe: the forward split over a cluster, and whole rows
+# with the tables in shared memory; KJIT_CLUSTER_ROWS, KJIT_CLUSTER_PROBES), timeline
 # (bench/timeline.py: per-CTA stamps of norm_modulate's training pair;
 # KJIT_TIMELINE_ROWS), ab (a template switch at several values: bits,
 # optional gpu tests and bench_ops per value; KJIT_AB_MACRO, KJIT_AB_VALUES,
@@ -188,13 +189,18 @@ for s in $stages; do
     grep -E "^BEST" "$LOG" | tail -n 8 ;;
   cluster)
     # A sort-free, cluster-split norm_modulate backward (bench/cluster_probe.c)
-    # and a cluster-split forward (bench/cluster_fwd_probe.c) beside kjit's,
-    # in the same run.
-    section cluster_probe; $B/bench/cluster_probe ${KJIT_CLUSTER_ROWS:-} 2>&1 | tee -a "$LOG"
-    summary+=("cluster_probe rc=${PIPESTATUS[0]}")
-    section cluster_fwd_probe; $B/bench/cluster_fwd_probe ${KJIT_CLUSTER_ROWS:-} 2>&1 | tee -a "$LOG"
-    summary+=("cluster_fwd_probe rc=${PIPESTATUS[0]}")
-    section "bench_ops norm_modulate"; $B/bench/bench_ops --ops norm_modulate 2>&1 | tee -a "$LOG" | grep -E "^(graph )?norm_modulate" ;;
+    # and the cluster forwards (bench/cluster_fwd_probe.c) beside kjit's and
+    # the copy reference, in the same run. KJIT_CLUSTER_PROBES picks the
+    # probes (default both: "cluster_probe cluster_fwd_probe").
+    for p in ${KJIT_CLUSTER_PROBES:-cluster_probe cluster_fwd_probe}; do
+      case $p in
+      cluster_probe | cluster_fwd_probe)
+        section "$p"; $B/bench/$p ${KJIT_CLUSTER_ROWS:-} 2>&1 | tee -a "$LOG"
+        summary+=("$p rc=${PIPESTATUS[0]}") ;;
+      *) summary+=("cluster: KJIT_CLUSTER_PROBES: '$p' is not cluster_probe or cluster_fwd_probe") ;;
+      esac
+    done
+    section "bench_ops norm_modulate"; $B/bench/bench_ops --ops norm_modulate 2>&1 | tee -a "$LOG" | grep -E "^(graph )?(norm_modulate|copy)" ;;
   timeline)
     # Stamps per CTA of norm_modulate's training pair (bench/timeline.py):
     # starts, ends, the first row's wait, time per row, the flushes.
