@@ -454,8 +454,8 @@ static const char *src =
     "   (an mbarrier a table row). In a cluster of CL > 1 CTAs the copies are\n"
     "   shared out by rank and each multicast into every CTA of the cluster, so\n"
     "   the L2 serves each table row once a cluster instead of once an SM. RW row\n"
-    "   groups a CTA, the next row's x in registers. */\n"
-    "template <int CL, int RW, int TAB>\n"
+    "   groups a CTA, the next PF rows' x in registers (PF rows ahead). */\n"
+    "template <int CL, int RW, int TAB, int PF>\n"
     "__global__ void __launch_bounds__(KTPR * RW, 1) fwdt(const uint4 *__restrict__ x, const uint4 *__restrict__ w,\n"
     "    const uint4 *__restrict__ sh, const uint4 *__restrict__ sc, const int *__restrict__ idx,\n"
     "    uint4 *__restrict__ out, long long n, int r, float eps)\n"
@@ -491,23 +491,28 @@ static const char *src =
     "    for (int k = 0; k < KIT; ++k) wv[k] = __ldg(w + t + KTPR * k);\n"
     "    unsigned ready = 0; /* TAB 1: the table rows this thread has seen land */\n"
     "    long long row = (long long)blockIdx.x * RW + rg;\n"
-    "    uint4 xa[KIT];\n"
-    "    int ia = 0;\n"
-    "    if (row < n) {\n"
-    "        ia = idx[row];\n"
+    "    /* xq[0]: this row; xq[p]: the row p on (loaded when it is < n). */\n"
+    "    uint4 xq[PF + 1][KIT];\n"
+    "    int iq[PF + 1];\n"
     "#pragma unroll\n"
-    "        for (int k = 0; k < KIT; ++k) xa[k] = ld_x(x + row * HG + t + KTPR * k);\n"
+    "    for (int p = 0; p < PF; ++p) {\n"
+    "        const long long rr = row + p * G;\n"
+    "        iq[p] = 0;\n"
+    "        if (rr < n) {\n"
+    "            iq[p] = idx[rr];\n"
+    "#pragma unroll\n"
+    "            for (int k = 0; k < KIT; ++k) xq[p][k] = ld_x(x + rr * HG + t + KTPR * k);\n"
+    "        }\n"
     "    }\n"
     "    for (int m = 0; row < n; ++m, row += G) {\n"
-    "        const long long nrow = row + G;\n"
-    "        uint4 xb[KIT];\n"
-    "        int ib = 0;\n"
+    "        const long long nrow = row + PF * G;\n"
+    "        iq[PF] = 0;\n"
     "        if (nrow < n) {\n"
-    "            ib = idx[nrow];\n"
+    "            iq[PF] = idx[nrow];\n"
     "#pragma unroll\n"
-    "            for (int k = 0; k < KIT; ++k) xb[k] = ld_x(x + nrow * HG + t + KTPR * k);\n"
+    "            for (int k = 0; k < KIT; ++k) xq[PF][k] = ld_x(x + nrow * HG + t + KTPR * k);\n"
     "        }\n"
-    "        const float v = warp_sq(xa);\n"
+    "        const float v = warp_sq(xq[0]);\n"
     "        /* Double-buffered: a thread writes this slot again two rows on, after the\n"
     "           group's next barrier, which every reader of this row passes only\n"
     "           after its reads. */\n"
@@ -518,7 +523,7 @@ static const char *src =
     "#pragma unroll\n"
     "        for (int d = 1; d < KTPR / 32; ++d) S = __fadd_rn(S, red[par][rg][d]);\n"
     "        const float rs = __frsqrt_rn(__fadd_rn(__fdiv_rn(S, 5376.0f), eps));\n"
-    "        const int i = ia;\n"
+    "        const int i = iq[0];\n"
     "        uint4 sv[KIT], cv[KIT];\n"
     "        if (TAB) {\n"
     "            if (!(ready >> i & 1u)) {\n"
@@ -536,13 +541,16 @@ static const char *src =
     "        }\n"
     "#pragma unroll\n"
     "        for (int kk = 0; kk < KIT; ++kk) {\n"
-    "            const uint4 xv = xa[kk], wq4 = wv[kk], s4 = sv[kk], c4 = cv[kk];\n"
+    "            const uint4 xv = xq[0][kk], wq4 = wv[kk], s4 = sv[kk], c4 = cv[kk];\n"
     "            out[row * HG + t + KTPR * kk] = make_uint4(nm2(xv.x, wq4.x, s4.x, c4.x, rs), nm2(xv.y, wq4.y, s4.y, c4.y, rs),\n"
     "                                                       nm2(xv.z, wq4.z, s4.z, c4.z, rs), nm2(xv.w, wq4.w, s4.w, c4.w, rs));\n"
     "        }\n"
-    "        ia = ib;\n"
     "#pragma unroll\n"
-    "        for (int kk = 0; kk < KIT; ++kk) xa[kk] = xb[kk];\n"
+    "        for (int p = 0; p < PF; ++p) {\n"
+    "            iq[p] = iq[p + 1];\n"
+    "#pragma unroll\n"
+    "            for (int kk = 0; kk < KIT; ++kk) xq[p][kk] = xq[p + 1][kk];\n"
+    "        }\n"
     "    }\n"
     "    if (TAB) {\n"
     "        /* No CTA leaves with a copy still landing in it (a table row none of\n"
@@ -555,8 +563,8 @@ static const char *src =
 
 /* kord 1: fwdk (kjit's order, cl 7, minb its launch bound's CTAs an SM);
  * kord 2: fwdt (kjit's order, whole rows; tab 1: the tables in shared
- * memory, multicast over cl > 1; rw row groups of 224 threads; rpt, sync,
- * st unused); kord 0: fwd (contiguous slices). */
+ * memory, multicast over cl > 1; rw row groups of 224 threads; rpt the rows
+ * loaded ahead; sync, st unused); kord 0: fwd (contiguous slices). */
 typedef struct { int cl, rw, rpt, sync, tab, st, kord, minb; } variant;
 
 static const variant VARIANTS[] = {
@@ -587,6 +595,8 @@ static const variant VARIANTS[] = {
     {1, 2, 1, 1, 1, 0, 2, 1}, {1, 3, 1, 1, 1, 0, 2, 1}, {1, 4, 1, 1, 1, 0, 2, 1},
     {2, 2, 1, 1, 1, 0, 2, 1}, {2, 4, 1, 1, 1, 0, 2, 1}, {4, 2, 1, 1, 1, 0, 2, 1}, {4, 3, 1, 1, 1, 0, 2, 1},
     {4, 4, 1, 1, 1, 0, 2, 1},
+    /* two rows loaded ahead (fewer row groups in flight need more each) */
+    {1, 2, 2, 1, 0, 0, 2, 1}, {1, 2, 2, 1, 1, 0, 2, 1}, {4, 2, 2, 1, 1, 0, 2, 1},
 };
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
@@ -608,7 +618,7 @@ static void names(char out[NV][64], const char *ptr[NV])
     for (int i = 0; i < NV; ++i) {
         const variant *v = &VARIANTS[i];
         if (v->kord == 2)
-            snprintf(out[i], 64, "fwdt<%d, %d, %d>", v->cl, v->rw, v->tab);
+            snprintf(out[i], 64, "fwdt<%d, %d, %d, %d>", v->cl, v->rw, v->tab, v->rpt);
         else if (v->kord)
             snprintf(out[i], 64, "fwdk<%d, %d, %d, %d, %d>", v->rw, v->rpt, v->sync, v->st, v->minb);
         else
