@@ -637,7 +637,7 @@ static int compile_only(void)
     nvrtcProgram prog;
     const nvrtcResult rc = probe_compile(src, np, NV, "sm_90a", 1, &prog);
     nvrtcDestroyProgram(&prog);
-    printf("cluster_fwd_probe: %s (%d variants)\n", rc == NVRTC_SUCCESS ? "every variant compiled for sm_90 (sm_90a)" : "compile failed", NV);
+    printf("cluster_fwd_probe: %s (%d variants)\n", rc == NVRTC_SUCCESS ? "every variant compiled for sm_90a" : "compile failed", NV);
     return rc == NVRTC_SUCCESS ? 0 : 1;
 }
 

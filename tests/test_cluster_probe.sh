@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A cluster probe (bench/cluster_probe, bench/cluster_fwd_probe) without a
 # GPU: --compile-only compiles every one of its COUNT kernels with NVRTC for
-# sm_90 (exit 0, ptxas's report printed), and a bad ROWS argument (or
-# environment variable ENV, when given) exits 2 naming it. The probe links
+# sm_90 (the forward probe for sm_90a; exit 0, ptxas's report printed), and a
+# bad ROWS argument (or environment variable ENV, when given) exits 2 naming
+# it. The probe links
 # the driver library, so on a machine without one it runs against the
 # toolkit's stub (STUB: its libcuda.so), which answers every call with an
 # error. 77 without a stub.
