@@ -1026,6 +1026,17 @@ int main(void)
         printf("%-14s seconds:", mode_name[mode]);
         for (int k = 0; k < T_PARTS; ++k) printf(" %s %.1f%s", part_name[k], part_s[mode][k], k + 1 < T_PARTS ? "," : "\n");
     }
+    /* How much of those seconds could be NVRTC's: the kernels built on a
+     * cache miss, over the four contexts (a fresh machine starts cold). */
+    kjit_ctx *const all_ctx[] = {ctx, sync_ctx, async_ctx, big_ctx};
+    uint64_t compiles = 0, hits = 0;
+    for (size_t k = 0; k < sizeof all_ctx / sizeof all_ctx[0]; ++k) {
+        kjit_cache_counters cc;
+        CHECK_STATUS(kjit_ctx_cache_counters(all_ctx[k], &cc), KJIT_OK);
+        compiles += cc.compiles, hits += cc.mem_hits + cc.disk_hits;
+    }
+    printf("kernels compiled (cache misses) %llu, cache hits %llu\n", (unsigned long long)compiles,
+           (unsigned long long)hits);
     kjit_ctx_destroy(big_ctx);
     kjit_ctx_destroy(async_ctx);
     kjit_ctx_destroy(sync_ctx);
