@@ -33,7 +33,8 @@
 # KJIT_TIMELINE_ROWS), ab (a template switch at several values: bits,
 # optional gpu tests and bench_ops per value; KJIT_AB_MACRO, KJIT_AB_VALUES,
 # KJIT_AB_CTEST, KJIT_AB_ROUNDS, KJIT_AB_BENCH).
-# KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests.
+# KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests; KJIT_CTEST_JOBS
+# (default 1) runs that many at once.
 set -u
 OUT=${OUT:-/tmp/kjit-out}
 mkdir -p "$OUT"
@@ -64,8 +65,14 @@ section info; $B/kjit info 2>&1 | tee -a "$LOG"
 for s in $stages; do
   case $s in
   tests)
+    case ${KJIT_CTEST_JOBS:-1} in
+    '' | *[!0-9]* | 0*) summary+=("tests: KJIT_CTEST_JOBS must be a positive whole number, got '${KJIT_CTEST_JOBS-}'"); continue ;;
+    esac
+    # KJIT_CTEST_JOBS > 1 runs that many at once (their lines keep their
+    # "N: " prefixes); test_tune's 5 s tuning check is not meant to share
+    # the GPU, so run it alone (KJIT_CTEST_EXCLUDE) when using it.
     # Line-buffered: a test cut off by a time limit still shows how far it got.
-    section ctest; stdbuf -oL -eL ctest --test-dir $B -L gpu -V -j1 ${KJIT_CTEST_REGEX:+-R "$KJIT_CTEST_REGEX"} \
+    section ctest; stdbuf -oL -eL ctest --test-dir $B -L gpu -V -j"${KJIT_CTEST_JOBS:-1}" ${KJIT_CTEST_REGEX:+-R "$KJIT_CTEST_REGEX"} \
       ${KJIT_CTEST_EXCLUDE:+-E "$KJIT_CTEST_EXCLUDE"} >>"$LOG" 2>&1
     summary+=("gpu tests rc=$?")
     # The server suites (no GPU needed) on this many-core host too: libnvrtc
