@@ -738,7 +738,7 @@ int main(int argc, char **argv)
     }
     const CUdeviceptr dw = probe_upload(hw, H * 2), dsh = probe_upload(hsh, tab_bytes), dsc = probe_upload(hsc, tab_bytes);
 
-    printf("# cluster_fwd_probe: norm_modulate forwards split over a cluster (H %d bf16, R %d); events per iteration /"
+    printf("# cluster_fwd_probe: norm_modulate forwards split over a cluster, or with the tables in shared memory (H %d bf16, R %d); events per iteration /"
            " inside a graph, us; rotating sets > 3x the L2; floor = x read + out written / %.2f TB/s\n", H, R,
            PEAK_BW / 1e12);
     printf("# kjit_diff: elements whose bits differ from kjit_norm_modulate_fwd's over the first launch and the timed ones (fwdk, fwdt: kjit's order, must be 0)\n");
