@@ -69,8 +69,8 @@ for s in $stages; do
     '' | *[!0-9]* | 0*) summary+=("tests: KJIT_CTEST_JOBS must be a positive whole number, got '${KJIT_CTEST_JOBS-}'"); continue ;;
     esac
     # KJIT_CTEST_JOBS > 1 runs that many at once (their lines keep their
-    # "N: " prefixes); test_tune's 5 s tuning check is not meant to share
-    # the GPU, so run it alone (KJIT_CTEST_EXCLUDE) when using it.
+    # "N: " prefixes); test_tune, whose tuning must take under 5 s, is
+    # RUN_SERIAL (tests/CMakeLists.txt): ctest runs it alone.
     # Line-buffered: a test cut off by a time limit still shows how far it got.
     section ctest; stdbuf -oL -eL ctest --test-dir $B -L gpu -V -j"${KJIT_CTEST_JOBS:-1}" ${KJIT_CTEST_REGEX:+-R "$KJIT_CTEST_REGEX"} \
       ${KJIT_CTEST_EXCLUDE:+-E "$KJIT_CTEST_EXCLUDE"} >>"$LOG" 2>&1
