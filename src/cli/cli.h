@@ -18,8 +18,9 @@ int kjit_cli_tune(int argc, char **argv);
 /* Splits a comma list in place into items[]; returns the count or -1 when
  * there are more than max items or an empty item. */
 int kjit_cli_split(char *list, char **items, int max);
-/* kjit_cli_split of option opt's value; a bad list prints "kjit <cmd>: <opt>:
- * expected a comma list of at most <max> <what>" and returns -1. */
+/* kjit_cli_split of option opt's value; a bad list (empty, an empty item,
+ * more than max items) prints a usage error that names the option, the item
+ * or the count, and returns -1. */
 int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char *list, char **items, int max);
 /* The value of the option argv[*i]: argv[*i + 1], with *i advanced. NULL,
  * after printing "kjit <cmd>: <option> needs a value", when there is none or

@@ -97,14 +97,21 @@ static int add_jobs(job **jobs, long *n, long *cap, const kjit_kernel_spec *spec
     return 0;
 }
 
+/* The compiled image a job makes: 0 when two jobs make the same one. */
+static int image_cmp(const job *x, const job *y)
+{
+    int c = strcmp(x->spec.name_expr, y->spec.name_expr);
+    if (!c) c = strcmp(x->arch, y->arch);
+    if (!c) c = strcmp(x->spec.template_file, y->spec.template_file);
+    return c;
+}
+
 typedef struct { const job *j; long i; } job_ref;
 
 static int job_ref_cmp(const void *a, const void *b)
 {
     const job_ref *x = a, *y = b;
-    int c = strcmp(x->j->spec.name_expr, y->j->spec.name_expr);
-    if (!c) c = strcmp(x->j->arch, y->j->arch);
-    if (!c) c = strcmp(x->j->spec.template_file, y->j->spec.template_file);
+    const int c = image_cmp(x->j, y->j);
     return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
@@ -124,9 +131,7 @@ static int dedup_jobs(job *jobs, long *n)
     for (long i = 0; i < *n; ++i) r[i] = (job_ref){&jobs[i], i};
     qsort(r, (size_t)*n, sizeof *r, job_ref_cmp);
     for (long i = 0; i < *n; ++i)
-        keep[r[i].i] = i == 0 || strcmp(r[i].j->spec.name_expr, r[i - 1].j->spec.name_expr) ||
-                       strcmp(r[i].j->arch, r[i - 1].j->arch) ||
-                       strcmp(r[i].j->spec.template_file, r[i - 1].j->spec.template_file);
+        keep[r[i].i] = i == 0 || image_cmp(r[i].j, r[i - 1].j) != 0;
     long m = 0;
     for (long i = 0; i < *n; ++i)
         if (keep[i]) jobs[m++] = jobs[i];

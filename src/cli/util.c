@@ -39,47 +39,52 @@ int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...)
     return KJIT_EXIT_FAIL;
 }
 
+/* A comma list's shape: how many items, and the first empty one (1-based;
+ * 0 when none is). "" is one empty item. */
+static void list_shape(const char *list, int *count, int *empty_at)
+{
+    int item = 1, len = 0;
+    *empty_at = 0;
+    for (const char *c = list;; ++c) {
+        if (*c == ',' || !*c) {
+            if (!len && !*empty_at) *empty_at = item;
+            if (!*c) break;
+            ++item, len = 0;
+        } else {
+            ++len;
+        }
+    }
+    *count = item;
+}
+
 int kjit_cli_split(char *list, char **items, int max)
 {
+    if (!list) return -1;
+    int count, empty_at;
+    list_shape(list, &count, &empty_at);
+    if (empty_at || count > max) return -1;
     int n = 0;
     char *save = NULL;
-    if (!list || !*list) return -1;
-    size_t len = strlen(list);
-    if (list[0] == ',' || list[len - 1] == ',' || strstr(list, ",,")) return -1;
-    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == max) return -1;
-        items[n++] = tok;
-    }
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) items[n++] = tok;
     return n;
 }
 
 int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char *list, char **items, int max)
 {
     /* What is wrong, said before the split cuts the list up. */
-    int commas = 0, empty_at = 0;
-    if (list) {
-        int item = 1, len = 0;
-        for (const char *c = list;; ++c) {
-            if (*c == ',' || !*c) {
-                if (!len && !empty_at) empty_at = item;
-                if (!*c) break;
-                ++commas, ++item, len = 0;
-            } else {
-                ++len;
-            }
-        }
-    }
     if (!list || !*list) {
         kjit_cli_usage_error(cmd, "%s '': expected a comma list of %s", opt, what);
         return -1;
     }
+    int count, empty_at;
+    list_shape(list, &count, &empty_at);
     if (empty_at) {
         kjit_cli_usage_error(cmd, "%s '%s': item %d of %d is empty (expected a comma list of %s)", opt, list,
-                             empty_at, commas + 1, what);
+                             empty_at, count, what);
         return -1;
     }
     const int n = kjit_cli_split(list, items, max);
-    if (n < 0) kjit_cli_usage_error(cmd, "%s: %d items, more than %d %s", opt, commas + 1, max, what);
+    if (n < 0) kjit_cli_usage_error(cmd, "%s: %d items, more than %d %s", opt, count, max, what);
     return n;
 }
 
