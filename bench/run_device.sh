@@ -36,6 +36,18 @@
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests; KJIT_CTEST_JOBS
 # (default 1) runs that many at once.
 set -u
+# Settings refused before anything is built or written (exit 2).
+case ${KJIT_CTEST_JOBS:-1} in
+'' | *[!0-9]* | 0*)
+  echo "run_device.sh: KJIT_CTEST_JOBS must be a positive whole number, got '${KJIT_CTEST_JOBS-}'" >&2
+  exit 2 ;;
+esac
+for p in ${KJIT_CLUSTER_PROBES:-cluster_probe cluster_fwd_probe}; do
+  case $p in
+  cluster_probe | cluster_fwd_probe) ;;
+  *) echo "run_device.sh: KJIT_CLUSTER_PROBES: '$p' is not cluster_probe or cluster_fwd_probe" >&2; exit 2 ;;
+  esac
+done
 OUT=${OUT:-/tmp/kjit-out}
 mkdir -p "$OUT"
 B=build-gpu
@@ -65,9 +77,6 @@ section info; $B/kjit info 2>&1 | tee -a "$LOG"
 for s in $stages; do
   case $s in
   tests)
-    case ${KJIT_CTEST_JOBS:-1} in
-    '' | *[!0-9]* | 0*) summary+=("tests: KJIT_CTEST_JOBS must be a positive whole number, got '${KJIT_CTEST_JOBS-}'"); continue ;;
-    esac
     # KJIT_CTEST_JOBS > 1 runs that many at once (their lines keep their
     # "N: " prefixes); test_tune, whose tuning must take under 5 s, is
     # RUN_SERIAL (tests/CMakeLists.txt): ctest runs it alone.
@@ -199,13 +208,9 @@ for s in $stages; do
     # and the cluster forwards (bench/cluster_fwd_probe.c) beside kjit's and
     # the copy reference, in the same run. KJIT_CLUSTER_PROBES picks the
     # probes (default both: "cluster_probe cluster_fwd_probe").
-    for p in ${KJIT_CLUSTER_PROBES:-cluster_probe cluster_fwd_probe}; do
-      case $p in
-      cluster_probe | cluster_fwd_probe)
-        section "$p"; $B/bench/$p ${KJIT_CLUSTER_ROWS:-} 2>&1 | tee -a "$LOG"
-        summary+=("$p rc=${PIPESTATUS[0]}") ;;
-      *) summary+=("cluster: KJIT_CLUSTER_PROBES: '$p' is not cluster_probe or cluster_fwd_probe") ;;
-      esac
+    for p in ${KJIT_CLUSTER_PROBES:-cluster_probe cluster_fwd_probe}; do # (checked at the top)
+      section "$p"; $B/bench/$p ${KJIT_CLUSTER_ROWS:-} 2>&1 | tee -a "$LOG"
+      summary+=("$p rc=${PIPESTATUS[0]}")
     done
     section "bench_ops norm_modulate"; $B/bench/bench_ops --ops norm_modulate 2>&1 | tee -a "$LOG" | grep -E "^(graph )?(norm_modulate|copy)" ;;
   timeline)
