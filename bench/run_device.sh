@@ -38,7 +38,7 @@
 set -u
 # Settings refused before anything is built or written (exit 2).
 case ${KJIT_CTEST_JOBS:-1} in
-'' | *[!0-9]* | 0*)
+*[!0-9]* | 0*)
   echo "run_device.sh: KJIT_CTEST_JOBS must be a positive whole number, got '${KJIT_CTEST_JOBS-}'" >&2
   exit 2 ;;
 esac
