@@ -372,6 +372,23 @@ template <int MODE, class TA, int V, int IT> struct fwd_stage {
     gran<TA, V> a[IT], b[MODE == 1 ? 1 : IT];
 };
 
+// One row's table rows: shift, scale (MODE 1, 3) and gate (MODE 2, 3).
+template <int MODE, class TP, int V, int IT> struct fwd_tabs {
+    gran<TP, V> s[MODE == 2 ? 1 : IT], c[MODE == 2 ? 1 : IT], g[MODE == 1 ? 1 : IT];
+};
+
+// KJIT_FWD_TAB_EARLY, with staged rows (PF > 0): 1, a row's index is read
+// and its table rows' loads issued into registers before the wait for its
+// staged activations, so that their latency overlaps that wait instead of
+// following it; 2, the same rows prefetched to the L1 there instead (one
+// prefetch a 128-byte line, no registers held across the wait), the loads
+// staying where 0 has them. The same loads and arithmetic in every case
+// (the same bits); measured with run_device.sh ab
+// (KJIT_AB_MACRO=KJIT_FWD_TAB_EARLY).
+#ifndef KJIT_FWD_TAB_EARLY
+#define KJIT_FWD_TAB_EARLY 0
+#endif
+
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int RPC, int PF>
 __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long long blk, long long nblk)
 {
@@ -409,7 +426,47 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long lo
             }
     };
 
-    auto process = [&](const fwd_stage<MODE, TA, V, IT> &st, long long row) {
+    constexpr bool EARLY = KJIT_FWD_TAB_EARLY == 1 && PF > 0;
+    // The table rows of table row r: the gate (which = 2), shift and scale (1).
+    auto load_tabs = [&](fwd_tabs<MODE, TP, V, IT> &tb, long long r, int which) {
+        if (MODE != 1 && which != 1) {
+            const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) ld_nc(tb.g[k], gt + (k * TPR + t) * V);
+        }
+        if (MODE != 2 && which != 2) {
+            const TP *sh = (const TP *)p.table.ptr[0] + r * p.table.stride[0];
+            const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
+#pragma unroll
+            for (int k = 0; k < IT; ++k)
+                if (FULL || k * TPR + t < G) {
+                    const int col = (k * TPR + t) * V;
+                    ld_nc(tb.s[k], sh + col);
+                    ld_nc(tb.c[k], sc + col);
+                }
+        }
+    };
+
+    // Table row r's lines to the L1, one thread a 128-byte line.
+    auto prefetch_tabs = [&](long long r) {
+        constexpr int GL = 128 / 16; // granules a line
+#pragma unroll
+        for (int k = 0; k < IT; ++k)
+            if ((FULL || k * TPR + t < G) && (k * TPR + t) % GL == 0) {
+                const int col = (k * TPR + t) * V;
+                if (MODE != 1)
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"((const TP *)p.table.ptr[2] + r * p.table.stride[2] + col));
+                if (MODE != 2) {
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"((const TP *)p.table.ptr[0] + r * p.table.stride[0] + col));
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"((const TP *)p.table.ptr[1] + r * p.table.stride[1] + col));
+                }
+            }
+    };
+
+    // tb: the row's table rows when EARLY (loaded by the caller), else
+    // loaded here.
+    auto process = [&](const fwd_stage<MODE, TA, V, IT> &st, long long row, fwd_tabs<MODE, TP, V, IT> &tb) {
         const long long r = st.r;
         if (index_bad<TI>(p.index, r)) {
             if (t == 0) *p.index.err = 1;
@@ -417,11 +474,8 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long lo
         }
         TA *o = (TA *)p.out + row * p.out_stride;
         if constexpr (MODE == 2) {
-            const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
-            gran<TP, V> gv[IT];
-#pragma unroll
-            for (int k = 0; k < IT; ++k)
-                if (FULL || k * TPR + t < G) ld_nc(gv[k], gt + (k * TPR + t) * V);
+            if (!EARLY) load_tabs(tb, r, 2);
+            const gran<TP, V> *gv = tb.g;
 #pragma unroll
             for (int k = 0; k < IT; ++k)
                 if (FULL || k * TPR + t < G) {
@@ -436,19 +490,13 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long lo
         } else {
             // Norm input: x (MODE 1) or h = res + gate * y rounded (MODE 3).
             gran<TA, V> xv[IT];
-            gran<TP, V> shv[IT], scv[IT];
-            const TP *sh = (const TP *)p.table.ptr[0] + r * p.table.stride[0];
-            const TP *sc = (const TP *)p.table.ptr[1] + r * p.table.stride[1];
             if constexpr (MODE == 1) {
 #pragma unroll
                 for (int k = 0; k < IT; ++k) xv[k] = st.a[k];
             } else {
-                const TP *gt = (const TP *)p.table.ptr[2] + r * p.table.stride[2];
                 TA *ho = (TA *)p.h_out + row * p.h_stride;
-                gran<TP, V> gv[IT];
-#pragma unroll
-                for (int k = 0; k < IT; ++k)
-                    if (FULL || k * TPR + t < G) ld_nc(gv[k], gt + (k * TPR + t) * V);
+                if (!EARLY) load_tabs(tb, r, 2);
+                const gran<TP, V> *gv = tb.g;
 #pragma unroll
                 for (int k = 0; k < IT; ++k)
                     if (FULL || k * TPR + t < G) {
@@ -462,13 +510,8 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long lo
                         st_gran(ho + (k * TPR + t) * V, xv[k]);
                     }
             }
-#pragma unroll
-            for (int k = 0; k < IT; ++k)
-                if (FULL || k * TPR + t < G) {
-                    const int col = (k * TPR + t) * V;
-                    ld_nc(shv[k], sh + col);
-                    ld_nc(scv[k], sc + col);
-                }
+            if (!EARLY) load_tabs(tb, r, 1);
+            const gran<TP, V> *shv = tb.s, *scv = tb.c;
             float acc[V];
 #pragma unroll
             for (int e = 0; e < V; ++e) acc[e] = 0.0f;
@@ -504,9 +547,10 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long lo
     if constexpr (PF == 0) {
         for (long long row = row0; row < p.n; row += step) {
             fwd_stage<MODE, TA, V, IT> st;
+            fwd_tabs<MODE, TP, V, IT> tb;
             st.r = (long long)index[row];
             load(st, row);
-            process(st, row);
+            process(st, row, tb);
         }
     } else {
         // A ring of PF + 1 stages in shared memory (cp.async): the next PF
@@ -541,9 +585,18 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long lo
             const long long ahead = row + PF * step;
             if (ahead < p.n) issue(s == 0 ? PF : s - 1, ahead);
             cp_commit();
-            cp_wait<PF>();
             fwd_stage<MODE, TA, V, IT> st;
-            st.r = (long long)index[row];
+            fwd_tabs<MODE, TP, V, IT> tb;
+            constexpr bool PRE = KJIT_FWD_TAB_EARLY == 2;
+            if (EARLY || PRE) {
+                st.r = (long long)index[row];
+                if (!index_bad<TI>(p.index, st.r)) {
+                    if (EARLY) load_tabs(tb, st.r, 0);
+                    else prefetch_tabs(st.r);
+                }
+            }
+            cp_wait<PF>();
+            if (!EARLY && !PRE) st.r = (long long)index[row];
             const unsigned char *d = sm + s * STAGE;
 #pragma unroll
             for (int k = 0; k < IT; ++k)
@@ -551,7 +604,7 @@ __device__ __forceinline__ void fwd_fast(const kjit_adaln_fwd_params &p, long lo
                     ld_smem(st.a[k], d + k * TPR * 16);
                     if constexpr (MODE != 1) ld_smem(st.b[k], d + (IT + k) * TPR * 16);
                 }
-            process(st, row);
+            process(st, row, tb);
             s = s == PF ? 0 : s + 1;
         }
     }
