@@ -39,6 +39,10 @@ done
 ln -s "$T/nowhere" "$T/dangling"
 "$KJIT" call --socket "$T/nosock" --payload-out "$T/dangling" '{"type":"stats"}' >/dev/null 2>&1
 [ $? = 2 ] && [ -L "$T/dangling" ] && [ ! -e "$T/nowhere" ] || fail "call --payload-out through a dangling link"
+# A FIFO nobody reads is refused at once (exit 2, named), not waited on.
+mkfifo "$T/fifo"
+out=$(timeout 20 "$KJIT" call --socket "$T/nosock" --payload-out "$T/fifo" '{"type":"stats"}' 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q -- "--payload-out '$T/fifo': a FIFO with no reader" || fail "call --payload-out FIFO: rc $rc, $out"
 # A report that cannot be written is a failure, said on stderr.
 if [ -w /dev/full ]; then
   mkdir -m 700 "$T/empty"  # a cache that exists: its report is what is lost

@@ -72,6 +72,18 @@ out=$("$KJIT" call --socket '' '{"type":"ping"}' 2>&1); rc=$?
 cp "$T/cubin" "$T/kept.bin"
 "$KJIT" call --payload-out "$T/kept.bin" '{"type":"compile","op":"nope","hidden":256,"dtype":"fp32"}' >/dev/null 2>&1
 cmp -s "$T/cubin" "$T/kept.bin" || fail "call --payload-out with a refused request changed an existing file"
+# An ok reply without a payload: the existing file kept, no new one made.
+"$KJIT" call --payload-out "$T/kept.bin" '{"type":"stats"}' >/dev/null || fail "call stats --payload-out: exit $?"
+cmp -s "$T/cubin" "$T/kept.bin" || fail "call --payload-out with a payload-less reply changed an existing file"
+"$KJIT" call --payload-out "$T/none.bin" '{"type":"stats"}' >/dev/null && [ ! -e "$T/none.bin" ] ||
+  fail "call --payload-out with a payload-less reply left a file"
+# Files that are not regular: written as they are, not truncated.
+"$KJIT" call --payload-out /dev/null '{"type":"compile","op":"timestep_sinusoid","hidden":256,"dtype":"fp32"}' >/dev/null ||
+  fail "call --payload-out /dev/null: exit $?"
+"$KJIT" call --payload-out >(cat >"$T/piped.bin") '{"type":"compile","op":"timestep_sinusoid","hidden":256,"dtype":"fp32"}' >/dev/null ||
+  fail "call --payload-out to a pipe: exit $?"
+wait $!
+cmp -s "$T/cubin" "$T/piped.bin" || fail "call --payload-out to a pipe: not the cubin"
 n=$("$KJIT" call --events '{"type":"prewarm","ops":"timestep_sinusoid","hidden":[8,16],"dtype":"bf16"}' | grep -c '"event"')
 [ "$n" = 2 ] || fail "prewarm printed $n events, want 2"
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -19,7 +20,8 @@ static const char help[] =
     "  --socket PATH       (default: $KJIT_SERVER, else the server's default socket)\n"
     "  --timeout MS        give up when the server is silent this long, 0: wait forever\n"
     "                      (default 600000)\n"
-    "  --payload-out FILE  write the reply's binary payload (cubins) there\n"
+    "  --payload-out FILE  write the reply's binary payload (cubins) there; left as it\n"
+    "                      was when the reply is an error or has no payload\n"
     "  --events            also print progress events, one line each, before the reply\n"
     "\n"
     "Exit status: 0 when the reply says ok, 1 when it is an error or no server\n"
@@ -63,9 +65,11 @@ int kjit_cli_call(int argc, char **argv)
     if (!json) return kjit_cli_usage_error("call", "the JSON request is missing");
     /* The payload file must be writable before anything is asked of the
      * server. It stays open; an existing one is truncated only once a
-     * payload comes, and one this call made (O_EXCL says so, also for a
+     * payload comes (and only a regular file: /dev/null or a pipe is
+     * written as it is), and one this call made (O_EXCL says so, also for a
      * dangling link, which is then refused, not followed) is removed when
-     * none does. */
+     * none does. O_NONBLOCK: a FIFO without a reader is refused instead of
+     * blocking the open; the writes then block as usual. */
     int pfd = -1, created = 0;
     if (payload_out) {
         if (!*payload_out) return kjit_cli_usage_error("call", "--payload-out '': expected a file path");
@@ -73,9 +77,18 @@ int kjit_cli_call(int argc, char **argv)
         if (pfd >= 0)
             created = 1;
         else if (errno == EEXIST)
-            pfd = open(payload_out, O_WRONLY | O_CLOEXEC);
+            pfd = open(payload_out, O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+        if (pfd < 0 && errno == ENXIO)
+            return kjit_cli_usage_error("call", "--payload-out '%s': a FIFO with no reader", payload_out);
         if (pfd < 0)
             return kjit_cli_usage_error("call", "--payload-out '%s': cannot write it: %s", payload_out, strerror(errno));
+        const int fl = fcntl(pfd, F_GETFL);
+        if (fl < 0 || fcntl(pfd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+            const int e = errno;
+            if (created) unlink(payload_out);
+            close(pfd);
+            return kjit_cli_usage_error("call", "--payload-out '%s': cannot write it: %s", payload_out, strerror(e));
+        }
     }
     kjit_client *c;
     int rc = kjit_client_connect(&c, socket, (int)timeout);
@@ -84,7 +97,7 @@ int kjit_cli_call(int argc, char **argv)
         rc = kjit_client_request(c, json, NULL, 0, events ? print_event : NULL, NULL, &r);
         kjit_client_close(c);
     }
-    if (pfd >= 0 && (rc || !r.ok)) { /* no payload to keep */
+    if (pfd >= 0 && (rc || !r.ok || r.payload_len == 0)) { /* no payload to keep */
         if (created) unlink(payload_out);
         close(pfd);
         pfd = -1;
@@ -96,7 +109,8 @@ int kjit_cli_call(int argc, char **argv)
     }
     puts(r.json);
     if (pfd >= 0) {
-        int bad = ftruncate(pfd, 0) != 0;
+        struct stat st;
+        int bad = fstat(pfd, &st) != 0 || (S_ISREG(st.st_mode) && ftruncate(pfd, 0) != 0);
         for (size_t off = 0; !bad && off < r.payload_len;) {
             const ssize_t w = write(pfd, (const char *)r.payload + off, r.payload_len - off);
             if (w < 0 && errno == EINTR) continue;
