@@ -102,7 +102,11 @@ int kjit_cli_cache(int argc, char **argv)
      * path must not pass verify as an empty cache) and do not need the
      * size cap. */
     char *resolved = NULL;
-    if (kjit__cache_resolve_dir(dir, &resolved)) return kjit_cli_fail("cache", json, "%s", kjit_last_error());
+    if (kjit__cache_resolve_dir(dir, &resolved)) {
+        char cmd[32];
+        snprintf(cmd, sizeof cmd, "cache %s", sub);
+        return kjit_cli_fail(cmd, json, "%s", kjit_last_error());
+    }
     /* The whole path, however long: a shortened copy would name another
      * directory (clear would empty it). */
     const int rc = cache_run(resolved, sub, json, is_stats, is_ls, is_verify, is_clear);

@@ -166,6 +166,9 @@ int kjit_cli_prewarm(int argc, char **argv)
             if (kjit_cli_int(v, 1, 1024, &jobs_n))
                 return kjit_cli_usage_error("prewarm", "--jobs '%s': expected an integer in 1..1024", v);
         } else if (target) {
+            /* A list option given twice would drop the first list unsaid. */
+            if (*target && target != &cache_dir)
+                return kjit_cli_usage_error("prewarm", "%s given twice: give one comma list", a);
             if (!(*target = kjit_cli_value("prewarm", argc, argv, &i))) return KJIT_EXIT_USAGE;
         } else {
             return kjit_cli_usage_error("prewarm", "unknown option '%s'", a);
@@ -268,7 +271,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         if (rc == KJIT_ENONVRTC) /* not the argument's fault: no NVRTC to ask */
             return kjit_cli_fail("prewarm", json, "%s", kjit_last_error());
         if (rc) {
-            fprintf(stderr, "kjit prewarm: --arch: %s\n", kjit_last_error());
+            fprintf(stderr, "kjit prewarm: --arch: %s (see kjit prewarm --help)\n", kjit_last_error());
             return KJIT_EXIT_USAGE;
         }
         int dup = 0;
@@ -338,6 +341,9 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     kjit_ctx_cache_counters(ctx, &cc);
     if (json) {
         cJSON *o_ = cJSON_CreateObject();
+        /* ok: the exit status's answer (a failed compile or a kernel not
+         * stored), as the objects of a command that fails early have it. */
+        cJSON_AddBoolToObject(o_, "ok", !failed && !cc.store_failures);
         cJSON_AddNumberToObject(o_, "kernels", (double)n_jobs);
         cJSON_AddNumberToObject(o_, "compiled", (double)atomic_load(&p.compiled));
         cJSON_AddNumberToObject(o_, "cached", (double)atomic_load(&p.cached));
@@ -378,8 +384,9 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     /* A note, not a failure: each damaged entry was replaced by a fresh
      * compile; the count says the disk or another writer damaged some. */
     if (cc.bad_entries)
-        fprintf(stderr, "kjit prewarm: note: %llu damaged cache entr%s replaced (KJIT_LOG=1 names them)\n",
-                (unsigned long long)cc.bad_entries, cc.bad_entries == 1 ? "y was" : "ies were");
+        fprintf(stderr, "kjit prewarm: note: %llu damaged cache entr%s removed, and compiled again where this run "
+                "needs %s (KJIT_LOG=1 names them)\n", (unsigned long long)cc.bad_entries,
+                cc.bad_entries == 1 ? "y was" : "ies were", cc.bad_entries == 1 ? "it" : "them");
     /* A note, not a failure: the scan evicts the oldest entries first,
      * usually earlier runs' in a full cache, not this run's. */
     if (cc.evictions)

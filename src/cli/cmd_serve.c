@@ -39,9 +39,10 @@ static const char help[] =
 static int id_list(const char *opt, char *arg, unsigned *out, int *n)
 {
     char *items[KJIT_SERVER_MAX_ALLOW];
-    int k = kjit_cli_split(arg, items, KJIT_SERVER_MAX_ALLOW);
-    if (k < 0 || *n + k > KJIT_SERVER_MAX_ALLOW)
-        return kjit_cli_usage_error("serve", "%s: expected a comma list, at most %d ids in all", opt, KJIT_SERVER_MAX_ALLOW);
+    const int k = kjit_cli_split_opt("serve", opt, "numeric ids", arg, items, KJIT_SERVER_MAX_ALLOW);
+    if (k < 0) return KJIT_EXIT_USAGE;
+    if (*n + k > KJIT_SERVER_MAX_ALLOW)
+        return kjit_cli_usage_error("serve", "%s: more than %d ids in all", opt, KJIT_SERVER_MAX_ALLOW);
     for (int i = 0; i < k; ++i) {
         long v;
         if (kjit_cli_int(items[i], 0, 4294967294L, &v))

@@ -141,7 +141,7 @@ int kjit_cli_tune(int argc, char **argv)
 {
     char *ops_arg = NULL, *hidden_arg = NULL, *dtype_arg = NULL, *cache_dir = NULL;
     long device = 0;
-    int json = 0, do_show = 0;
+    int json = 0, do_show = 0, device_given = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         char **target = !strcmp(a, "--ops") ? &ops_arg : !strcmp(a, "--hidden") ? &hidden_arg
@@ -158,15 +158,19 @@ int kjit_cli_tune(int argc, char **argv)
             if (!v) return KJIT_EXIT_USAGE;
             if (kjit_cli_int(v, 0, 1024, &device))
                 return kjit_cli_usage_error("tune", "--device '%s': expected an ordinal in 0..1024", v);
+            device_given = 1;
         } else if (target) {
+            /* A list option given twice would drop the first list unsaid. */
+            if (*target && target != &cache_dir)
+                return kjit_cli_usage_error("tune", "%s given twice: give one comma list", a);
             if (!(*target = kjit_cli_value("tune", argc, argv, &i))) return KJIT_EXIT_USAGE;
         } else {
             return kjit_cli_usage_error("tune", "unknown option '%s'", a);
         }
     }
     if (do_show) {
-        if (ops_arg || hidden_arg || dtype_arg)
-            return kjit_cli_usage_error("tune", "--show takes no --ops, --hidden or --dtype");
+        if (ops_arg || hidden_arg || dtype_arg || device_given)
+            return kjit_cli_usage_error("tune", "--show takes no --ops, --hidden, --dtype or --device");
         return show(cache_dir, json);
     }
 

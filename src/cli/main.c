@@ -51,6 +51,10 @@ static int run(int argc, char **argv)
         return argc < 2 ? KJIT_EXIT_USAGE : 0;
     }
     if (!strcmp(argv[1], "--version")) {
+        if (argc > 2) {
+            fprintf(stderr, "kjit --version: takes no arguments, got '%s'\n", argv[2]);
+            return KJIT_EXIT_USAGE;
+        }
         printf("kjit %s\n", KJIT_VERSION_STRING);
         return 0;
     }
