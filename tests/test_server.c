@@ -665,6 +665,22 @@ static void test_compile_leave(const char *sock)
     printf("12 compile requests, client gone: %.0f compiled\n", compiled);
 }
 
+/* A prewarm whose client leaves: its cancelled combinations answer no one,
+ * so they are no error in stats (they were counted as one). */
+static void test_prewarm_leave(const char *sock)
+{
+    const double errors = kjit_test_stat(sock, "errors"), clients = kjit_test_stat(sock, "clients");
+    int fd = greeted(sock);
+    kjit_test_frame(fd, "{\"id\":1,\"type\":\"prewarm\",\"ops\":\"all\",\"hidden\":[9008,9016,9024,9032],"
+                        "\"dtype\":[\"fp32\"],\"arch\":\"sm_80\"}", NULL, 0);
+    usleep(300000); /* the server has started it */
+    close(fd);
+    wait_clients(sock, clients);
+    compiles_when_idle(sock);
+    CHECK_EQ_INT((int)kjit_test_stat(sock, "errors"), (int)errors);
+    printf("a prewarm whose client left: errors %.0f -> %.0f\n", errors, kjit_test_stat(sock, "errors"));
+}
+
 /* Client a pipelines compiles of 12 new tuples (hidden h0 + 8k: ~10
  * kernels of their own each, ~120 kernels for the pool's 4 threads), then
  * another client asks for hidden h and must come back while at least 6 of
@@ -720,6 +736,30 @@ static void test_half_close(const char *sock)
     char b;
     CHECK(recv(fd, &b, 1, 0) == 0); /* then the server closes */
     close(fd);
+}
+
+/* A client that shuts its writing side inside a frame is told so (bad_frame,
+ * with how much of it came), then closed: not dropped without a word. */
+static void test_half_close_partial(const char *sock)
+{
+    for (int k = 0; k < 2; ++k) {
+        int fd = greeted(sock);
+        uint8_t b[KJIT_FRAME_HEADER + 22];
+        kjit__frame_encode(b, 100, 0);
+        memset(b + KJIT_FRAME_HEADER, '{', 22);
+        const size_t n = k ? sizeof b : 8;
+        if (write(fd, b, n) != (ssize_t)n) CHECK(0);
+        CHECK(shutdown(fd, SHUT_WR) == 0);
+        cJSON *r = kjit_test_reply(fd, 5000);
+        const char *want = k ? "(38 of its 116 bytes)" : "(8 of its 16 bytes of header)";
+        if (!r || strcmp(kjit_test_err_code(r), "bad_frame") || !strstr(kjit_test_err_msg(r), want)) {
+            fprintf(stderr, "half-close inside a frame: want '%s', got %s\n", want, r ? kjit_test_err_msg(r) : "(nothing)");
+            kjit_test_failures++;
+        }
+        cJSON_Delete(r);
+        CHECK(kjit_test_closed_within(fd, 5000));
+        close(fd);
+    }
 }
 
 /* A client fills its max_pending (64) with compiles that wait behind
@@ -1489,6 +1529,8 @@ int main(void)
     test_disconnect(sock);
     test_kernel_leave(sock);
     test_compile_leave(sock);
+    test_prewarm_leave(sock);
+    test_half_close_partial(sock);
     test_compile_fair(sock);
     test_half_close(sock);
     test_closed_while_paused(sock);

@@ -245,6 +245,28 @@ static void test_good_runs(const char *sock, int gpu)
  * answer a full parse gives, with its own id; a different payload length,
  * one changed byte or an id the memo does not take (a leading zero, past
  * 2^53) are parsed on their own. 6 of the 8 reach dispatch as runs. */
+/* Runs refused before hello are neither run_requests nor memo hits, even
+ * when the second repeats the first's text with a new id (the memo keeps
+ * the text; its hit is counted only where the run is dispatched). */
+static void test_memo_before_hello(const char *sock)
+{
+    int fd = kjit_test_connect(sock);
+    char *base = json_of(NM_RUN(""));
+    const char *rest = base + strlen("{\"id\":1,");
+    static uint8_t ones[320];
+    memset(ones, 1, sizeof ones);
+    char text[4096];
+    for (int k = 0; k < 3; ++k) {
+        snprintf(text, sizeof text, "{\"id\":%d,%s", 300 + k, rest);
+        kjit_test_frame(fd, text, ones, sizeof ones);
+        cJSON *r = kjit_test_reply(fd, 10000);
+        CHECK(r && !strcmp(kjit_test_err_code(r), "out_of_order"));
+        cJSON_Delete(r);
+    }
+    close(fd);
+    free(base);
+}
+
 static void test_memo(const char *sock)
 {
     int fd = kjit_test_connect(sock);
@@ -400,6 +422,7 @@ int main(void)
     }
     test_bad_runs(sock);
     test_good_runs(sock, gpu);
+    test_memo_before_hello(sock);
     test_memo(sock);
     test_client(sock, gpu);
     /* Counted: every well-formed run and tune that reached dispatch. */

@@ -87,10 +87,25 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 }
 
 /* A client that shut its writing side is closed once every reply owed to
- * it is written. */
+ * it is written. Bytes left then are a frame it began and never finished:
+ * that is said (bad_frame, with how much came), then the connection closes. */
 static void eof_check(kjit_conn *c)
 {
-    if (c->eof && !c->closing && !c->pending && !c->writes) kjit__conn_close(c);
+    if (!c->eof || c->closing || c->pending || c->writes) return;
+    if (c->rlen && !c->close_after_write) {
+        size_t want = KJIT_FRAME_HEADER;
+        kjit_frame_header h;
+        char why[256];
+        if (c->rlen >= KJIT_FRAME_HEADER &&
+            !kjit__frame_decode((const uint8_t *)c->rbuf, KJIT_MAX_REQUEST_JSON, KJIT_MAX_REQUEST_PAYLOAD, &h, why,
+                                sizeof why))
+            want += (size_t)h.json_len + h.payload_len;
+        c->srv->n.bad_frames++;
+        kjit__conn_fatal(c, "bad_frame", "the client shut its writing side inside a frame (%zu of its %zu bytes%s); "
+                         "closing the connection", c->rlen, want, want == KJIT_FRAME_HEADER ? " of header" : "");
+        return;
+    }
+    kjit__conn_close(c);
 }
 
 static void resume(kjit_conn *c)

@@ -135,9 +135,10 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
     const double t_frame = kjit__now_us(); /* a run's us_in starts here */
     kjit_req r;
     kjit_req_error e;
-    if (kjit__run_memo_find(c, json, json_len, payload_len, &r)) {
-        s->n.run_memo_hits++;
-    } else {
+    /* Counted with run_requests below: a run refused before it (no hello
+     * yet, its id parked, a draining server) is neither. */
+    const int memo_hit = kjit__run_memo_find(c, json, json_len, payload_len, &r);
+    if (!memo_hit) {
         if (kjit__req_parse(json, json_len, payload_len, s->default_sm, &r, &e)) {
             kjit__conn_error(c, e.has_id, e.id, e.code, "%s", e.message);
             return;
@@ -187,6 +188,7 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
         return;
     case KJIT_REQ_RUN:
         s->n.run_requests++;
+        s->n.run_memo_hits += memo_hit != 0;
         /* The payload (the handles) follows the header in the frame. */
         if (!s->gpu) no_gpu(c, r.id, "run");
         else kjit__run_request(c, r.id, &r.run, (const uint8_t *)json + json_len, t_frame);

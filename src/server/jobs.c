@@ -296,7 +296,8 @@ static void prewarm_finish(prewarm *pw)
     cJSON_AddItemToObject(o, "failures", pw->failures);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (pw->failed) c->srv->n.errors++;
+    /* A client that left gets no reply: its cancelled jobs are no error. */
+    if (pw->failed && !c->closing) c->srv->n.errors++;
     if (text) kjit__conn_send(c, text, strlen(text), NULL, 0, NULL, 0, 1);
     else kjit__conn_close(c);
     cJSON_free(text);
