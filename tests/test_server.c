@@ -120,6 +120,34 @@ static void test_round_trips(const char *sock)
         CHECK(cc.kernels[0].cached);
     }
     kjit_client_compiled_free(&cc);
+    /* Other spellings of one template-id (spaces around <, >, :: and
+     * commas, none after a comma) are one kernel: the same key, the
+     * library's spelling in the reply, no compile of their own. */
+    kjit_kernel_spec specs[16];
+    CHECK_STATUS(kjit_op_kernels("norm_modulate", 256, KJIT_BF16, specs, 16, &n_spec), KJIT_OK);
+    specs[1] = spec;
+    for (int v = 0; v < 2 && n_spec > 0; ++v) {
+        kjit_client_compiled first;
+        CHECK_STATUS(kjit_client_kernel_fetch(c, specs[v].op, specs[v].template_file, specs[v].name_expr, "sm_90",
+                                              &first), KJIT_OK);
+        const double compiles = kjit_test_stat(sock, "compiles");
+        char spaced[512];
+        size_t m = 0;
+        for (const char *p = specs[v].name_expr; *p && m + 4 < sizeof spaced; ++p) {
+            if (*p == ' ' && p[-1] == ',') continue;
+            if (strchr("<>,:", *p)) spaced[m++] = ' ';
+            spaced[m++] = *p;
+            if (strchr("<>:", *p)) spaced[m++] = ' ';
+        }
+        spaced[m] = '\0';
+        CHECK_STATUS(kjit_client_kernel_fetch(c, specs[v].op, specs[v].template_file, spaced, "sm_90", &cc), KJIT_OK);
+        CHECK(first.n == 1 && cc.n == 1 && !strcmp(cc.kernels[0].key, first.kernels[0].key) &&
+              !strcmp(cc.kernels[0].name_expr, specs[v].name_expr) && cc.kernels[0].cached);
+        CHECK(kjit_test_stat(sock, "compiles") == compiles);
+        if (v == 0) printf("'%s' answered as '%s'\n", spaced, cc.n == 1 ? cc.kernels[0].name_expr : "(nothing)");
+        kjit_client_compiled_free(&first);
+        kjit_client_compiled_free(&cc);
+    }
     CHECK_STATUS(kjit_client_kernel_fetch(c, spec.op, spec.template_file, "kjit_sinusoid<float>(1)", NULL, &cc),
                  KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "'expr'") != NULL);
@@ -158,7 +186,7 @@ static void test_round_trips(const char *sock)
 
     r = call(c, "{\"type\":\"stats\"}", NULL);
     CHECK(kjit_test_num(r, "uptime_s") >= 0);
-    CHECK_EQ_INT(kjit_test_num(r, "kernel_requests"), 2);
+    CHECK_EQ_INT(kjit_test_num(r, "kernel_requests"), 6); /* 2, and the 4 of the spellings */
     CHECK(kjit_test_num(r, "requests") >= 8);
     CHECK(kjit_test_num(r, "hits") >= 2);
     CHECK(kjit_test_num(r, "misses") >= 1);

@@ -193,6 +193,33 @@ static int parse_tuple(const cJSON *o, int default_sm, int with_arch, kjit_req_t
     return check_tuple(t, err);
 }
 
+static int ident_char(char c) { return c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z'); }
+
+/* The one spelling of a template-id (its characters already checked): no
+ * space but one between two identifier characters ("long long") and one
+ * after each comma, as the library writes its own kernels' names. The
+ * cache key hashes this text, so spellings of one kernel share one entry
+ * (and one compile) and the library's names keep theirs. -1 when it does
+ * not fit in cap. */
+static int expr_canon(const char *in, char *out, size_t cap)
+{
+    size_t n = 0;
+    int gap = 0;
+    for (; *in; ++in) {
+        if (*in == ' ') {
+            gap = 1;
+            continue;
+        }
+        const int sep = n && (out[n - 1] == ',' || (gap && ident_char(out[n - 1]) && ident_char(*in)));
+        if (n + (size_t)sep + 1 >= cap) return -1;
+        if (sep) out[n++] = ' ';
+        out[n++] = *in;
+        gap = 0;
+    }
+    out[n] = 0;
+    return 0;
+}
+
 /* One kernel by template file and template-id: what the embedded library's
  * build asks a server for (KJIT_SERVER). The expr is compiled as C++, so
  * only template-id text is taken (what kjit_kernel_fetch also insists on). */
@@ -226,7 +253,9 @@ static int parse_kernel(const cJSON *o, int default_sm, kjit_req *r, kjit_req_er
     if (strncmp(expr, "kjit_", 5))
         return fail(err, "bad_request", "field 'expr': '%.32s' does not start with kjit_ (the templates' kernels do)",
                     expr);
-    snprintf(r->spec.name_expr, sizeof r->spec.name_expr, "%s", expr);
+    if (expr_canon(expr, r->spec.name_expr, sizeof r->spec.name_expr))
+        return fail(err, "bad_request", "field 'expr': longer than %d bytes once spaced as a template-id is "
+                                        "(one space after each comma)", KJIT_REQ_MAX_EXPR);
     r->spec_sm = default_sm;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arch");
     if (a && !cJSON_IsString(a)) return fail(err, "bad_request", "field 'arch': expected a string such as \"sm_90\"");
