@@ -106,7 +106,8 @@ typedef struct kjit_ctx_options {
                               allocates and synchronizes the context: it is skipped
                               while the call's stream is captured, but a capture of
                               another thread in the global mode would be broken by
-                              it, so tune such a process ahead (kjit tune). */
+                              it, so tune such a process ahead (kjit tune).
+                              Any other value: KJIT_EINVAL. */
 } kjit_ctx_options;
 
 KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);

@@ -39,6 +39,15 @@ static void ctx_args(const char *dir)
     kjit_ctx_options_init(&o);
     o.index_check = (kjit_index_check)9;
     CHECK_STATUS(kjit_ctx_create(&ctx, &o), KJIT_EINVAL);
+    for (int t = -1; t <= 5; t += 6) { /* neither turns the tuner on */
+        kjit_ctx_options_init(&o);
+        o.tune = t;
+        o.device = KJIT_NO_DEVICE;
+        o.cache_dir = dir;
+        CHECK_STATUS(kjit_ctx_create(&ctx, &o), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), "tune") != NULL);
+        CHECK(ctx == NULL);
+    }
     kjit_ctx_options_init(&o);
     o.arch = "sm_12";
     o.cache_dir = dir;

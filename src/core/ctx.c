@@ -88,6 +88,10 @@ int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts)
     if (opts->index_check < KJIT_INDEX_CHECK_OFF || opts->index_check > KJIT_INDEX_CHECK_ASYNC)
         return kjit__fail(KJIT_EINVAL, "index_check %d: expected KJIT_INDEX_CHECK_OFF, _SYNC or _ASYNC",
                           (int)opts->index_check);
+    /* Any other value would turn the tuner (which allocates and
+     * synchronizes) on by being non-zero. */
+    if (opts->tune != 0 && opts->tune != 1)
+        return kjit__fail(KJIT_EINVAL, "tune %d: expected 0 or 1", opts->tune);
     int rc0 = kjit__env_switches_check(); /* KJIT_TUNE='false' must not tune */
     if (rc0) return rc0;
     kjit_ctx *ctx = calloc(1, sizeof *ctx);

@@ -547,6 +547,15 @@ class CoreChecks(unittest.TestCase):
             self.ctx.norm_modulate_fwd(8, 64, eps=None, **kw)
         with self.assertRaisesRegex(TypeError, "max_period: expected a real number, got str"):
             self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, max_period="1e4")
+        # An int past the double range is named (it was a bare OverflowError);
+        # eps is judged before its narrowing to a C float (-1e-50 became a
+        # -0.0 that passed, 1e39 an inf the message then named).
+        for name in ("scale", "max_period"):
+            with self.assertRaisesRegex(ValueError, name + r": 10{23}\.\.\. is too large for a C double"):
+                self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, **{name: 10**400})
+        for eps in (10**400, -1e-50, 1e39, float("nan")):
+            with self.assertRaisesRegex(ValueError, "eps: "):
+                self.ctx.norm_modulate_fwd(8, 64, eps=eps, **kw)
         with self.assertRaisesRegex(ValueError, "NUL"):
             core.dtype_code("bf16\0x")
         # Values at the edges still pass the Python checks (the library
@@ -627,7 +636,9 @@ class TorchRefusals(unittest.TestCase):
             for eps, err, msg in ((None, TypeError, "eps must be a real number, got NoneType"),
                                   ("1e-5", TypeError, "eps must be a real number, got str"),
                                   (float("nan"), ValueError, r"eps nan must be finite \(a float32\) and >= 0"),
-                                  (-1.0, ValueError, r"eps -1.0 must be finite \(a float32\) and >= 0")):
+                                  (-1.0, ValueError, r"eps -1.0 must be finite \(a float32\) and >= 0"),
+                                  (10**400, ValueError, r"eps 10{23}\.\.\. is too large for a float"),
+                                  (1e39, ValueError, r"eps 1e\+39 must be finite")):
                 with self.assertRaisesRegex(err, msg):
                     nm(x, None, sh, sc, idx, eps=eps)
                 with self.assertRaisesRegex(err, msg):

@@ -125,7 +125,22 @@ def _real(value, what):
     not a bool, not a string)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{what}: expected a real number, got {type(value).__name__}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past the double range
+        raise ValueError(f"{what}: {str(value)[:24]}... is too large for a C double") from None
+
+
+_FLT_MAX = 3.4028234663852886e38
+
+
+def _eps(value):
+    """eps for the library's C float: finite and >= 0 before the narrowing
+    (which would make -1e-50 a -0.0 that passes, and 1e39 an inf)."""
+    eps = _real(value, "eps")
+    if not 0.0 <= eps <= _FLT_MAX:  # NaN fails too
+        raise ValueError(f"eps: {eps!r} must be finite (a float32) and >= 0")
+    return eps
 
 
 def _strided(value, what):
@@ -426,7 +441,7 @@ class Context:
     def _adaln(self, function, n, hidden, act_dtype, param_dtype, index, eps, tensors, stream,
                backward=False, workspace=None):
         a = _lib.AdalnArgs()
-        a.n, a.hidden, a.eps = _int(n, "n"), _i32(hidden, "hidden"), _real(eps, "eps")
+        a.n, a.hidden, a.eps = _int(n, "n"), _i32(hidden, "hidden"), _eps(eps)
         a.act_dtype = dtype_code(act_dtype, "act_dtype", ("fp32", "bf16", "fp16"))
         a.param_dtype = dtype_code(param_dtype, "param_dtype", ("fp32", "bf16"))
         a.index = _index(index)

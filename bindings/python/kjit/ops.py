@@ -246,16 +246,15 @@ def _real(fn, name, v):
         return float(v)
     except (TypeError, ValueError):
         raise TypeError(f"{fn}: {name} must be a real number, got {type(v).__name__}") from None
-
-
-_FLT_MAX = 3.4028234663852886e38
+    except OverflowError:  # an int past the double range
+        raise ValueError(f"{fn}: {name} {str(v)[:24]}... is too large for a float") from None
 
 
 def _eps(fn, eps):
     """eps as the library takes it: a finite C float >= 0 (a double above
     FLT_MAX would become inf on the way)."""
     eps = _real(fn, "eps", eps)
-    if not (0.0 <= eps <= _FLT_MAX):  # NaN fails too
+    if not (0.0 <= eps <= core._FLT_MAX):  # NaN fails too
         raise ValueError(f"{fn}: eps {eps} must be finite (a float32) and >= 0")
     return eps
 
