@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <sys/types.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* ---- key ---- */
@@ -294,6 +295,14 @@ static int test_dir_resolution(const char *dir)
     snprintf(want, sizeof want, "%s/xdg/kjit", dir);
     ASSERT_STR_EQ(kjit__cache_dir(c), want);
     kjit__cache_close(c);
+    /* A relative one is ignored (the XDG spec's rule): $HOME's, not one
+     * under the working directory. */
+    setenv("XDG_CACHE_HOME", "relxdg", 1);
+    ASSERT_OK(kjit__cache_open(&c, NULL, 0));
+    snprintf(want, sizeof want, "%s/home/.cache/kjit", dir);
+    ASSERT_STR_EQ(kjit__cache_dir(c), want);
+    kjit__cache_close(c);
+    ASSERT_TRUE(access("relxdg", F_OK) != 0);
 
     /* $KJIT_CACHE_DIR, then the argument above all. */
     snprintf(p, sizeof p, "%s/env", dir);

@@ -20,7 +20,8 @@ done
 "$KJIT" help prewarm extra >/dev/null 2>&1; [ $? = 2 ] || fail "kjit help with two commands must exit 2"
 # Settings from the environment that are not what they claim are refused by
 # name before anything starts (KJIT_TUNE=maybe must not mean "on").
-for kv in KJIT_RUN_GRAPH=maybe KJIT_SERVE_MEMO_MAX=abc KJIT_SERVE_MEMO_MAX=0 KJIT_TUNE=maybe KJIT_PDL=enable; do
+for kv in KJIT_RUN_GRAPH=maybe KJIT_SERVE_MEMO_MAX=abc KJIT_SERVE_MEMO_MAX=0 KJIT_TUNE=maybe KJIT_PDL=enable \
+          KJIT_SPIN_US=abc KJIT_SPIN_US=-1 UV_THREADPOOL_SIZE=0 UV_THREADPOOL_SIZE=abc UV_THREADPOOL_SIZE=2000; do
   err=$(env "$kv" timeout 60 "$KJIT" serve --socket "$T/env.sock" 2>&1 >/dev/null); rc=$?
   [ $rc = 1 ] || fail "$kv kjit serve exited $rc, want 1"
   case "$err" in *"${kv%=*}='${kv#*=}'"*) ;; *) fail "$kv kjit serve: message does not name it: $err" ;; esac

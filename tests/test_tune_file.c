@@ -426,6 +426,23 @@ static void test_damaged(const char *dir)
      * would be dropped by the next save without a word. */
     expect_file(dir, "two objects", HEAD GOOD "]}" HEAD GOOD "]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
     expect_file(dir, "trailing text", HEAD GOOD "]} x", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    { /* ... and a NUL then text after the object (it passed as the end). */
+        static const char t[] = HEAD GOOD "]}\0junk";
+        kjit_tune_list l = {0};
+        int nb = -1;
+        CHECK_EQ_INT(kjit__tune_parse(t, sizeof t - 1, &l, &nb, NULL, 0), KJIT_TUNE_FILE_DAMAGED);
+        CHECK_EQ_INT((int)l.n, 0);
+        kjit__tune_list_free(&l);
+    }
+    /* A \u0000 (kjit writes none) would cut a device name: "H200\u0000x"
+     * read as this device's. */
+    expect_file(dir, "device with \\u0000", HEAD "{\"device\":\"" DEV "\\u0000x\",\"op\":\"norm_modulate\",\"hidden\":5376,"
+                "\"dtype\":\"bf16\",\"fwd\":{\"rpc\":2,\"pf\":1,\"grid_per_sm\":2},\"bwd\":{\"bwd_pf\":1,\"accs\":1}}]}",
+                KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    /* A format 1 file's entries that are not objects: skipped, not kept
+     * as another version's. */
+    expect_file(dir, "other kjit, not objects", "{\"format\":1,\"kjit\":\"0.0.9\",\"entries\":[5,\"s\",null]}",
+                KJIT_TUNE_FILE_OK, 0, 3);
     /* Bad entries, each next to a good one: skipped, the good one kept. */
     static const char *const bad[] = {
         "5",
@@ -433,6 +450,11 @@ static void test_damaged(const char *dir)
         "{}",
         "{\"device\":7,\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK "},\"bwd\":{" BWD_OK "}}",
         "{\"device\":\"\",\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK "},\"bwd\":{" BWD_OK "}}",
+        /* a control byte (an escape for the terminal --show prints to) */
+        "{\"device\":\"\\u001b[31mRED\",\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK
+        "},\"bwd\":{" BWD_OK "}}",
+        "{\"device\":\"NV\xc3\xa9\",\"op\":\"gated_residual\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK
+        "},\"bwd\":{" BWD_OK "}}",
         "{\"device\":\"" DEV "\",\"op\":\"timestep_sinusoid\",\"hidden\":3072,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK
         "},\"bwd\":{" BWD_OK "}}",
         "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":\"3072\",\"dtype\":\"bf16\",\"fwd\":{" FWD_OK

@@ -30,7 +30,7 @@ int kjit__cache_resolve_dir(const char *dir, char **out)
         base = dir;
     else if ((base = env("KJIT_CACHE_DIR")))
         ;
-    else if ((base = env("XDG_CACHE_HOME")))
+    else if ((base = env("XDG_CACHE_HOME")) && base[0] == '/') /* relative: ignored, as the XDG spec says */
         suffix = "/kjit";
     else if ((base = env("HOME")))
         suffix = "/.cache/kjit";

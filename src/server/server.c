@@ -314,6 +314,17 @@ int kjit__server_run(const kjit_server_config *cfg)
         return kjit__fail(KJIT_EINVAL,
                           "KJIT_SERVE_MEMO_MAX='%s' is not a whole number from 1 to %llu (unset it for the default, %d)",
                           getenv("KJIT_SERVE_MEMO_MAX"), 1ULL << 30, MEMO_MAX_DEFAULT);
+    /* Read by the run loop's spin (clients fall back to their default on a
+     * bad value; a server says so) and by libuv's pool, whose own reading
+     * (atoi, 0 as 1, a cap) the server's window must match: only values
+     * both read alike are taken. */
+    unsigned long long spin = 0, pool = 0;
+    if (kjit__env_whole("KJIT_SPIN_US", 0, 1000000, &spin) < 0)
+        return kjit__fail(KJIT_EINVAL, "KJIT_SPIN_US='%s' is not a whole number of microseconds from 0 to 1000000 "
+                          "(unset it for the default)", getenv("KJIT_SPIN_US"));
+    if (kjit__env_whole("UV_THREADPOOL_SIZE", 1, 1024, &pool) < 0)
+        return kjit__fail(KJIT_EINVAL, "UV_THREADPOOL_SIZE='%s' is not a whole number from 1 to 1024 (unset it for "
+                          "libuv's default, 4)", getenv("UV_THREADPOOL_SIZE"));
     kjit_server *s = calloc(1, sizeof *s);
     if (!s) return kjit__fail(KJIT_ENOMEM, "out of memory");
     s->cfg = *cfg;

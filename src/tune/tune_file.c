@@ -14,7 +14,10 @@
 
 #include "core/error.h"
 
-#define MAX_FILE_BYTES (64u << 20)
+/* An entry is ~0.5 KB: 4 MiB holds thousands of (device, op, hidden,
+ * dtype) results, and bounds what a damaged or hostile file costs (the
+ * whole JSON tree is built before any check: ~40x its size). */
+#define MAX_FILE_BYTES (4u << 20)
 
 static const char *dtype_name(kjit_dtype dt) { return kjit_dtype_name(dt); }
 
@@ -150,6 +153,11 @@ static int parse_entry(const cJSON *o, kjit_tune_entry *e, char *why, size_t why
                 *b = cJSON_GetObjectItemCaseSensitive(o, "bwd");
     if (!cJSON_IsString(dev) || !dev->valuestring[0] || strlen(dev->valuestring) >= sizeof e->device)
         return snprintf(why, why_len, "\"device\" is missing, not a string or too long"), -1;
+    /* The driver's names are printable ASCII; anything else (a control
+     * character, an escape sequence for the terminal --show prints to) is
+     * not one of them. */
+    for (const unsigned char *c = (const unsigned char *)dev->valuestring; *c; ++c)
+        if (*c < 0x20 || *c > 0x7e) return snprintf(why, why_len, "\"device\" has a byte 0x%02x", *c), -1;
     snprintf(e->device, sizeof e->device, "%s", dev->valuestring);
     if (!cJSON_IsString(op) || !(e->mode = kjit__adaln_mode(op->valuestring)))
         return snprintf(why, why_len, "\"op\" is missing or not a tunable op"), -1;
@@ -183,10 +191,12 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
     /* Only white space may follow the object: two files run together are
      * damaged, not the first alone. */
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    /* kjit writes no \u0000: a string holding one would be cut at it
+     * (a device "NAME\u0000junk" read as NAME). */
+    cJSON *root = memmem(text, len, "\\u0000", 6) ? NULL : cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (root && end) {
         while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) ++end;
-        if (end < text + len && *end) {
+        if (end < text + len) { /* a NUL after the object too */
             cJSON_Delete(root);
             root = NULL;
         }
@@ -218,9 +228,11 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
             const cJSON *ev = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "kjit") : NULL;
             const char *v = file_ver ? file_ver : cJSON_IsString(ev) ? ev->valuestring : NULL;
             int skip = 0;
-            if (!v || !v[0] || strlen(v) >= KJIT_TUNE_VERSION_MAX) {
-                snprintf(w, sizeof w, "%s", cJSON_IsObject(it) ? "\"kjit\" is missing, not a string or too long"
-                                                              : "not an object");
+            if (!cJSON_IsObject(it)) { /* in a format 1 file too, whose version is the file's */
+                snprintf(w, sizeof w, "not an object");
+                skip = 1;
+            } else if (!v || !v[0] || strlen(v) >= KJIT_TUNE_VERSION_MAX) {
+                snprintf(w, sizeof w, "\"kjit\" is missing, not a string or too long");
                 skip = 1;
             } else if (strcmp(v, KJIT_VERSION_STRING)) {
                 /* Another version's: kept as it is, judged by that version. */
@@ -267,7 +279,7 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
     size_t got = 0;
     const char *problem = NULL;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) problem = "not a regular file";
-    else if ((unsigned long long)st.st_size > MAX_FILE_BYTES) problem = "larger than 64 MiB";
+    else if ((unsigned long long)st.st_size > MAX_FILE_BYTES) problem = "larger than 4 MiB";
     else if (!(buf = malloc((size_t)st.st_size + 1))) problem = "out of memory";
     while (!problem && got < (size_t)st.st_size) {
         ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
