@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/ctx.h"
@@ -531,6 +532,44 @@ static void test_damaged(const char *dir)
 /* Two kjit versions sharing a cache keep each other's results: another
  * version's entries survive this one's saves as they were written, and are
  * never used here. */
+/* Many entries read in linear time (each was compared with every one
+ * before it: 34 s for 100,000), a later entry of a key replacing the
+ * earlier one in its place. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_many_entries(void)
+{
+    enum { N = 100000 };
+    const size_t cap = (size_t)N * 256 + 4096;
+    char *t = malloc(cap);
+    CHECK(t != NULL);
+    if (!t) return;
+    size_t len = (size_t)snprintf(t, cap, "%s", HEAD);
+    for (int i = 0; i < N + 2; ++i) /* entries N and N + 1 repeat 0 and 1 with rpc 1 */
+        len += (size_t)snprintf(t + len, cap - len,
+                                "%s{\"device\":\"GPU %d\",\"op\":\"norm_modulate\",\"hidden\":5376,\"dtype\":\"bf16\","
+                                "\"fwd\":{\"rpc\":%d,\"pf\":1,\"grid_per_sm\":2},\"bwd\":{\"bwd_pf\":1,\"accs\":1}}",
+                                i ? "," : "", i % N, i < N ? 2 : 1);
+    len += (size_t)snprintf(t + len, cap - len, "]}");
+    kjit_tune_list l = {0};
+    int bad = -1;
+    const double t0 = now_s();
+    CHECK_EQ_INT(kjit__tune_parse(t, len, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
+    const double secs = now_s() - t0;
+    CHECK_EQ_INT((int)l.n, N);
+    CHECK_EQ_INT(bad, 0);
+    CHECK(l.n == N && l.v[0].cfg.rpc == 1 && l.v[1].cfg.rpc == 1 && l.v[2].cfg.rpc == 2 && !strcmp(l.v[1].device, "GPU 1"));
+    CHECK(secs < 10);
+    printf("%d entries parsed in %.2f s\n", N + 2, secs);
+    kjit__tune_list_free(&l);
+    free(t);
+}
+
 static void test_other_versions(const char *dir)
 {
     write_file(dir, KJIT_TUNE_FILE,
@@ -722,6 +761,7 @@ int main(void)
     test_ctx(sub[3]);
     test_long_path(sub[0]);
     test_other_versions(sub[2]);
+    test_many_entries();
     kjit_test_rmtree(dir);
     free(dir);
     return kjit_test_result("test_tune_file");

@@ -11,6 +11,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "core/error.h"
 
@@ -43,10 +44,36 @@ int kjit__tune_entry_check(const kjit_tune_entry *e, char *why, size_t why_len)
     return kjit__adaln_config_check(e->mode, e->hidden, e->dtype, &e->cfg, 0, why, why_len);
 }
 
+static size_t key_hash(const kjit_tune_entry *e)
+{
+    const unsigned long long seed = ((unsigned long long)e->mode << 40) ^ ((unsigned long long)e->hidden << 8) ^
+                                    (unsigned long long)e->dtype;
+    return (size_t)XXH3_64bits_withSeed(e->device, strnlen(e->device, sizeof e->device), seed);
+}
+
+/* The slot of e's key: the entry there has it, or it is empty. */
+static size_t *slot_of(const kjit_tune_list *l, const kjit_tune_entry *e)
+{
+    size_t h = key_hash(e) & (l->n_slots - 1);
+    while (l->slots[h] && !kjit__tune_entry_same_key(&l->v[l->slots[h] - 1], e)) h = (h + 1) & (l->n_slots - 1);
+    return &l->slots[h];
+}
+
+/* Linear in the entries (a file of many was quadratic to read: 34 s for
+ * 100,000 entries): an index kept at most half full. */
 int kjit__tune_list_put(kjit_tune_list *l, const kjit_tune_entry *e)
 {
-    for (size_t i = 0; i < l->n; ++i)
-        if (kjit__tune_entry_same_key(&l->v[i], e)) return l->v[i] = *e, KJIT_OK;
+    if (2 * (l->n + 1) > l->n_slots) {
+        size_t n = 64;
+        while (n < 4 * (l->n + 1)) n *= 2;
+        size_t *slots = calloc(n, sizeof *slots);
+        if (!slots) return kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+        free(l->slots);
+        l->slots = slots, l->n_slots = n;
+        for (size_t i = 0; i < l->n; ++i) *slot_of(l, &l->v[i]) = i + 1;
+    }
+    size_t *sl = slot_of(l, e);
+    if (*sl) return l->v[*sl - 1] = *e, KJIT_OK;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
         kjit_tune_entry *v = realloc(l->v, cap * sizeof *v);
@@ -54,6 +81,7 @@ int kjit__tune_list_put(kjit_tune_list *l, const kjit_tune_entry *e)
         l->v = v, l->cap = cap;
     }
     l->v[l->n++] = *e;
+    *sl = l->n;
     return KJIT_OK;
 }
 
@@ -61,6 +89,8 @@ void kjit__tune_list_free(kjit_tune_list *l)
 {
     if (!l) return;
     free(l->v);
+    free(l->slots);
+    l->slots = NULL, l->n_slots = 0;
     for (size_t i = 0; i < l->n_other; ++i) free(l->other[i]);
     free(l->other);
     l->v = NULL, l->n = l->cap = 0;

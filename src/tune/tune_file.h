@@ -52,6 +52,7 @@ typedef struct kjit_tune_entry {
 typedef struct kjit_tune_list {
     kjit_tune_entry *v; /* this kjit version's entries */
     size_t n, cap;
+    size_t *slots, n_slots; /* open-addressed index of v by key: i + 1, 0 empty */
     char **other; /* other versions' entries: JSON text as read, each with its "kjit" */
     size_t n_other;
 } kjit_tune_list;
