@@ -440,6 +440,34 @@ static void test_damaged(const char *dir)
     expect_file(dir, "device with \\u0000", HEAD "{\"device\":\"" DEV "\\u0000x\",\"op\":\"norm_modulate\",\"hidden\":5376,"
                 "\"dtype\":\"bf16\",\"fwd\":{\"rpc\":2,\"pf\":1,\"grid_per_sm\":2},\"bwd\":{\"bwd_pf\":1,\"accs\":1}}]}",
                 KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    { /* A valid launch outside the tuning space (rpc 3; pf 3 on a full
+       * grid is not even one): read, but not used by a context. */
+        static const char *const outside[] = {"\"rpc\":3,\"pf\":0,\"grid_per_sm\":0", "\"rpc\":1,\"pf\":2,\"grid_per_sm\":3"};
+        for (int i = 0; i < 2; ++i) {
+            char text[2048];
+            snprintf(text, sizeof text, HEAD "%s]}", i ? E("\"rpc\":1,\"pf\":2,\"grid_per_sm\":3", BWD_OK, "")
+                                                      : E("\"rpc\":3,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""));
+            write_file(dir, KJIT_TUNE_FILE, text);
+            kjit_tune_list l = {0};
+            int nb = -1;
+            CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_OK);
+            CHECK_EQ_INT((int)l.n, 1);
+            kjit__tune_list_free(&l);
+            kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
+            if (kjit__tune_table_load(t, dir) != 0) {
+                fprintf(stderr, "a config outside the tuning space was loaded: %s\n", outside[i]);
+                kjit_test_failures++;
+            }
+            kjit__tune_table_free(t);
+        }
+        /* the same entry inside it (rpc 1 pf 0 grid 0) is loaded */
+        char text[2048];
+        snprintf(text, sizeof text, HEAD "%s]}", E(FWD_OK, BWD_OK, ""));
+        write_file(dir, KJIT_TUNE_FILE, text);
+        kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
+        CHECK_EQ_INT(kjit__tune_table_load(t, dir), 1);
+        kjit__tune_table_free(t);
+    }
     /* A format 1 file's entries that are not objects: skipped, not kept
      * as another version's. */
     expect_file(dir, "other kjit, not objects", "{\"format\":1,\"kjit\":\"0.0.9\",\"entries\":[5,\"s\",null]}",
