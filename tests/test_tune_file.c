@@ -598,6 +598,33 @@ static void test_many_entries(void)
     free(t);
 }
 
+/* A save that would make the file larger than a reader takes (it would
+ * then read as damaged, and the save after that empty it) is refused,
+ * the file left as it was. */
+static void test_too_big(const char *dir)
+{
+    const size_t pad = (4u << 20) - 200;
+    char *t = malloc(pad + 256);
+    CHECK(t != NULL);
+    if (!t) return;
+    int n = snprintf(t, 256, "{\"format\":2,\"entries\":[{\"kjit\":\"0.0.9\",\"pad\":\"");
+    memset(t + n, 'x', pad - (size_t)n - 64);
+    snprintf(t + pad - 64, 256, "\"}]}");
+    write_file(dir, KJIT_TUNE_FILE, t);
+    kjit_tune_list l = {0};
+    int nb = -1;
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_OK); /* under the cap: read */
+    CHECK_EQ_INT((int)l.n_other, 1);
+    kjit__tune_list_free(&l);
+    kjit_tune_entry e = entry(DEV, 1, 5376, KJIT_BF16, 2, 1, 4, 2, 1);
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "more than the 4194304 a reader takes") != NULL);
+    char *after = read_text(dir);
+    CHECK(after && !strcmp(after, t));
+    free(after);
+    free(t);
+}
+
 static void test_other_versions(const char *dir)
 {
     write_file(dir, KJIT_TUNE_FILE,
@@ -790,6 +817,7 @@ int main(void)
     test_long_path(sub[0]);
     test_other_versions(sub[2]);
     test_many_entries();
+    test_too_big(sub[2]);
     kjit_test_rmtree(dir);
     free(dir);
     return kjit_test_result("test_tune_file");

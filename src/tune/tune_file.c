@@ -59,8 +59,8 @@ static size_t *slot_of(const kjit_tune_list *l, const kjit_tune_entry *e)
     return &l->slots[h];
 }
 
-/* Linear in the entries (a file of many was quadratic to read: 34 s for
- * 100,000 entries): an index kept at most half full. */
+/* Linear in the entries (a file of many was quadratic to read: over 30 s
+ * for 100,000 entries): an index kept at most half full. */
 int kjit__tune_list_put(kjit_tune_list *l, const kjit_tune_entry *e)
 {
     if (2 * (l->n + 1) > l->n_slots) {
@@ -483,7 +483,13 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
     }
     if (!rc) {
         char *text = kjit__tune_print(&l);
-        rc = text ? publish(dir, path, tmp, text) : kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+        /* A file the reader would take for damaged (and the next save then
+         * empty) is not written: the old one stays. */
+        if (text && strlen(text) > MAX_FILE_BYTES)
+            rc = kjit__fail(KJIT_EIO, "tuning file %s would grow to %zu bytes, more than the %u a reader takes: "
+                            "this result not saved (move the file away)", path, strlen(text), MAX_FILE_BYTES);
+        else
+            rc = text ? publish(dir, path, tmp, text) : kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
         free(text);
     }
     kjit__tune_list_free(&l);
