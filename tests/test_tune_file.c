@@ -427,6 +427,7 @@ static void test_damaged(const char *dir)
      * would be dropped by the next save without a word. */
     expect_file(dir, "two objects", HEAD GOOD "]}" HEAD GOOD "]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
     expect_file(dir, "trailing text", HEAD GOOD "]} x", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "entries twice", HEAD GOOD "],\"entries\":5}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
     { /* ... and a NUL then text after the object (it passed as the end). */
         static const char t[] = HEAD GOOD "]}\0junk";
         kjit_tune_list l = {0};
@@ -509,6 +510,11 @@ static void test_damaged(const char *dir)
         E(FWD_OK, "\"bwd_pf\":1,\"accs\":3", ""),
         E(FWD_OK, "\"bwd_pf\":1,\"accs\":null", ""),
         E(FWD_OK, "\"bwd_pf\":true,\"accs\":0", ""),
+        /* a used field given twice: cJSON reads the first, Python's json the last */
+        E("\"rpc\":1,\"rpc\":2,\"pf\":0,\"grid_per_sm\":0", BWD_OK, ""),
+        E(FWD_OK, "\"bwd_pf\":1,\"accs\":0,\"accs\":1", ""),
+        "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":3072,\"hidden\":-1,\"dtype\":\"bf16\",\"fwd\":{" FWD_OK
+        "},\"bwd\":{" BWD_OK "}}",
         /* fp32 at 16384: 512 threads per row, rpc 4 would be 2048 threads. */
         "{\"device\":\"" DEV "\",\"op\":\"gated_residual\",\"hidden\":16384,\"dtype\":\"fp32\",\"fwd\":{"
         "\"rpc\":4,\"pf\":0,\"grid_per_sm\":0},\"bwd\":{" BWD_OK "}}",

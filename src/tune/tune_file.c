@@ -174,10 +174,31 @@ static void opt_rows(const cJSON *o, kjit_tune_entry *e)
     }
 }
 
+/* A key of names[] that object o holds twice, or NULL (linear in o's
+ * keys). cJSON answers a lookup with the first, other readers (Python's
+ * json) with the last: an object that says a used field twice means two
+ * things, so it is not used. */
+static const char *twice(const cJSON *o, const char *const *names, int n)
+{
+    int seen[8] = {0};
+    for (const cJSON *a = o ? o->child : NULL; a; a = a->next)
+        for (int i = 0; i < n && a->string; ++i)
+            if (!strcmp(a->string, names[i]) && seen[i]++) return names[i];
+    return NULL;
+}
+
+static const char *const ENTRY_KEYS[] = {"kjit", "device", "op", "hidden", "dtype", "fwd", "bwd"},
+                        *const FWD_KEYS[] = {"rpc", "pf", "grid_per_sm"}, *const BWD_KEYS[] = {"bwd_pf", "accs"},
+                        *const TOP_KEYS[] = {"format", "kjit", "entries"};
+
 static int parse_entry(const cJSON *o, kjit_tune_entry *e, char *why, size_t why_len)
 {
     memset(e, 0, sizeof *e);
     if (!cJSON_IsObject(o)) return snprintf(why, why_len, "not an object"), -1;
+    const char *dup = twice(o, ENTRY_KEYS, 7);
+    if (!dup) dup = twice(cJSON_GetObjectItemCaseSensitive(o, "fwd"), FWD_KEYS, 3);
+    if (!dup) dup = twice(cJSON_GetObjectItemCaseSensitive(o, "bwd"), BWD_KEYS, 2);
+    if (dup) return snprintf(why, why_len, "\"%s\" given twice", dup), -1;
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive(o, "device"), *op = cJSON_GetObjectItemCaseSensitive(o, "op"),
                 *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype"), *f = cJSON_GetObjectItemCaseSensitive(o, "fwd"),
                 *b = cJSON_GetObjectItemCaseSensitive(o, "bwd");
@@ -236,6 +257,9 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
     const cJSON *ents = root ? cJSON_GetObjectItemCaseSensitive(root, "entries") : NULL;
     if (!root || !cJSON_IsObject(root)) {
         snprintf(why, why_len, "not one JSON object");
+        st = KJIT_TUNE_FILE_DAMAGED;
+    } else if (twice(root, TOP_KEYS, 3)) {
+        snprintf(why, why_len, "\"%s\" given twice", twice(root, TOP_KEYS, 3));
         st = KJIT_TUNE_FILE_DAMAGED;
     } else if (!cJSON_IsNumber(fmt) || (fmt->valuedouble == 1 && !cJSON_IsString(ver))) {
         snprintf(why, why_len, "\"format\" (or a format 1 file's \"kjit\") is missing or of the wrong type");
