@@ -252,14 +252,15 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
             root = NULL;
         }
     }
+    const char *dup;
     const cJSON *fmt = root ? cJSON_GetObjectItemCaseSensitive(root, "format") : NULL;
     const cJSON *ver = root ? cJSON_GetObjectItemCaseSensitive(root, "kjit") : NULL;
     const cJSON *ents = root ? cJSON_GetObjectItemCaseSensitive(root, "entries") : NULL;
     if (!root || !cJSON_IsObject(root)) {
         snprintf(why, why_len, "not one JSON object");
         st = KJIT_TUNE_FILE_DAMAGED;
-    } else if (twice(root, TOP_KEYS, 3)) {
-        snprintf(why, why_len, "\"%s\" given twice", twice(root, TOP_KEYS, 3));
+    } else if ((dup = twice(root, TOP_KEYS, 3))) {
+        snprintf(why, why_len, "\"%s\" given twice", dup);
         st = KJIT_TUNE_FILE_DAMAGED;
     } else if (!cJSON_IsNumber(fmt) || (fmt->valuedouble == 1 && !cJSON_IsString(ver))) {
         snprintf(why, why_len, "\"format\" (or a format 1 file's \"kjit\") is missing or of the wrong type");
