@@ -237,6 +237,15 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * KJIT_EINDEX with every output untouched (it waits for the stream, so it
  * cannot be graph-captured); ASYNC: rows with a bad index are skipped on the
  * device and a flag is raised, read with kjit_ctx_index_error.
+ * Memory: an output may not share a byte with another output, an input, the
+ * workspace or the partition buffer (KJIT_EINVAL naming both), except in
+ * place: the forward's out given exactly as x (norm_modulate) or res
+ * (gated_residual), the fused op's h exactly as res (the same pointer and
+ * row stride). Inputs may share memory; chunk(6) views of one table, whose
+ * rows interleave, share no byte. Views of different row strides are
+ * compared by the address ranges that hold them. The same holds for
+ * adaln_row_gather (out vs tables, dtable vs douts) and timestep_sinusoid
+ * (out vs t).
  * Backward passes need a workspace (kjit_*_workspace gives its size; 256-byte
  * aligned, as cuMemAlloc's are); pass NULL to use one owned by the context (grown on demand: one stream at a
  * time, and a call that must grow it while its stream is being captured returns KJIT_EINVAL, launching

@@ -153,20 +153,35 @@ static void op_args(kjit_ctx *ctx)
 /* The AdaLN ops refuse bad arguments before touching the device, so these
  * run on CI: each bad field gives KJIT_EINVAL naming it; valid arguments on a
  * compile-only context give KJIT_ENODRIVER. */
-static void adaln_args(kjit_ctx *ctx)
+/* Operands of the argument tests: each its own region of one buffer, so
+ * that valid calls pass the overlap check (tables as chunk(6) views of one
+ * (3, 6 * 64) bf16 table, which interleave without sharing a byte). */
+enum { REGION = 2048, NREGION = 24 };
+static char mem[REGION * NREGION] __attribute__((aligned(256)));
+#define RG(k) (mem + (k) * REGION)
+static kjit_adaln_args adaln_fixture(void)
 {
-    static char mem[4096] __attribute__((aligned(256)));
     kjit_adaln_args g;
     memset(&g, 0, sizeof g);
     g.n = 4, g.hidden = 64, g.eps = 1e-6f, g.act_dtype = KJIT_BF16, g.param_dtype = KJIT_BF16;
-    g.index.ptr = mem, g.index.dtype = KJIT_I32, g.index.rows = 3;
-    g.x = g.res = g.y = g.dout = g.dh = mem;
+    g.index.ptr = RG(0), g.index.dtype = KJIT_I32, g.index.rows = 3;
+    g.x = RG(1), g.res = RG(2), g.y = RG(3), g.dout = RG(4), g.dh = RG(5);
     g.x_stride = g.res_stride = g.y_stride = g.dout_stride = g.dh_stride = 64;
-    g.shift = g.scale = g.gate = mem;
+    g.shift = RG(6), g.scale = RG(6) + 128, g.gate = RG(6) + 256;
     g.shift_stride = g.scale_stride = g.gate_stride = 6 * 64;
-    g.out = g.h = g.dx = g.dy = g.dshift = g.dscale = g.dgate = mem;
+    g.out = RG(7), g.h = RG(8), g.dx = RG(9), g.dy = RG(10);
+    g.dshift = RG(11), g.dscale = RG(11) + 128, g.dgate = RG(11) + 256;
     g.out_stride = g.h_stride = g.dx_stride = g.dy_stride = 64;
     g.dshift_stride = g.dscale_stride = g.dgate_stride = 6 * 64;
+    return g;
+}
+#define WEIGHT RG(12)
+#define PART RG(14)
+#define WS RG(16) /* up to 8 regions */
+
+static void adaln_args(kjit_ctx *ctx)
+{
+    const kjit_adaln_args g = adaln_fixture();
     typedef int (*fwd_fn)(kjit_ctx *, const kjit_adaln_args *, CUstream);
     typedef int (*bwd_fn)(kjit_ctx *, const kjit_adaln_args *, void *, size_t, CUstream);
     const fwd_fn fwds[3] = {kjit_norm_modulate_fwd, kjit_gated_residual_fwd, kjit_gated_residual_norm_modulate_fwd};
@@ -233,7 +248,7 @@ static void adaln_args(kjit_ctx *ctx)
             if (m == 2) REFUSED((a = r, a.dy = NULL), ": dy is NULL");
             REFUSED((a = r, a.dweight = mem), "dweight given but weight is NULL"); /* named first */
             a = r;
-            a.weight = mem; /* with a weight, without its gradient */
+            a.weight = WEIGHT; /* with a weight, without its gradient */
             if (!kjit_ctx_has_device(ctx)) CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), KJIT_ENODRIVER);
         } else {
             /* gated_residual: dgate is its one parameter gradient; without
@@ -277,38 +292,38 @@ static void adaln_args(kjit_ctx *ctx)
         size_t need = 0, wsb = 0;
         CHECK_STATUS(kjit_adaln_partition_bytes(aop, g.n, g.hidden, g.index.rows, &need), KJIT_OK);
         CHECK_STATUS(kjit_adaln_workspace(aop, g.n, g.hidden, g.index.rows, &wsb), KJIT_OK);
-        CHECK(need > 0 && need < wsb);
+        CHECK(need > 0 && need < wsb && need <= REGION && wsb <= 8 * REGION);
         CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &g, NULL, need, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "partition is NULL") != NULL);
         CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, NULL, need, NULL, 0, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "partition is NULL") != NULL);
-        CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &g, mem, need - 1, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &g, PART, need - 1, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "needed") != NULL);
-        CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, mem, need - 1, NULL, 0, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, PART, need - 1, NULL, 0, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "needed") != NULL);
-        CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &g, mem + 16, need, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &g, PART + 16, need, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "aligned") != NULL);
-        CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, mem + 16, need, NULL, 0, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, PART + 16, need, NULL, 0, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "aligned") != NULL);
         CHECK(strstr(kjit_last_error(), "training backward") != NULL);
-        CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, mem, need, mem, 16, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, PART, need, mem, 16, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "workspace") != NULL);
-        CHECK_STATUS(kjit_adaln_train_fwd(ctx, (kjit_adaln_op)4, &g, mem, need, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_fwd(ctx, (kjit_adaln_op)4, &g, PART, need, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "op 4") != NULL);
-        CHECK_STATUS(kjit_adaln_train_bwd(ctx, (kjit_adaln_op)0, &g, mem, need, NULL, 0, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_bwd(ctx, (kjit_adaln_op)0, &g, PART, need, NULL, 0, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "op 0") != NULL);
-        CHECK_STATUS(kjit_adaln_train_fwd(NULL, aop, &g, mem, need, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_fwd(NULL, aop, &g, PART, need, NULL), KJIT_EINVAL);
         CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, NULL, mem, need, NULL, 0, NULL), KJIT_EINVAL);
         a = g;
         a.hidden = 0;
-        CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &a, mem, need, NULL), KJIT_EINVAL);
+        CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &a, PART, need, NULL), KJIT_EINVAL);
         CHECK(strstr(kjit_last_error(), "hidden") != NULL);
         a = g;
         a.n = 0; /* nothing to build or compute */
-        CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &a, mem, need, NULL), KJIT_OK);
+        CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &a, PART, need, NULL), KJIT_OK);
         if (!kjit_ctx_has_device(ctx)) {
-            CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &g, mem, need, NULL), KJIT_ENODRIVER);
-            CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, mem, need, NULL, 0, NULL), KJIT_ENODRIVER);
+            CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &g, PART, need, NULL), KJIT_ENODRIVER);
+            CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, PART, need, NULL, 0, NULL), KJIT_ENODRIVER);
         }
         CHECK_STATUS(fwds[m](NULL, &g, NULL), KJIT_EINVAL);
         CHECK_STATUS(fwds[m](ctx, NULL, NULL), KJIT_EINVAL);
@@ -342,10 +357,12 @@ static void adaln_args(kjit_ctx *ctx)
     kjit_row_gather_args r;
     memset(&r, 0, sizeof r);
     r.n = 4, r.hidden = 64, r.num_tables = 6, r.dtype = KJIT_BF16;
-    r.index.ptr = mem, r.index.dtype = KJIT_I64, r.index.rows = 3;
+    r.index.ptr = RG(0), r.index.dtype = KJIT_I64, r.index.rows = 3;
+    /* The forward reads the tables and writes out, the backward reads dout
+     * and writes dtable: each pair may share memory, never meeting in one call. */
     for (int k = 0; k < 6; ++k) {
-        r.table[k] = r.dout[k] = mem;
-        r.out[k] = r.dtable[k] = mem;
+        r.table[k] = r.dtable[k] = RG(1) + k * 128;
+        r.dout[k] = r.out[k] = RG(3) + k * 512;
         r.table_stride[k] = r.dtable_stride[k] = 6 * 64;
         r.out_stride[k] = r.dout_stride[k] = 64;
     }
@@ -400,6 +417,146 @@ static void adaln_args(kjit_ctx *ctx)
         }
 }
 
+/* Outputs that share memory with another operand are refused, naming both,
+ * before anything runs; the documented in-place pairs, given exactly, and
+ * chunk(6) views that interleave without sharing a byte are accepted. */
+static void overlaps(kjit_ctx *ctx)
+{
+    const kjit_adaln_args g = adaln_fixture();
+    typedef int (*fwd_fn)(kjit_ctx *, const kjit_adaln_args *, CUstream);
+    typedef int (*bwd_fn)(kjit_ctx *, const kjit_adaln_args *, void *, size_t, CUstream);
+    const fwd_fn fwds[3] = {kjit_norm_modulate_fwd, kjit_gated_residual_fwd, kjit_gated_residual_norm_modulate_fwd};
+    const bwd_fn bwds[3] = {kjit_norm_modulate_bwd, kjit_gated_residual_bwd, kjit_gated_residual_norm_modulate_bwd};
+    const int ok = kjit_ctx_has_device(ctx) ? KJIT_OK : KJIT_ENODRIVER; /* accepted */
+    static char before[sizeof mem];
+    memset(mem, 0x5A, sizeof mem);
+    memcpy(before, mem, sizeof mem);
+    kjit_adaln_args a;
+#define FWD(m, stmt, rc, word)                                                               \
+    do {                                                                                     \
+        a = g;                                                                               \
+        stmt;                                                                                \
+        CHECK_STATUS(fwds[m](ctx, &a, NULL), rc);                                            \
+        if ((rc) == KJIT_EINVAL && !strstr(kjit_last_error(), word)) {                       \
+            fprintf(stderr, "%s:%d: \"%s\" lacks \"%s\"\n", __FILE__, __LINE__, kjit_last_error(), word); \
+            kjit_test_failures++;                                                            \
+        }                                                                                    \
+    } while (0)
+#define BWD(m, stmt, rc, word)                                                               \
+    do {                                                                                     \
+        a = g;                                                                               \
+        stmt;                                                                                \
+        CHECK_STATUS(bwds[m](ctx, &a, NULL, 0, NULL), rc);                                   \
+        if ((rc) == KJIT_EINVAL && !strstr(kjit_last_error(), word)) {                       \
+            fprintf(stderr, "%s:%d: \"%s\" lacks \"%s\"\n", __FILE__, __LINE__, kjit_last_error(), word); \
+            kjit_test_failures++;                                                            \
+        }                                                                                    \
+    } while (0)
+    /* In place, as documented: norm_modulate out = x, gated_residual
+     * out = res, the fused op's h = res; the same pointer and stride. */
+    FWD(0, a.out = (void *)a.x, ok, "");
+    FWD(1, a.out = (void *)a.res, ok, "");
+    FWD(2, a.h = (void *)a.res, ok, "");
+    FWD(0, (a.out = (void *)a.x, a.out_stride = 2 * 64), KJIT_EINVAL,
+        "norm_modulate forward: out overlaps input x (in place, give it exactly as that input");
+    FWD(0, a.out = (char *)a.x + 64, KJIT_EINVAL, "out overlaps input x (in place");
+    FWD(0, a.out = (char *)a.x + 128, KJIT_EINVAL, "out overlaps input x"); /* one row on */
+    FWD(0, a.out = (char *)a.x + 512, ok, "");                              /* just past x */
+    FWD(0, a.out = (void *)a.shift, KJIT_EINVAL, "norm_modulate forward: out overlaps input shift");
+    FWD(0, (a.weight = WEIGHT, a.out = WEIGHT + 64), KJIT_EINVAL, "out overlaps input weight");
+    FWD(1, a.out = (void *)a.y, KJIT_EINVAL, "gated_residual forward: out overlaps input y");
+    FWD(1, a.out = (void *)a.gate, KJIT_EINVAL, "out overlaps input gate");
+    FWD(2, a.out = a.h, KJIT_EINVAL, "gated_residual_norm_modulate forward: out overlaps output h");
+    FWD(2, a.out = (void *)a.res, KJIT_EINVAL, "out overlaps input res");
+    FWD(2, a.h = (void *)a.y, KJIT_EINVAL, "h overlaps input y");
+    /* A table's chunk views written over one another, or over an input. */
+    BWD(0, a.dscale = a.dshift, KJIT_EINVAL, "norm_modulate backward: dshift overlaps output dscale");
+    BWD(0, a.dscale = (char *)a.dshift + 64, KJIT_EINVAL, "dshift overlaps output dscale");
+    BWD(2, a.dgate = a.dscale, KJIT_EINVAL, "dscale overlaps output dgate");
+    BWD(0, a.dx = (void *)a.dout, KJIT_EINVAL, "dx overlaps input dout");
+    BWD(1, a.dy = (void *)a.y, KJIT_EINVAL, "gated_residual backward: dy overlaps input y");
+    BWD(1, a.dx = a.dy, KJIT_EINVAL, "gated_residual backward: dy overlaps output dx (dres)");
+    BWD(2, a.dx = a.dy, KJIT_EINVAL, "dx (dres) overlaps output dy");
+    BWD(2, a.dx = (void *)a.dh, KJIT_EINVAL, "dx (dres) overlaps input dh");
+    BWD(0, (a.weight = WEIGHT, a.dweight = WEIGHT), KJIT_EINVAL, "dweight overlaps input weight");
+    BWD(0, (a.weight = WEIGHT, a.dweight = a.dx), KJIT_EINVAL, "dx overlaps output dweight");
+    BWD(0, a.dshift = (void *)a.scale, KJIT_EINVAL, "dshift overlaps input scale");
+    /* The row gradients alone are checked too. */
+    BWD(0, (a.dshift = a.dscale = a.dgate = NULL, a.dx = (void *)a.x), KJIT_EINVAL, "dx overlaps input x");
+    /* A caller's workspace is written: not over an operand. */
+    size_t wsb = 0, need = 0;
+    CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, g.n, g.hidden, g.index.rows, &wsb), KJIT_OK);
+    CHECK_STATUS(kjit_adaln_partition_bytes(KJIT_NORM_MODULATE, g.n, g.hidden, g.index.rows, &need), KJIT_OK);
+    CHECK(need % 256 == 0 && need < wsb);
+    a = g;
+    CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &a, WS, wsb, NULL), ok);
+    a.dx = WS + wsb - 256;
+    CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &a, WS, wsb, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "norm_modulate backward: dx overlaps output workspace") != NULL);
+    a = g;
+    a.dout = WS;
+    CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &a, WS, wsb, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "workspace overlaps input dout") != NULL);
+    /* The training pair's partition: the forward writes it, the backward
+     * reads it; it may be the workspace's first bytes, and nowhere else in it. */
+    a = g;
+    CHECK_STATUS(kjit_adaln_train_fwd(ctx, KJIT_NORM_MODULATE, &a, a.out, need, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "norm_modulate training forward: out overlaps output partition") != NULL);
+    CHECK_STATUS(kjit_adaln_train_fwd(ctx, KJIT_NORM_MODULATE, &a, RG(6), need, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "partition overlaps input shift") != NULL);
+    CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_NORM_MODULATE, &a, WS, need, WS, wsb, NULL), ok);
+    CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_NORM_MODULATE, &a, WS + 256, need, WS, wsb, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "norm_modulate training backward: workspace overlaps input partition") != NULL);
+    CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_NORM_MODULATE, &a, a.dx, need, WS, wsb, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "dx overlaps input partition") != NULL);
+    /* With no rows the training backward reads no partition: not checked. */
+    a.n = 0;
+    CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_NORM_MODULATE, &a, WS + 256, need, WS, wsb, NULL), ok);
+
+    /* The gather: outputs over outputs or tables; the backward's table
+     * gradients as views over one another. */
+    kjit_row_gather_args r;
+    memset(&r, 0, sizeof r);
+    r.n = 4, r.hidden = 64, r.num_tables = 3, r.dtype = KJIT_BF16;
+    r.index.ptr = RG(0), r.index.dtype = KJIT_I32, r.index.rows = 3;
+    for (int k = 0; k < 3; ++k) {
+        r.table[k] = r.dtable[k] = RG(1) + k * 128;
+        r.dout[k] = r.out[k] = RG(3) + k * 512;
+        r.table_stride[k] = r.dtable_stride[k] = 3 * 64;
+        r.out_stride[k] = r.dout_stride[k] = 64;
+    }
+    kjit_row_gather_args b = r;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), ok);
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), ok);
+    b.out[2] = b.out[1];
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "adaln_row_gather forward: out[1] overlaps output out[2]") != NULL);
+    b = r, b.out[0] = (void *)b.table[2];
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "adaln_row_gather forward: out[0] overlaps input table[") != NULL);
+    b = r, b.dtable[1] = (char *)b.dtable[0] + 64;
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "adaln_row_gather backward: dtable[0] overlaps output dtable[1]") != NULL);
+    b = r, b.dtable[2] = (void *)b.dout[0];
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "dtable[2] overlaps input dout[0]") != NULL);
+    size_t gwsb = 0;
+    CHECK_STATUS(kjit_adaln_row_gather_workspace(4, 64, 3, 3, &gwsb), KJIT_OK);
+    b = r;
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, RG(3), gwsb, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "workspace overlaps input dout[0]") != NULL);
+
+    /* The sinusoid's output over its times. */
+    CHECK_STATUS(kjit_timestep_sinusoid(ctx, (const float *)RG(4), 4, 256, RG(4) + 8, 256, KJIT_BF16, NULL, NULL),
+                 KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "timestep_sinusoid: out overlaps input t") != NULL);
+    CHECK_STATUS(kjit_timestep_sinusoid(ctx, (const float *)RG(4), 4, 256, RG(5), 256, KJIT_BF16, NULL, NULL), ok);
+    /* No call above wrote a byte. */
+    CHECK(memcmp(before, mem, sizeof mem) == 0);
+#undef FWD
+#undef BWD
+}
+
 /* Each operand of each AdaLN op alone NULL, then alone misaligned (one byte
  * off its elements): refused, naming it, where the call reads or writes it;
  * accepted where it does not (the call goes on to find no driver here);
@@ -407,18 +564,9 @@ static void adaln_args(kjit_ctx *ctx)
  * cannot hide behind another's. */
 static void adaln_operands(kjit_ctx *ctx)
 {
-    static char mem[4096] __attribute__((aligned(256)));
     memset(mem, 0xA5, sizeof mem);
-    kjit_adaln_args g;
-    memset(&g, 0, sizeof g);
-    g.n = 4, g.hidden = 64, g.eps = 1e-6f, g.act_dtype = KJIT_BF16, g.param_dtype = KJIT_BF16;
-    g.index.ptr = mem, g.index.dtype = KJIT_I32, g.index.rows = 3;
-    g.x = g.res = g.y = g.dout = g.dh = g.out = g.h = g.dx = g.dy = mem;
-    g.x_stride = g.res_stride = g.y_stride = g.dout_stride = g.dh_stride = 64;
-    g.out_stride = g.h_stride = g.dx_stride = g.dy_stride = 64;
-    g.shift = g.scale = g.gate = g.dshift = g.dscale = g.dgate = mem;
-    g.shift_stride = g.scale_stride = g.gate_stride = g.dshift_stride = g.dscale_stride = g.dgate_stride = 64;
-    g.weight = g.dweight = mem;
+    kjit_adaln_args g = adaln_fixture();
+    g.weight = WEIGHT, g.dweight = RG(13);
     enum { F = 1, B = 2 }; /* read or written by the forward, the backward */
     static const struct {
         const char *name;
@@ -517,6 +665,7 @@ int main(void)
         op_args(ctx);
         adaln_args(ctx);
         adaln_operands(ctx);
+        overlaps(ctx);
         kjit_ctx_destroy(ctx);
     }
     kjit_test_rmtree(dir);

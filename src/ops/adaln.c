@@ -7,6 +7,7 @@
 #include "common/kjit_params.h"
 #include "core/error.h"
 #include "ops/op.h"
+#include "ops/overlap.h"
 #include "ops/partition.h"
 #include "ops/rows.h"
 #include "tune/config.h"
@@ -136,7 +137,24 @@ static int rows_only(int mode, const kjit_adaln_args *a)
     return !a->dshift && !a->dscale && !a->dweight && (mode == 1 || !a->dgate);
 }
 
-static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
+/* Memory operands of one call: those validate finds in use, then the
+ * partition and workspace. */
+enum { MAX_SPANS = 20 };
+typedef struct spans {
+    kjit_span s[MAX_SPANS];
+    int n;
+} spans;
+
+static int span_add(spans *sp, kjit_span s)
+{
+    sp->s[sp->n] = s;
+    return sp->n++;
+}
+
+/* The argument checks; sp receives every memory operand the call uses
+ * (outputs marked, with the in-place pairs the forward allows: norm_modulate
+ * out = x, gated_residual out = res, the fused op's h = res). */
+static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec, spans *sp)
 {
     const char *op = modes[mode].name;
     unsigned need = operands(mode, bwd);
@@ -182,16 +200,40 @@ static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec)
         {DSCALE, "dscale", a->dscale, a->dscale_stride, r, P},
         {DGATE, "dgate", a->dgate, a->dgate_stride, r, P},
     };
+    const unsigned outs = OUT | HOUT | DX | DY | DSHIFT | DSCALE | DGATE;
+    int at[15] = {0}; /* span of each operand bit (log2) */
+    sp->n = 0;
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
-        if (need & ops[i].bit)
+        if (need & ops[i].bit) {
             if ((rc = kjit__check_rows(op, ops[i].name, ops[i].p, ops[i].stride, ops[i].rows, h, ops[i].dt, vec)))
                 return rc;
+            at[__builtin_ctz(ops[i].bit)] =
+                span_add(sp, kjit__span_rows(ops[i].name, ops[i].p, ops[i].stride, ops[i].rows, h,
+                                             kjit_dtype_size(ops[i].dt), (ops[i].bit & outs) != 0));
+        }
     /* Optional operands: checked when given. */
-    if (bwd && mode == 2 && a->dx && (rc = kjit__check_rows(op, "dx (dres)", a->dx, a->dx_stride, n, h, A, vec))) return rc;
-    if (bwd && mode == 3 && a->dh && (rc = kjit__check_rows(op, "dh", a->dh, a->dh_stride, n, h, A, vec))) return rc;
+    if (bwd && mode == 2 && a->dx) {
+        if ((rc = kjit__check_rows(op, "dx (dres)", a->dx, a->dx_stride, n, h, A, vec))) return rc;
+        span_add(sp, kjit__span_rows("dx (dres)", a->dx, a->dx_stride, n, h, kjit_dtype_size(A), 1));
+    }
+    if (bwd && mode == 3 && a->dh) {
+        if ((rc = kjit__check_rows(op, "dh", a->dh, a->dh_stride, n, h, A, vec))) return rc;
+        span_add(sp, kjit__span_rows("dh", a->dh, a->dh_stride, n, h, kjit_dtype_size(A), 0));
+    }
     if (mode != 2) {
-        if (a->weight && (rc = kjit__check_vector(op, "weight", a->weight, h, P, vec))) return rc;
-        if (bwd && a->dweight && (rc = kjit__check_vector(op, "dweight", a->dweight, h, P, vec))) return rc;
+        if (a->weight) {
+            if ((rc = kjit__check_vector(op, "weight", a->weight, h, P, vec))) return rc;
+            span_add(sp, kjit__span_rows("weight", a->weight, h, 1, h, kjit_dtype_size(P), 0));
+        }
+        if (bwd && a->dweight) {
+            if ((rc = kjit__check_vector(op, "dweight", a->dweight, h, P, vec))) return rc;
+            span_add(sp, kjit__span_rows("dweight", a->dweight, h, 1, h, kjit_dtype_size(P), 1));
+        }
+    }
+    if (!bwd) {
+        if (mode == 1) sp->s[at[__builtin_ctz(OUT)]].alias = at[__builtin_ctz(X)];
+        if (mode == 2) sp->s[at[__builtin_ctz(OUT)]].alias = at[__builtin_ctz(RES)];
+        if (mode == 3) sp->s[at[__builtin_ctz(HOUT)]].alias = at[__builtin_ctz(RES)];
     }
     return KJIT_OK;
 }
@@ -237,13 +279,18 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     const char *op = modes[mode].name, *dir = train ? "training forward" : "forward";
     kjit__clear_error();
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s %s: %s is NULL", op, dir, ctx ? "args" : "ctx");
-    int vec, rc = validate(mode, 0, a, &vec);
+    spans sp;
+    int vec, rc = validate(mode, 0, a, &vec, &sp);
     if (rc) return rc;
     kjit_part_plan pl;
     if (train) {
         plan_of(mode, a, &pl);
         if ((rc = train_partition(op, dir, partb, partb_bytes, pl.off_partial))) return rc;
+        span_add(&sp, kjit__span_bytes("partition", partb, pl.off_partial, 1));
     }
+    char who[64];
+    snprintf(who, sizeof who, "%s %s", op, dir);
+    if ((rc = kjit__spans_check(who, sp.s, sp.n))) return rc;
     if (a->n == 0) return KJIT_OK;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
@@ -346,16 +393,32 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     const char *op = modes[mode].name;
     kjit__clear_error();
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, "%s backward: %s is NULL", op, ctx ? "args" : "ctx");
-    int vec, rc = validate(mode, 1, a, &vec);
+    spans sp;
+    int vec, rc = validate(mode, 1, a, &vec, &sp);
     if (rc) return rc;
+    char who[64];
+    snprintf(who, sizeof who, "%s %sbackward", op, train ? "training " : "");
     /* The row gradients alone need no partition: a training backward's
      * buffer is not read, nor checked. */
-    if (rows_only(mode, a)) return bwd_rows(ctx, mode, a, vec, stream);
+    if (rows_only(mode, a)) {
+        if ((rc = kjit__spans_check(who, sp.s, sp.n))) return rc;
+        return bwd_rows(ctx, mode, a, vec, stream);
+    }
     const int ng = modes[mode].ng, with_w = mode != 2 && a->dweight;
     kjit_part_plan pl;
     plan_of(mode, a, &pl);
     if (train && (rc = train_partition(op, "training backward", partb, partb_bytes, pl.off_partial))) return rc;
     if ((rc = kjit__workspace_check(op, ws, ws_bytes, pl.bytes, "kjit_adaln_workspace"))) return rc;
+    /* A training backward with rows reads the partition and leaves the
+     * workspace's first pl.off_partial bytes alone (the partition may be
+     * there); otherwise it writes the whole workspace. */
+    const int reads_part = train && a->n > 0;
+    if (reads_part) span_add(&sp, kjit__span_bytes("partition", partb, pl.off_partial, 0));
+    if (ws) {
+        const size_t skip = reads_part ? pl.off_partial : 0;
+        span_add(&sp, kjit__span_bytes("workspace", (const char *)ws + skip, pl.bytes - skip, 1));
+    }
+    if ((rc = kjit__spans_check(who, sp.s, sp.n))) return rc;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
     kjit_adaln_bwd_params p = {0};

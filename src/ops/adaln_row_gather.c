@@ -5,6 +5,7 @@
 #include "common/kjit_params.h"
 #include "core/error.h"
 #include "ops/op.h"
+#include "ops/overlap.h"
 #include "ops/partition.h"
 #include "ops/rows.h"
 
@@ -36,9 +37,20 @@ static int gather_kernels(int hidden, kjit_dtype act, kjit_kernel_spec *out, int
 
 const kjit_op_desc kjit__op_adaln_row_gather = {OP, GATHER_TEMPLATE, gather_kernels};
 
-static int validate(const kjit_row_gather_args *a, int bwd, int *vec)
+/* The argument checks; sp (2 * KJIT_MAX_TABLES + 1 spans) receives the
+ * call's memory operands: tables and outputs, or douts and table gradients. */
+static int validate(const kjit_row_gather_args *a, int bwd, int *vec, kjit_span *sp, int *nsp)
 {
     int rc;
+    static const char *const tn[KJIT_MAX_TABLES] = {"table[0]", "table[1]", "table[2]", "table[3]",
+                                                    "table[4]", "table[5]", "table[6]", "table[7]"};
+    static const char *const on[KJIT_MAX_TABLES] = {"out[0]", "out[1]", "out[2]", "out[3]",
+                                                    "out[4]", "out[5]", "out[6]", "out[7]"};
+    static const char *const dn[KJIT_MAX_TABLES] = {"dout[0]", "dout[1]", "dout[2]", "dout[3]",
+                                                    "dout[4]", "dout[5]", "dout[6]", "dout[7]"};
+    static const char *const gn[KJIT_MAX_TABLES] = {"dtable[0]", "dtable[1]", "dtable[2]", "dtable[3]",
+                                                    "dtable[4]", "dtable[5]", "dtable[6]", "dtable[7]"};
+    *nsp = 0;
     if (a->n < 0 || a->n > KJIT_MAX_ROWS)
         return kjit__fail(KJIT_EINVAL, OP ": n = %lld outside 0..%lld", (long long)a->n, KJIT_MAX_ROWS);
     if (a->hidden < 1 || a->hidden > KJIT_MAX_HIDDEN)
@@ -48,21 +60,18 @@ static int validate(const kjit_row_gather_args *a, int bwd, int *vec)
     if ((rc = kjit__check_dtype(OP, "dtype", a->dtype, 0))) return rc;
     if ((rc = kjit__check_index(OP, &a->index, a->n))) return rc;
     *vec = a->hidden % (16 / (int)kjit_dtype_size(a->dtype)) == 0;
+    const size_t es = kjit_dtype_size(a->dtype);
     for (int k = 0; k < a->num_tables; ++k) {
-        char name[32];
-        if (!bwd) {
-            snprintf(name, sizeof name, "table[%d]", k);
-            if ((rc = kjit__check_rows(OP, name, a->table[k], a->table_stride[k], a->index.rows, a->hidden, a->dtype, vec)))
-                return rc;
-            snprintf(name, sizeof name, "out[%d]", k);
-            if ((rc = kjit__check_rows(OP, name, a->out[k], a->out_stride[k], a->n, a->hidden, a->dtype, vec))) return rc;
-        } else {
-            snprintf(name, sizeof name, "dout[%d]", k);
-            if ((rc = kjit__check_rows(OP, name, a->dout[k], a->dout_stride[k], a->n, a->hidden, a->dtype, vec))) return rc;
-            snprintf(name, sizeof name, "dtable[%d]", k);
-            if ((rc = kjit__check_rows(OP, name, a->dtable[k], a->dtable_stride[k], a->index.rows, a->hidden, a->dtype, vec)))
-                return rc;
-        }
+        /* Forward: tables in, rows out; backward: rows in, tables out. */
+        const char *in = bwd ? dn[k] : tn[k], *ou = bwd ? gn[k] : on[k];
+        const void *ip = bwd ? a->dout[k] : a->table[k];
+        const void *op = bwd ? (const void *)a->dtable[k] : (const void *)a->out[k];
+        const int64_t is = bwd ? a->dout_stride[k] : a->table_stride[k], os = bwd ? a->dtable_stride[k] : a->out_stride[k];
+        const int64_t ir = bwd ? a->n : a->index.rows, orows = bwd ? a->index.rows : a->n;
+        if ((rc = kjit__check_rows(OP, in, ip, is, ir, a->hidden, a->dtype, vec))) return rc;
+        if ((rc = kjit__check_rows(OP, ou, op, os, orows, a->hidden, a->dtype, vec))) return rc;
+        sp[(*nsp)++] = kjit__span_rows(in, ip, is, ir, a->hidden, es, 0);
+        sp[(*nsp)++] = kjit__span_rows(ou, op, os, orows, a->hidden, es, 1);
     }
     return KJIT_OK;
 }
@@ -76,7 +85,9 @@ int kjit_adaln_row_gather_fwd(kjit_ctx *ctx, const kjit_row_gather_args *a, CUst
 {
     kjit__clear_error();
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, OP ": %s is NULL", ctx ? "args" : "ctx");
-    int vec, rc = validate(a, 0, &vec);
+    kjit_span sp[2 * KJIT_MAX_TABLES + 1];
+    int nsp, vec, rc = validate(a, 0, &vec, sp, &nsp);
+    if (!rc) rc = kjit__spans_check(OP " forward", sp, nsp);
     if (rc || a->n == 0) return rc;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
@@ -105,11 +116,14 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
 {
     kjit__clear_error();
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, OP " backward: %s is NULL", ctx ? "args" : "ctx");
-    int vec, rc = validate(a, 1, &vec);
+    kjit_span sp[2 * KJIT_MAX_TABLES + 1];
+    int nsp, vec, rc = validate(a, 1, &vec, sp, &nsp);
     if (rc) return rc;
     kjit_part_plan pl;
     kjit__part_plan(&pl, a->n, a->index.rows, a->num_tables, a->hidden, 0, GATHER_MIN_CHUNK, KJIT_PART_MAX_CHUNKS);
     if ((rc = kjit__workspace_check(OP, ws, ws_bytes, pl.bytes, "kjit_adaln_row_gather_workspace"))) return rc;
+    if (ws) sp[nsp++] = kjit__span_bytes("workspace", ws, pl.bytes, 1);
+    if ((rc = kjit__spans_check(OP " backward", sp, nsp))) return rc;
     int pushed;
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
     kjit_gather_bwd_params p = {0};

@@ -6,6 +6,7 @@
 #include "core/ctx.h"
 #include "core/error.h"
 #include "ops/op.h"
+#include "ops/overlap.h"
 
 #define SINUSOID_MAX_D 65536
 
@@ -73,11 +74,15 @@ int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, int d, void
     if ((uintptr_t)t % 4) return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: t is not 4-byte aligned");
     if ((uintptr_t)out % esize)
         return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: out is not %zu-byte aligned", esize);
+    const kjit_span sp[2] = {kjit__span_bytes("t", t, (size_t)n * 4, 0),
+                             kjit__span_rows("out", out, out_stride, n, d, esize, 1)};
+    int rc = kjit__spans_check("timestep_sinusoid", sp, 2);
+    if (rc) return rc;
 
     kjit_kernel_spec spec;
     sinusoid_kernels(d, out_dtype, &spec, 1);
-    int pushed, rc = kjit__ctx_enter(ctx, &pushed);
-    if (rc) return rc;
+    int pushed;
+    if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
     CUfunction fn;
     rc = kjit__ctx_kernel(ctx, spec.template_file, spec.op, spec.name_expr, &fn);
     if (rc == KJIT_OK) {

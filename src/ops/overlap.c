@@ -1,0 +1,68 @@
+#include "ops/overlap.h"
+
+#include "core/error.h"
+#include "kjit.h"
+
+typedef __int128 wide;
+
+kjit_span kjit__span_rows(const char *name, const void *p, int64_t stride, int64_t rows, int64_t h, size_t es,
+                          int out)
+{
+    kjit_span s = {name, (uintptr_t)p, stride * (int64_t)es, rows, h * (int64_t)es, out, -1};
+    return s;
+}
+
+kjit_span kjit__span_bytes(const char *name, const void *p, size_t bytes, int out)
+{
+    kjit_span s = {name, (uintptr_t)p, (int64_t)bytes, 1, (int64_t)bytes, out, -1};
+    return s;
+}
+
+static wide floor_div(wide a, wide b) /* b > 0 */
+{
+    wide q = a / b;
+    return q * b > a ? q - 1 : q;
+}
+
+int kjit__spans_overlap(const kjit_span *a, const kjit_span *b)
+{
+    if (a->rows <= 0 || b->rows <= 0 || a->width <= 0 || b->width <= 0) return 0;
+    /* A single row takes the other's pitch: its rows beyond the first do
+     * not exist, so any pitch describes it. */
+    const int64_t pa = a->rows > 1 ? a->pitch : b->pitch, pb = b->rows > 1 ? b->pitch : pa;
+    const wide d = (wide)b->p - (wide)a->p;
+    if (pa != pb || pa <= 0) {
+        /* Different pitches: the ranges that hold them. */
+        const wide ea = (wide)(a->rows - 1) * a->pitch + a->width, eb = d + (wide)(b->rows - 1) * b->pitch + b->width;
+        return d < ea && 0 < eb;
+    }
+    /* One pitch P: row i of a is [i P, i P + wa), row j of b is
+     * [d + j P, d + j P + wb); they meet iff -wb < d + k P < wa for
+     * k = j - i, which holds for k in [kmin, kmax]. */
+    const wide P = pa;
+    const wide kmin = floor_div(-(wide)b->width - d, P) + 1;
+    const wide kmax = -floor_div(d - (wide)a->width, P) - 1; /* ceil((wa - d) / P) - 1 */
+    const wide lo = kmin > -(wide)(a->rows - 1) ? kmin : -(wide)(a->rows - 1);
+    const wide hi = kmax < (wide)(b->rows - 1) ? kmax : (wide)(b->rows - 1);
+    return lo <= hi;
+}
+
+int kjit__spans_check(const char *op, const kjit_span *s, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        if (!s[i].out) continue;
+        for (int j = 0; j < n; ++j) {
+            if (j == i || (s[j].out && j < i)) continue; /* each pair of outputs once */
+            if (!kjit__spans_overlap(&s[i], &s[j])) continue;
+            const int same = s[i].p == s[j].p && s[i].rows == s[j].rows && s[i].width == s[j].width &&
+                             (s[i].rows <= 1 || s[i].pitch == s[j].pitch);
+            if (same && s[i].alias == j) continue;
+            return kjit__fail(KJIT_EINVAL, "%s: %s overlaps %s %s%s", op, s[i].name, s[j].out ? "output" : "input",
+                              s[j].name,
+                              s[i].alias == j ? " (in place, give it exactly as that input: the same pointer and "
+                                                "row stride)"
+                                              : "");
+        }
+    }
+    return KJIT_OK;
+}
