@@ -235,7 +235,8 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * Index checking (kjit_ctx_options.index_check): OFF: the caller guarantees
  * 0 <= index < R; SYNC: the call validates the indices first and returns
  * KJIT_EINDEX with every output untouched (it waits for the stream, so it
- * cannot be graph-captured); ASYNC: rows with a bad index are skipped on the
+ * cannot be graph-captured: a call on a capturing stream is refused with
+ * KJIT_EINVAL before it records anything, the capture left valid); ASYNC: rows with a bad index are skipped on the
  * device and a flag is raised, read with kjit_ctx_index_error.
  * Memory: an output may not share a byte with another output, an input, the
  * workspace or the partition buffer (KJIT_EINVAL naming both), except in
@@ -253,8 +254,10 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * is asked: a growth while another stream of the thread, or in the global mode another thread, captures
  * meets cuMemAlloc's refusal there, as any allocation would); a buffer
  * it outgrows stays allocated until kjit_ctx_destroy, so a graph that
- * captured it stays valid, up to the 48 most recent: at the 49th growth,
- * each at least 1.5x the last, the oldest is freed). n = 0: a forward writes nothing; a backward
+ * captured it stays valid, up to the 48 most recent: at the 49th growth
+ * the oldest is freed. A growth allocates 1.5x the need, or the need alone
+ * when that does not fit; when neither fits the call returns KJIT_ENOMEM and
+ * the context keeps its buffer). n = 0: a forward writes nothing; a backward
  * writes the table and weight gradients, zeros (sums over no rows), and no
  * row gradient. Once an
  * op's kernels are loaded, calls allocate, synchronize and read back nothing

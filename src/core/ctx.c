@@ -493,23 +493,31 @@ int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUstream stream, CUdevicept
                               "call once before capturing, or pass a workspace of the op's kjit_*_workspace size",
                               have, bytes, cr == CUDA_SUCCESS ? "the stream" : "a stream the legacy stream waits on");
         }
-        /* The old buffer may be in a captured graph or in another thread's
-         * launch: retire it (freed at destroy). Growth by 1.5x keeps the
-         * list short; when it is full the oldest is freed (cuMemFree waits
-         * for the device). */
-        if (ctx->ws) {
-            if (ctx->n_retired == (int)(sizeof ctx->retired / sizeof ctx->retired[0])) {
-                cu->MemFree(ctx->retired[0]);
-                memmove(ctx->retired, ctx->retired + 1, sizeof ctx->retired - sizeof ctx->retired[0]);
-                ctx->n_retired--;
-            }
-            ctx->retired[ctx->n_retired++] = ctx->ws;
-        }
-        ctx->ws = 0;
-        ctx->ws_bytes = 0;
+        /* 1.5x the need keeps the growths few; if that does not fit, the
+         * need alone. The old buffer stays the context's until a new one
+         * is allocated, so a failed growth leaves the context as it was. */
+        CUdeviceptr fresh = 0;
         size_t want = bytes + bytes / 2;
-        r = cu->MemAlloc(&ctx->ws, want);
-        if (r == CUDA_SUCCESS) ctx->ws_bytes = want;
+        r = cu->MemAlloc(&fresh, want);
+        if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+            want = bytes;
+            r = cu->MemAlloc(&fresh, want);
+        }
+        if (r == CUDA_SUCCESS) {
+            /* The old buffer may be in a captured graph or in another
+             * thread's launch: retire it (freed at destroy). When the list
+             * is full the oldest is freed (cuMemFree waits for the device). */
+            if (ctx->ws) {
+                if (ctx->n_retired == (int)(sizeof ctx->retired / sizeof ctx->retired[0])) {
+                    cu->MemFree(ctx->retired[0]);
+                    memmove(ctx->retired, ctx->retired + 1, sizeof ctx->retired - sizeof ctx->retired[0]);
+                    ctx->n_retired--;
+                }
+                ctx->retired[ctx->n_retired++] = ctx->ws;
+            }
+            ctx->ws = fresh;
+            ctx->ws_bytes = want;
+        }
     }
     *out = ctx->ws;
     pthread_mutex_unlock(&ctx->ws_lock);

@@ -58,6 +58,7 @@ int kjit__cu_fail(CUresult r, const char *what)
     const char *name = NULL, *text = NULL;
     if (api.GetErrorName) api.GetErrorName(r, &name);
     if (api.GetErrorString) api.GetErrorString(r, &text);
-    return kjit__fail(KJIT_ECUDA, "%s: %s (%s)", what, name ? name : "CUDA error",
-                      text ? text : "no description");
+    /* Out of device memory is the caller's to act on (free, shrink): its own status. */
+    return kjit__fail(r == CUDA_ERROR_OUT_OF_MEMORY ? KJIT_ENOMEM : KJIT_ECUDA, "%s: %s (%s)", what,
+                      name ? name : "CUDA error", text ? text : "no description");
 }

@@ -423,6 +423,9 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     if ((rc = kjit__ctx_enter(ctx, &pushed))) return rc;
     kjit_adaln_bwd_params p = {0};
     CUdeviceptr base;
+    /* A bad index (SYNC checking) refuses the call before the tuner, if on,
+     * runs on its behalf. */
+    if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
     kjit_adaln_config c;
     kjit__tune_config(ctx, mode, a->hidden, a->act_dtype, vec, stream, &c);
     /* Rows too long to stage in this device's shared memory: generic path. */
@@ -434,7 +437,6 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     CUfunction fn;
     if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
     if ((rc = kjit__part_preload(ctx, op, a->index.dtype, a->param_dtype))) goto out;
-    if ((rc = kjit__index_prepare(ctx, op, &a->index, a->n, stream, &p.index))) goto out;
     if ((rc = kjit__workspace(ctx, ws, pl.bytes, stream, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
     /* A training backward reads the forward's partition (n > 0; with no rows

@@ -94,6 +94,16 @@ int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int
     out->r = ix->rows;
     out->err = ctx->index_check == KJIT_INDEX_CHECK_ASYNC ? (int *)(uintptr_t)ctx->err_flag : NULL;
     if (ctx->index_check != KJIT_INDEX_CHECK_SYNC || n == 0) return KJIT_OK;
+    /* The check reads its result back and waits for the stream, neither of
+     * which a capture allows (the capture would be invalidated): refuse
+     * before recording anything. */
+    const kjit_cu_api *cu = kjit__cu();
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult cr = cu->StreamIsCapturing(stream, &cs);
+    if (cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE))
+        return kjit__fail(KJIT_EINVAL, "%s: index checking SYNC waits for the stream, which cannot happen while %s is "
+                          "being captured into a CUDA graph: use KJIT_INDEX_CHECK_ASYNC (or OFF) in a context for "
+                          "captured calls", op, cr == CUDA_SUCCESS ? "the stream" : "a stream the legacy stream waits on");
 
     /* The report word is the context's: one check at a time uses it. */
     pthread_mutex_lock(&ctx->index_lock);
@@ -101,7 +111,6 @@ int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int
     int rc = check_indices(ctx, ix, n, stream, &bad);
     pthread_mutex_unlock(&ctx->index_lock);
     if (rc || bad == ~0ULL) return rc;
-    const kjit_cu_api *cu = kjit__cu();
     long long v = 0;
     const size_t es = kjit_dtype_size(ix->dtype);
     KJIT_CU_TRY(cu, MemcpyDtoH(&v, (CUdeviceptr)(uintptr_t)ix->ptr + bad * es, es), "index check");

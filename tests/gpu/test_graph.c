@@ -310,6 +310,36 @@ static void grow_under_capture(CUstream stream, const opcase *c)
     kjit_ctx_destroy(c2);
 }
 
+/* SYNC index checking on a capturing stream: KJIT_EINVAL naming the
+ * capture, before it records anything, and the capture still valid (the
+ * check's read-back and wait would have invalidated it). */
+static void sync_under_capture(CUstream stream)
+{
+    kjit_ctx *sctx = kjit_gpu_ctx_or_skip("test_graph", KJIT_INDEX_CHECK_SYNC);
+    const kjit_adaln_args *a = &adaln_args[1];
+    CHECK_STATUS(kjit_norm_modulate_fwd(sctx, a, stream), KJIT_OK); /* loads the kernels, checks the indices */
+    CU_CHECK(cu->StreamSynchronize(stream));
+    CUgraph graph = NULL;
+    CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    const int rc = kjit_norm_modulate_fwd(sctx, a, stream);
+    const int named = strstr(kjit_last_error(), "index checking SYNC") && strstr(kjit_last_error(), "captured");
+    const int rcg = kjit_adaln_row_gather_fwd(sctx, &gather_args, stream);
+    const CUresult er = cu->StreamEndCapture(stream, &graph);
+    CHECK_STATUS(rc, KJIT_EINVAL);
+    CHECK_STATUS(rcg, KJIT_EINVAL);
+    CHECK(named);
+    if (er != CUDA_SUCCESS || !graph) {
+        fprintf(stderr, "sync_under_capture: the refused call invalidated the capture (%d)\n", (int)er);
+        kjit_test_failures++;
+    }
+    if (graph) CU_CHECK(cu->GraphDestroy(graph));
+    /* Outside a capture the same call checks and runs. */
+    CHECK_STATUS(kjit_norm_modulate_fwd(sctx, a, stream), KJIT_OK);
+    CU_CHECK(cu->StreamSynchronize(stream));
+    printf("SYNC index checking on a capturing stream: refused, the capture kept\n");
+    kjit_ctx_destroy(sctx);
+}
+
 int main(void)
 {
     kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_graph", KJIT_INDEX_CHECK_OFF);
@@ -504,6 +534,7 @@ int main(void)
     for (int i = 0; i < 7; ++i) test_op(ctx, stream, &cases[i]);
     async_in_graph(stream, didx, dbad);
     grow_under_capture(stream, &cases[1]);
+    sync_under_capture(stream);
 
     for (int i = 0; i < 7; ++i)
         for (int j = 0; j < cases[i].nout; ++j) gpu_free(cases[i].outs[j].p);

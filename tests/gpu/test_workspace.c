@@ -1,0 +1,97 @@
+/* The context's backward workspace when device memory runs out: a backward
+ * whose workspace cannot grow returns KJIT_ENOMEM (not a generic CUDA
+ * error), writes nothing, and the context keeps the buffer it had, so a
+ * smaller backward still runs, with the same bits, without allocating.
+ * Fills the device's memory for a moment: run alone (RUN_SERIAL). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_util.h"
+#include "ref.h"
+#include "test_util.h"
+
+enum { H = 5376, SMALL = 4097, BIG = 32768, R = 9, MAXFILL = 4096 };
+
+static CUdeviceptr upload_random(ref_rng *g, size_t n, double sd)
+{
+    double *d = malloc(n * sizeof *d);
+    uint16_t *h = malloc(n * 2);
+    ref_fill_normal(g, d, n, 0.0, sd);
+    host_from_double(KJIT_BF16, d, h, n);
+    const CUdeviceptr p = gpu_alloc(n * 2);
+    gpu_upload(p, h, n * 2);
+    free(d), free(h);
+    return p;
+}
+
+int main(void)
+{
+    kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_workspace", KJIT_INDEX_CHECK_OFF);
+    const kjit_cu_api *cu = kjit__cu();
+    ref_rng g;
+    ref_rng_seed(&g, kjit_test_seed("test_workspace"));
+    const size_t act = (size_t)BIG * H * 2;
+    const CUdeviceptr x = upload_random(&g, (size_t)BIG * H, 1.0), dout = upload_random(&g, (size_t)BIG * H, 1.0);
+    const CUdeviceptr table = upload_random(&g, (size_t)R * 6 * H, 0.3), w = upload_random(&g, H, 0.2);
+    const CUdeviceptr dx = gpu_alloc(act), dtab = gpu_alloc((size_t)R * 6 * H * 2), dw = gpu_alloc(H * 2);
+    int32_t *ih = malloc(sizeof(int32_t) * BIG);
+    for (int i = 0; i < BIG; ++i) ih[i] = (int32_t)ref_rng_below(&g, R);
+    const CUdeviceptr idx = gpu_alloc(sizeof(int32_t) * BIG);
+    gpu_upload(idx, ih, sizeof(int32_t) * BIG);
+#define V(p) ((void *)(uintptr_t)(p))
+    kjit_adaln_args a;
+    memset(&a, 0, sizeof a);
+    a.n = SMALL, a.hidden = H, a.eps = 1e-6f, a.act_dtype = KJIT_BF16, a.param_dtype = KJIT_BF16;
+    a.index.ptr = V(idx), a.index.dtype = KJIT_I32, a.index.rows = R;
+    a.x = V(x), a.dout = V(dout), a.dx = V(dx), a.weight = V(w), a.dweight = V(dw);
+    a.x_stride = a.dout_stride = a.dx_stride = H;
+    a.shift = V(table), a.scale = V(table + H * 2), a.shift_stride = a.scale_stride = 6 * H;
+    a.dshift = V(dtab), a.dscale = V(dtab + H * 2), a.dshift_stride = a.dscale_stride = 6 * H;
+    size_t big_ws = 0;
+    CHECK_STATUS(kjit_adaln_workspace(KJIT_NORM_MODULATE, BIG, H, R, &big_ws), KJIT_OK);
+    const CUdeviceptr ws = gpu_alloc(big_ws);
+
+    /* The small backward grows the context's workspace; the big one, with
+     * a workspace of the caller's, loads every kernel. */
+    CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &a, NULL, 0, NULL), KJIT_OK);
+    kjit_adaln_args b = a;
+    b.n = BIG;
+    CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &b, V(ws), big_ws, NULL), KJIT_OK);
+    CU_CHECK(cu->CtxSynchronize());
+    const size_t small_bytes = (size_t)SMALL * H * 2;
+    unsigned char *want = malloc(small_bytes), *got = malloc(small_bytes);
+    gpu_download(want, dx, small_bytes);
+
+    /* Fill the device: 1 GiB pieces, then 16 MiB, then 1 MiB. */
+    CUdeviceptr fill[MAXFILL];
+    int nfill = 0;
+    const size_t piece[3] = {(size_t)1 << 30, (size_t)1 << 24, (size_t)1 << 20};
+    for (int k = 0; k < 3; ++k)
+        while (nfill < MAXFILL && cu->MemAlloc(&fill[nfill], piece[k]) == CUDA_SUCCESS) ++nfill;
+    gpu_poison(dx, act);
+    CU_CHECK(cu->CtxSynchronize());
+    CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &b, NULL, 0, NULL), KJIT_ENOMEM);
+    CHECK(strstr(kjit_last_error(), "workspace") != NULL);
+    unsigned char *dx_host = malloc(act), *poison = malloc(act);
+    gpu_download(dx_host, dx, act);
+    memset(poison, 0xFF, act);
+    CHECK(memcmp(dx_host, poison, act) == 0); /* nothing written */
+    /* The small backward still has its workspace: it runs, same bits. */
+    CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &a, NULL, 0, NULL), KJIT_OK);
+    CU_CHECK(cu->CtxSynchronize());
+    gpu_download(got, dx, small_bytes);
+    CHECK(memcmp(want, got, small_bytes) == 0);
+    for (int i = 0; i < nfill; ++i) gpu_free(fill[i]);
+    /* With memory again, the big backward grows it and runs. */
+    CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &b, NULL, 0, NULL), KJIT_OK);
+    CU_CHECK(cu->CtxSynchronize());
+    printf("workspace: growth refused with KJIT_ENOMEM at %zu bytes with the device full (%d pieces held), the "
+           "context's buffer kept: a smaller backward ran, same bits\n", big_ws, nfill);
+    free(want), free(got), free(dx_host), free(poison), free(ih);
+    const CUdeviceptr all[] = {x, dout, table, w, dx, dtab, dw, idx, ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) gpu_free(all[i]);
+    kjit_ctx_destroy(ctx);
+    return kjit_test_result("test_workspace");
+#undef V
+}
