@@ -229,6 +229,8 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * int32 or int64; fp32 compute, one rounding per output. Every 2-D argument
  * has its own row stride (elements), so the chunk(6) views of one (R, 6H)
  * projection are passed as six base pointers with stride 6H, no copy.
+ * Sizes: n 0..2^31-1 rows, hidden 1..65536, R (index.rows) 1..65535; for
+ * adaln_row_gather num_tables 1..8. Each out of range is KJIT_EINVAL naming it.
  * Hidden sizes that are multiples of 8 (up to 16384) with 16-byte aligned
  * pointers and strides take the vector fast path; anything else (odd H,
  * misaligned views) a scalar path with bitwise the same results.
