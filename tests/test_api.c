@@ -175,6 +175,23 @@ static kjit_adaln_args adaln_fixture(void)
     g.dshift_stride = g.dscale_stride = g.dgate_stride = 6 * 64;
     return g;
 }
+/* adaln_row_gather: k tables as views of one (3, k * 64) table. The
+ * forward reads the tables and writes out, the backward reads dout and
+ * writes dtable: each pair may share memory, never meeting in one call. */
+static kjit_row_gather_args gather_fixture(int k, kjit_dtype idx)
+{
+    kjit_row_gather_args r;
+    memset(&r, 0, sizeof r);
+    r.n = 4, r.hidden = 64, r.num_tables = k, r.dtype = KJIT_BF16;
+    r.index.ptr = RG(0), r.index.dtype = idx, r.index.rows = 3;
+    for (int i = 0; i < k; ++i) {
+        r.table[i] = r.dtable[i] = RG(1) + i * 128;
+        r.dout[i] = r.out[i] = RG(3) + i * 512;
+        r.table_stride[i] = r.dtable_stride[i] = k * 64;
+        r.out_stride[i] = r.dout_stride[i] = 64;
+    }
+    return r;
+}
 #define WEIGHT RG(12)
 #define PART RG(14)
 #define WS RG(16) /* up to 8 regions */
@@ -354,18 +371,7 @@ static void adaln_args(kjit_ctx *ctx)
     CHECK_STATUS(kjit_adaln_workspace(KJIT_GATED_RESIDUAL_NORM_MODULATE, 32768, 5376, 4096, &bytes), KJIT_OK);
     CHECK_LE(bytes, 32e6);
 
-    kjit_row_gather_args r;
-    memset(&r, 0, sizeof r);
-    r.n = 4, r.hidden = 64, r.num_tables = 6, r.dtype = KJIT_BF16;
-    r.index.ptr = RG(0), r.index.dtype = KJIT_I64, r.index.rows = 3;
-    /* The forward reads the tables and writes out, the backward reads dout
-     * and writes dtable: each pair may share memory, never meeting in one call. */
-    for (int k = 0; k < 6; ++k) {
-        r.table[k] = r.dtable[k] = RG(1) + k * 128;
-        r.dout[k] = r.out[k] = RG(3) + k * 512;
-        r.table_stride[k] = r.dtable_stride[k] = 6 * 64;
-        r.out_stride[k] = r.dout_stride[k] = 64;
-    }
+    kjit_row_gather_args r = gather_fixture(6, KJIT_I64);
     kjit_row_gather_args b = r;
     b.num_tables = 0;
     CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
@@ -515,16 +521,7 @@ static void overlaps(kjit_ctx *ctx)
 
     /* The gather: outputs over outputs or tables; the backward's table
      * gradients as views over one another. */
-    kjit_row_gather_args r;
-    memset(&r, 0, sizeof r);
-    r.n = 4, r.hidden = 64, r.num_tables = 3, r.dtype = KJIT_BF16;
-    r.index.ptr = RG(0), r.index.dtype = KJIT_I32, r.index.rows = 3;
-    for (int k = 0; k < 3; ++k) {
-        r.table[k] = r.dtable[k] = RG(1) + k * 128;
-        r.dout[k] = r.out[k] = RG(3) + k * 512;
-        r.table_stride[k] = r.dtable_stride[k] = 3 * 64;
-        r.out_stride[k] = r.dout_stride[k] = 64;
-    }
+    const kjit_row_gather_args r = gather_fixture(3, KJIT_I32);
     kjit_row_gather_args b = r;
     CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), ok);
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), ok);

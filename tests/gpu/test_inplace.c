@@ -20,25 +20,6 @@ typedef struct shape {
     kjit_dtype act;
 } shape;
 
-static CUdeviceptr upload_random(ref_rng *g, kjit_dtype dt, size_t n, double mean, double sd)
-{
-    double *d = malloc(n * sizeof *d);
-    void *h = malloc(n * 4);
-    ref_fill_normal(g, d, n, mean, sd);
-    host_from_double(dt, d, h, n);
-    const CUdeviceptr p = gpu_alloc(n * kjit_dtype_size(dt));
-    gpu_upload(p, h, n * kjit_dtype_size(dt));
-    free(d), free(h);
-    return p;
-}
-
-static void *download(CUdeviceptr p, size_t bytes)
-{
-    void *h = malloc(bytes);
-    gpu_download(h, p, bytes);
-    return h;
-}
-
 /* Rows of h elements (stride ld) that differ between a and b. */
 static int64_t rows_differ(const unsigned char *a, const unsigned char *b, const shape *s)
 {
@@ -53,10 +34,10 @@ static void run(kjit_ctx *ctx, CUstream stream, ref_rng *g, const shape *s, int 
     const kjit_dtype P = s->act == KJIT_F16 ? KJIT_F32 : s->act;
     const size_t es = kjit_dtype_size(s->act), bytes = (size_t)(s->n * s->ld) * es;
     const int64_t W = 6LL * s->h;
-    const CUdeviceptr in = upload_random(g, s->act, (size_t)(s->n * s->ld), 0.0, 1.0); /* x or res */
-    const CUdeviceptr y = upload_random(g, s->act, (size_t)(s->n * s->ld), 0.0, 1.0);
-    const CUdeviceptr table = upload_random(g, P, (size_t)(s->r * W), 0.0, 0.3);
-    const CUdeviceptr w = upload_random(g, P, (size_t)s->h, 1.0, 0.2);
+    const CUdeviceptr in = gpu_upload_normal(g, s->act, (size_t)(s->n * s->ld), 0.0, 1.0); /* x or res */
+    const CUdeviceptr y = gpu_upload_normal(g, s->act, (size_t)(s->n * s->ld), 0.0, 1.0);
+    const CUdeviceptr table = gpu_upload_normal(g, P, (size_t)(s->r * W), 0.0, 0.3);
+    const CUdeviceptr w = gpu_upload_normal(g, P, (size_t)s->h, 1.0, 0.2);
     int32_t *ih = malloc((size_t)s->n * 4);
     for (int64_t i = 0; i < s->n; ++i) ih[i] = (int32_t)ref_rng_below(g, (uint64_t)s->r);
     const CUdeviceptr idx = gpu_alloc((size_t)s->n * 4);
@@ -97,15 +78,15 @@ static void run(kjit_ctx *ctx, CUstream stream, ref_rng *g, const shape *s, int 
     CHECK_STATUS(CALL(&b, 1), KJIT_OK);
 #undef CALL
     CU_CHECK(cu->StreamSynchronize(stream));
-    unsigned char *want = download(mode == 3 ? hb : out, bytes), *got = download(work, bytes);
+    unsigned char *want = gpu_download_new(mode == 3 ? hb : out, bytes), *got = gpu_download_new(work, bytes);
     int64_t d = rows_differ(want, got, s);
     if (mode == 3) {
-        unsigned char *wo = download(out, bytes), *go = download(out2, bytes);
+        unsigned char *wo = gpu_download_new(out, bytes), *go = gpu_download_new(out2, bytes);
         d += rows_differ(wo, go, s);
         free(wo), free(go);
     }
     /* Not two copies of the poison or of the input. */
-    unsigned char *orig = download(in, bytes);
+    unsigned char *orig = gpu_download_new(in, bytes);
     const int64_t same_as_input = rows_differ(orig, got, s);
     if (d || same_as_input < s->n - 1) {
         fprintf(stderr, "%s%s in place, h %d %s: %lld rows differ from the out-of-place call, %lld of %lld rows "
@@ -115,7 +96,7 @@ static void run(kjit_ctx *ctx, CUstream stream, ref_rng *g, const shape *s, int 
     }
     if (train) {
         /* Both partitions are the same: the in-place forward built its own. */
-        unsigned char *p0 = download(part[0], pb), *p1 = download(part[1], pb);
+        unsigned char *p0 = gpu_download_new(part[0], pb), *p1 = gpu_download_new(part[1], pb);
         CHECK(memcmp(p0, p1, pb) == 0);
         free(p0), free(p1);
     }

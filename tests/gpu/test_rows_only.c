@@ -28,25 +28,6 @@ typedef struct shape {
     int weight, dh, xpad; /* xpad: extra elements per activation row */
 } shape;
 
-static CUdeviceptr upload_random(ref_rng *g, kjit_dtype dt, size_t n, double sd)
-{
-    double *d = malloc(n * sizeof *d);
-    void *h = malloc(n * 4);
-    ref_fill_normal(g, d, n, 0.0, sd);
-    host_from_double(dt, d, h, n);
-    const CUdeviceptr p = gpu_alloc(n * kjit_dtype_size(dt));
-    gpu_upload(p, h, n * kjit_dtype_size(dt));
-    free(d), free(h);
-    return p;
-}
-
-static void *download(CUdeviceptr p, size_t bytes)
-{
-    void *h = malloc(bytes);
-    gpu_download(h, p, bytes);
-    return h;
-}
-
 /* Bytes [0, bytes) of a and b equal; counts the rows of `rowb` bytes that
  * differ. */
 static int64_t rows_differ(const unsigned char *a, const unsigned char *b, int64_t rows, size_t rowb)
@@ -60,12 +41,12 @@ static void run_shape(kjit_ctx *ctx, kjit_ctx *actx, CUstream stream, ref_rng *g
 {
     const int64_t n = s->n, r = s->r, hs = s->h + s->xpad, W = 6LL * s->h;
     const size_t ab = kjit_dtype_size(s->act), rowb = (size_t)hs * ab, act_bytes = (size_t)n * rowb;
-    const CUdeviceptr x = upload_random(g, s->act, (size_t)(n * hs), 1.0);
-    const CUdeviceptr y = upload_random(g, s->act, (size_t)(n * hs), 1.0);
-    const CUdeviceptr dout = upload_random(g, s->act, (size_t)(n * hs), 1.0);
-    const CUdeviceptr dh = upload_random(g, s->act, (size_t)(n * hs), 0.5);
-    const CUdeviceptr table = upload_random(g, s->par, (size_t)(r * W), 0.3);
-    const CUdeviceptr weight = upload_random(g, s->par, (size_t)s->h, 1.0);
+    const CUdeviceptr x = gpu_upload_normal(g, s->act, (size_t)(n * hs), 0.0, 1.0);
+    const CUdeviceptr y = gpu_upload_normal(g, s->act, (size_t)(n * hs), 0.0, 1.0);
+    const CUdeviceptr dout = gpu_upload_normal(g, s->act, (size_t)(n * hs), 0.0, 1.0);
+    const CUdeviceptr dh = gpu_upload_normal(g, s->act, (size_t)(n * hs), 0.0, 0.5);
+    const CUdeviceptr table = gpu_upload_normal(g, s->par, (size_t)(r * W), 0.0, 0.3);
+    const CUdeviceptr weight = gpu_upload_normal(g, s->par, (size_t)s->h, 0.0, 1.0);
     const size_t pb = kjit_dtype_size(s->par), ib = kjit_dtype_size(s->idx);
     unsigned char *ih = malloc((size_t)n * ib);
     for (int64_t i = 0; i < n; ++i) {
@@ -107,7 +88,7 @@ static void run_shape(kjit_ctx *ctx, kjit_ctx *actx, CUstream stream, ref_rng *g
                                  : kjit_gated_residual_norm_modulate_bwd;
     CHECK_STATUS(bwd(ctx, &a, V(ws, 0), wsb, stream), KJIT_OK);
     CU_CHECK(cu->StreamSynchronize(stream));
-    unsigned char *want_dx = download(dx_full, act_bytes), *want_dy = download(dy_full, act_bytes);
+    unsigned char *want_dx = gpu_download_new(dx_full, act_bytes), *want_dy = gpu_download_new(dy_full, act_bytes);
 
     /* The row gradients alone: plain, training, and replayed from a graph. */
     kjit_adaln_args o = a;
@@ -147,7 +128,7 @@ static void run_shape(kjit_ctx *ctx, kjit_ctx *actx, CUstream stream, ref_rng *g
             CU_CHECK(cu->GraphDestroy(graph));
         }
         CU_CHECK(cu->StreamSynchronize(stream));
-        unsigned char *got_dx = download(dx, act_bytes), *got_dy = download(dy, act_bytes);
+        unsigned char *got_dx = gpu_download_new(dx, act_bytes), *got_dy = gpu_download_new(dy, act_bytes);
         /* Whole rows, padding included: the padding keeps its poison in both. */
         const int64_t ddx = nodx ? 0 : rows_differ(got_dx, want_dx, n, rowb);
         const int64_t ddy = mode != 1 ? rows_differ(got_dy, want_dy, n, rowb) : 0;
@@ -185,7 +166,7 @@ static void run_shape(kjit_ctx *ctx, kjit_ctx *actx, CUstream stream, ref_rng *g
     CHECK_STATUS(bwd(actx, &o, NULL, 0, stream), KJIT_OK);
     CHECK_STATUS(kjit_ctx_index_error(actx, stream, &flag), KJIT_OK);
     CHECK_EQ_INT(flag, 1);
-    unsigned char *got = download(dx, act_bytes), *poison = malloc(rowb);
+    unsigned char *got = gpu_download_new(dx, act_bytes), *poison = malloc(rowb);
     memset(poison, 0xFF, rowb);
     CHECK(memcmp(got + bad * rowb, poison, rowb) == 0);
     const int64_t others = rows_differ(got, want_dx, n, rowb);

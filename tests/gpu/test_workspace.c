@@ -13,18 +13,6 @@
 
 enum { H = 5376, SMALL = 4097, BIG = 32768, R = 9, MAXFILL = 4096 };
 
-static CUdeviceptr upload_random(ref_rng *g, size_t n, double sd)
-{
-    double *d = malloc(n * sizeof *d);
-    uint16_t *h = malloc(n * 2);
-    ref_fill_normal(g, d, n, 0.0, sd);
-    host_from_double(KJIT_BF16, d, h, n);
-    const CUdeviceptr p = gpu_alloc(n * 2);
-    gpu_upload(p, h, n * 2);
-    free(d), free(h);
-    return p;
-}
-
 int main(void)
 {
     kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_workspace", KJIT_INDEX_CHECK_OFF);
@@ -32,8 +20,10 @@ int main(void)
     ref_rng g;
     ref_rng_seed(&g, kjit_test_seed("test_workspace"));
     const size_t act = (size_t)BIG * H * 2;
-    const CUdeviceptr x = upload_random(&g, (size_t)BIG * H, 1.0), dout = upload_random(&g, (size_t)BIG * H, 1.0);
-    const CUdeviceptr table = upload_random(&g, (size_t)R * 6 * H, 0.3), w = upload_random(&g, H, 0.2);
+    const CUdeviceptr x = gpu_upload_normal(&g, KJIT_BF16, (size_t)BIG * H, 0.0, 1.0);
+    const CUdeviceptr dout = gpu_upload_normal(&g, KJIT_BF16, (size_t)BIG * H, 0.0, 1.0);
+    const CUdeviceptr table = gpu_upload_normal(&g, KJIT_BF16, (size_t)R * 6 * H, 0.0, 0.3);
+    const CUdeviceptr w = gpu_upload_normal(&g, KJIT_BF16, H, 1.0, 0.2);
     const CUdeviceptr dx = gpu_alloc(act), dtab = gpu_alloc((size_t)R * 6 * H * 2), dw = gpu_alloc(H * 2);
     int32_t *ih = malloc(sizeof(int32_t) * BIG);
     for (int i = 0; i < BIG; ++i) ih[i] = (int32_t)ref_rng_below(&g, R);

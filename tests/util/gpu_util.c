@@ -103,3 +103,30 @@ void host_to_double(kjit_dtype dt, const void *in, double *out, size_t n)
         case KJIT_I64: out[i] = (double)((const int64_t *)in)[i]; break;
         }
 }
+
+CUdeviceptr gpu_upload_normal(ref_rng *g, kjit_dtype dt, size_t n, double mean, double sd)
+{
+    double *d = malloc(n * sizeof *d);
+    void *h = malloc(n * kjit_dtype_size(dt));
+    if (!d || !h) {
+        fprintf(stderr, "gpu_upload_normal: out of host memory\n");
+        exit(1);
+    }
+    ref_fill_normal(g, d, n, mean, sd);
+    host_from_double(dt, d, h, n);
+    const CUdeviceptr p = gpu_alloc(n * kjit_dtype_size(dt));
+    gpu_upload(p, h, n * kjit_dtype_size(dt));
+    free(d), free(h);
+    return p;
+}
+
+void *gpu_download_new(CUdeviceptr src, size_t bytes)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h) {
+        fprintf(stderr, "gpu_download_new: out of host memory\n");
+        exit(1);
+    }
+    gpu_download(h, src, bytes);
+    return h;
+}

@@ -9,6 +9,7 @@
 
 #include "gpu/cuda_api.h"
 #include "kjit.h"
+#include "ref.h"
 
 /* Runs a driver call; on failure prints the call and the CUDA error name
  * and exits 1 (tests and benchmarks only). */
@@ -37,6 +38,10 @@ CUdeviceptr gpu_alloc(size_t bytes);
 void gpu_free(CUdeviceptr p);
 void gpu_upload(CUdeviceptr dst, const void *src, size_t bytes);
 void gpu_download(void *dst, CUdeviceptr src, size_t bytes);
+/* n normal draws (mean, sd) rounded to dt, on the device. */
+CUdeviceptr gpu_upload_normal(ref_rng *g, kjit_dtype dt, size_t n, double mean, double sd);
+/* A fresh host copy of bytes of the device (free() it). */
+void *gpu_download_new(CUdeviceptr src, size_t bytes);
 /* Fills with 0xFF bytes: NaN in fp32, bf16 and fp16, -1 in int. */
 void gpu_poison(CUdeviceptr p, size_t bytes);
 void gpu_sync(void);
