@@ -96,6 +96,11 @@ int main(void)
     s[2].pitch *= 2;
     CHECK_EQ_INT(kjit__spans_check("op", s, 3), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "(in place, give it exactly as that input") != NULL);
+    kjit_span many[33];
+    for (int i = 0; i < 33; ++i) many[i] = kjit__span_bytes("b", (void *)(base + (uintptr_t)i * 64), 64, i == 0);
+    CHECK_EQ_INT(kjit__spans_check("op", many, 32), 0);
+    CHECK_EQ_INT(kjit__spans_check("op", many, 33), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "33 operands, at most 32") != NULL);
     printf("overlap: %ld span pairs exact, %ld by their ranges; %ld overlapping\n", exact, conservative, hits);
     return kjit_test_result("test_overlap");
 }

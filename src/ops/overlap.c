@@ -27,15 +27,15 @@ static wide floor_div(wide a, wide b) /* b > 0 */
 int kjit__spans_overlap(const kjit_span *a, const kjit_span *b)
 {
     if (a->rows <= 0 || b->rows <= 0 || a->width <= 0 || b->width <= 0) return 0;
-    /* A single row takes the other's pitch: its rows beyond the first do
-     * not exist, so any pitch describes it. */
-    const int64_t pa = a->rows > 1 ? a->pitch : b->pitch, pb = b->rows > 1 ? b->pitch : pa;
+    /* The ranges that hold them: apart (the common case), no overlap. */
     const wide d = (wide)b->p - (wide)a->p;
-    if (pa != pb || pa <= 0) {
-        /* Different pitches: the ranges that hold them. */
-        const wide ea = (wide)(a->rows - 1) * a->pitch + a->width, eb = d + (wide)(b->rows - 1) * b->pitch + b->width;
-        return d < ea && 0 < eb;
-    }
+    const wide ea = (wide)(a->rows - 1) * a->pitch + a->width, eb = d + (wide)(b->rows - 1) * b->pitch + b->width;
+    if (!(d < ea && 0 < eb)) return 0;
+    /* A single row takes the other's pitch: its rows beyond the first do
+     * not exist, so any pitch describes it. Different pitches: the ranges
+     * meet, so count it as an overlap. */
+    const int64_t pa = a->rows > 1 ? a->pitch : b->pitch, pb = b->rows > 1 ? b->pitch : pa;
+    if (pa != pb || pa <= 0) return 1;
     /* One pitch P: row i of a is [i P, i P + wa), row j of b is
      * [d + j P, d + j P + wb); they meet iff -wb < d + k P < wa for
      * k = j - i, which holds for k in [kmin, kmax]. */
@@ -47,13 +47,23 @@ int kjit__spans_overlap(const kjit_span *a, const kjit_span *b)
     return lo <= hi;
 }
 
+enum { MAX_CHECKED = 32 };
+
 int kjit__spans_check(const char *op, const kjit_span *s, int n)
 {
+    /* Each span's range [lo, hi) once (empty: hi = lo); a pair whose
+     * ranges do not meet, the usual case, costs two compares. */
+    wide lo[MAX_CHECKED], hi[MAX_CHECKED];
+    if (n > MAX_CHECKED) return kjit__fail(KJIT_EINVAL, "%s: %d operands, at most %d checked", op, n, MAX_CHECKED);
+    for (int i = 0; i < n; ++i) {
+        lo[i] = (wide)s[i].p;
+        hi[i] = s[i].rows > 0 && s[i].width > 0 ? lo[i] + (wide)(s[i].rows - 1) * s[i].pitch + s[i].width : lo[i];
+    }
     for (int i = 0; i < n; ++i) {
         if (!s[i].out) continue;
         for (int j = 0; j < n; ++j) {
             if (j == i || (s[j].out && j < i)) continue; /* each pair of outputs once */
-            if (!kjit__spans_overlap(&s[i], &s[j])) continue;
+            if (!(lo[j] < hi[i] && lo[i] < hi[j]) || !kjit__spans_overlap(&s[i], &s[j])) continue;
             const int same = s[i].p == s[j].p && s[i].rows == s[j].rows && s[i].width == s[j].width &&
                              (s[i].rows <= 1 || s[i].pitch == s[j].pitch);
             if (same && s[i].alias == j) continue;
