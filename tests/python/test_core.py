@@ -586,6 +586,31 @@ class CoreChecks(unittest.TestCase):
         self.assertTrue(32768 * 4 <= part <= 32768 * 4 + 8192)
         self.assertLess(part, core.adaln_workspace("norm_modulate", 32768, 5376, 9))
 
+    def test_overlapping_outputs_are_refused(self):
+        # An output over an input or another output: InvalidArgument naming
+        # both; in place as documented, and chunk views of one table, pass
+        # the checks (no driver here: KJIT_ENODRIVER, or OK with a GPU).
+        kw = dict(act_dtype="bf16", param_dtype="bf16", index=(0x3000, "int64", 9))
+        t = dict(x=(0x10000, 64), shift=(0x20000, 6 * 64), scale=(0x20000 + 128, 6 * 64))
+        with self.assertRaisesRegex(kjit.InvalidArgument, "out overlaps input shift"):
+            self.ctx.norm_modulate_fwd(8, 64, out=(0x20000 + 256, 64), **t, **kw)
+        with self.assertRaisesRegex(kjit.InvalidArgument, "out overlaps input x .in place"):
+            self.ctx.norm_modulate_fwd(8, 64, out=(0x10000 + 128, 64), **t, **kw)
+        g = dict(x=(0x10000, 64), scale=t["scale"], dout=(0x40000, 64), dx=(0x50000, 64))
+        with self.assertRaisesRegex(kjit.InvalidArgument, "dshift overlaps output dscale"):
+            self.ctx.norm_modulate_bwd(8, 64, dshift=(0x60000, 6 * 64), dscale=(0x60000 + 64, 6 * 64),
+                                       **g, **kw)
+        with self.assertRaisesRegex(kjit.InvalidArgument, "workspace overlaps input dout"):
+            self.ctx.norm_modulate_bwd(8, 64, dshift=(0x60000, 6 * 64), dscale=(0x60000 + 128, 6 * 64),
+                                       workspace=(0x40000, 1 << 20), **g, **kw)
+        with self.assertRaises(kjit.KjitError) as cm:
+            self.ctx.norm_modulate_fwd(8, 64, out=(0x10000, 64), **t, **kw)  # in place: out = x
+        self.assertEqual(cm.exception.name, "KJIT_ENODRIVER")
+        with self.assertRaises(kjit.KjitError) as cm:
+            self.ctx.norm_modulate_bwd(8, 64, dshift=(0x60000, 6 * 64), dscale=(0x60000 + 128, 6 * 64),
+                                       **g, **kw)  # chunk views of one gradient
+        self.assertEqual(cm.exception.name, "KJIT_ENODRIVER")
+
     def test_row_gather_arguments(self):
         idx = (0x3000, "int32", 9)
         with self.assertRaisesRegex(ValueError, "table: 9 tables; kjit takes 1..8"):
