@@ -245,8 +245,9 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * place: the forward's out given exactly as x (norm_modulate) or res
  * (gated_residual), the fused op's h exactly as res (the same pointer and
  * row stride). Inputs may share memory; chunk(6) views of one table, whose
- * rows interleave, share no byte. Views of different row strides are
- * compared by the address ranges that hold them. The same holds for
+ * rows interleave, share no byte. The test is exact (byte for byte), except
+ * for two views of different row strides that both have more than 65536
+ * rows, compared by the address ranges that hold them. The same holds for
  * adaln_row_gather (out vs tables, dtable vs douts) and timestep_sinusoid
  * (out vs t).
  * Backward passes need a workspace (kjit_*_workspace gives its size; 256-byte

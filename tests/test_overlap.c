@@ -1,7 +1,8 @@
 /* kjit__spans_overlap against a byte map: random spans (rows, pitch, width,
- * offset) in a small window. Exact where the two share a pitch or one is a
- * single row; otherwise never a miss (a real overlap always reported), and
- * reported exactly when the ranges that hold them meet. Also far apart
+ * offset) in a small window, of one pitch or of two, each exact. Then the
+ * cases the map cannot hold: one buffer of activations and table rows of
+ * another pitch past 2^31 elements (exact), two views of different pitches
+ * past KJIT_SPAN_ROWS_EXACT rows each (by their ranges), far apart
  * pointers and offsets near the top of the address space. */
 #include <stdint.h>
 #include <stdio.h>
@@ -38,7 +39,7 @@ int main(void)
     ref_rng_seed(&g, kjit_test_seed("test_overlap"));
     static unsigned char ma[WIN], mb[WIN];
     const uintptr_t base = 1 << 20;
-    long exact = 0, conservative = 0, hits = 0;
+    long exact = 0, mixed = 0, hits = 0;
     for (int it = 0; it < 200000; ++it) {
         const int same = it % 2 == 0;
         const int64_t pitch = same ? 1 + (int64_t)ref_rng_below(&g, 160) : 0;
@@ -50,24 +51,36 @@ int main(void)
         const int got = kjit__spans_overlap(&a, &b), sym = kjit__spans_overlap(&b, &a);
         hits += truth;
         CHECK_EQ_INT(got, sym);
-        if (a.pitch == b.pitch || a.rows == 1 || b.rows == 1) {
-            exact++;
-            if (got != truth) {
-                fprintf(stderr, "a {p +%lu rows %lld pitch %lld width %lld} b {p +%lu rows %lld pitch %lld width %lld}: "
-                        "%d, bytes say %d\n", (unsigned long)(a.p - base), (long long)a.rows, (long long)a.pitch,
-                        (long long)a.width, (unsigned long)(b.p - base), (long long)b.rows, (long long)b.pitch,
-                        (long long)b.width, got, truth);
-                kjit_test_failures++;
-                if (kjit_test_failures > 10) return kjit_test_result("test_overlap");
-            }
-        } else {
-            conservative++;
-            const uintptr_t ea = a.p + (uintptr_t)((a.rows - 1) * a.pitch + a.width);
-            const uintptr_t eb = b.p + (uintptr_t)((b.rows - 1) * b.pitch + b.width);
-            CHECK_EQ_INT(got, a.p < eb && b.p < ea);
-            if (truth) CHECK(got);
+        if (a.pitch == b.pitch || a.rows == 1 || b.rows == 1) exact++;
+        else mixed++;
+        if (got != truth) {
+            fprintf(stderr, "a {p +%lu rows %lld pitch %lld width %lld} b {p +%lu rows %lld pitch %lld width %lld}: "
+                    "%d, bytes say %d\n", (unsigned long)(a.p - base), (long long)a.rows, (long long)a.pitch,
+                    (long long)a.width, (unsigned long)(b.p - base), (long long)b.rows, (long long)b.pitch,
+                    (long long)b.width, got, truth);
+            kjit_test_failures++;
+            if (kjit_test_failures > 10) return kjit_test_result("test_overlap");
         }
     }
+    /* One buffer: activations of pitch S in columns [0, 264), a table of
+     * pitch 1049 S (3 rows) in columns [528, 792) and then over columns
+     * [200, 464); bf16, past 2^31 elements. */
+    const int64_t S = (1LL << 20) + 8;
+    kjit_span acts = kjit__span_rows("x", (void *)base, S, 2100, 264, 2, 0);
+    kjit_span tab = kjit__span_rows("shift", (void *)(base + 528 * 2), 1049 * S, 3, 264, 2, 1);
+    CHECK(!kjit__spans_overlap(&acts, &tab) && !kjit__spans_overlap(&tab, &acts));
+    tab.p = base + 200 * 2;
+    CHECK(kjit__spans_overlap(&acts, &tab) && kjit__spans_overlap(&tab, &acts));
+    tab.p = base + 528 * 2 + (uintptr_t)(2099 * S + 10) * 2; /* one row past: no row of x there */
+    tab.rows = 1;
+    CHECK(!kjit__spans_overlap(&acts, &tab));
+    /* Different pitches, both past KJIT_SPAN_ROWS_EXACT rows: by their
+     * ranges, so interleaved views that share no byte count. */
+    kjit_span p1 = kjit__span_rows("p1", (void *)base, 256, KJIT_SPAN_ROWS_EXACT + 1, 64, 2, 1);
+    kjit_span p2 = kjit__span_rows("p2", (void *)(base + 256), 512, KJIT_SPAN_ROWS_EXACT + 1, 64, 2, 0);
+    CHECK(kjit__spans_overlap(&p1, &p2));
+    p2.rows = KJIT_SPAN_ROWS_EXACT; /* the smaller within the limit: exact */
+    CHECK(!kjit__spans_overlap(&p1, &p2));
     /* No memory (no rows or no width) overlaps nothing. */
     kjit_span x = kjit__span_rows("x", (void *)base, 64, 4, 64, 2, 0), z = x;
     z.rows = 0;
@@ -101,6 +114,6 @@ int main(void)
     CHECK_EQ_INT(kjit__spans_check("op", many, 32), 0);
     CHECK_EQ_INT(kjit__spans_check("op", many, 33), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "33 operands, at most 32") != NULL);
-    printf("overlap: %ld span pairs exact, %ld by their ranges; %ld overlapping\n", exact, conservative, hits);
+    printf("overlap: %ld span pairs of one pitch, %ld of two, all exact; %ld overlapping\n", exact, mixed, hits);
     return kjit_test_result("test_overlap");
 }

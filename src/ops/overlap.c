@@ -24,6 +24,18 @@ static wide floor_div(wide a, wide b) /* b > 0 */
     return q * b > a ? q - 1 : q;
 }
 
+/* Rows of a and b, one pitch P for both: row i of a is [i P, i P + wa),
+ * row j of b is [d + j P, d + j P + wb) (d = b - a); they meet iff
+ * -wb < d + k P < wa for k = j - i, which holds for k in [kmin, kmax]. */
+static int same_pitch(wide d, wide P, int64_t ra, wide wa, int64_t rb, wide wb)
+{
+    const wide kmin = floor_div(-wb - d, P) + 1;
+    const wide kmax = -floor_div(d - wa, P) - 1; /* ceil((wa - d) / P) - 1 */
+    const wide lo = kmin > -(wide)(ra - 1) ? kmin : -(wide)(ra - 1);
+    const wide hi = kmax < (wide)(rb - 1) ? kmax : (wide)(rb - 1);
+    return lo <= hi;
+}
+
 int kjit__spans_overlap(const kjit_span *a, const kjit_span *b)
 {
     if (a->rows <= 0 || b->rows <= 0 || a->width <= 0 || b->width <= 0) return 0;
@@ -32,19 +44,20 @@ int kjit__spans_overlap(const kjit_span *a, const kjit_span *b)
     const wide ea = (wide)(a->rows - 1) * a->pitch + a->width, eb = d + (wide)(b->rows - 1) * b->pitch + b->width;
     if (!(d < ea && 0 < eb)) return 0;
     /* A single row takes the other's pitch: its rows beyond the first do
-     * not exist, so any pitch describes it. Different pitches: the ranges
-     * meet, so count it as an overlap. */
-    const int64_t pa = a->rows > 1 ? a->pitch : b->pitch, pb = b->rows > 1 ? b->pitch : pa;
-    if (pa != pb || pa <= 0) return 1;
-    /* One pitch P: row i of a is [i P, i P + wa), row j of b is
-     * [d + j P, d + j P + wb); they meet iff -wb < d + k P < wa for
-     * k = j - i, which holds for k in [kmin, kmax]. */
-    const wide P = pa;
-    const wide kmin = floor_div(-(wide)b->width - d, P) + 1;
-    const wide kmax = -floor_div(d - (wide)a->width, P) - 1; /* ceil((wa - d) / P) - 1 */
-    const wide lo = kmin > -(wide)(a->rows - 1) ? kmin : -(wide)(a->rows - 1);
-    const wide hi = kmax < (wide)(b->rows - 1) ? kmax : (wide)(b->rows - 1);
-    return lo <= hi;
+     * not exist, so any pitch describes it. */
+    if (a->rows == 1 || b->rows == 1 || a->pitch == b->pitch) {
+        const wide P = a->rows > 1 ? a->pitch : b->pitch;
+        return same_pitch(d, P > 0 ? P : 1, a->rows, a->width, b->rows, b->width);
+    }
+    /* Different pitches: each row of the one with fewer rows (a table
+     * against activations, say) as a single row against the other; past
+     * KJIT_SPAN_ROWS_EXACT rows, by the ranges alone. */
+    const kjit_span *f = a->rows <= b->rows ? a : b, *m = f == a ? b : a;
+    if (f->rows > KJIT_SPAN_ROWS_EXACT) return 1;
+    const wide fd = (wide)m->p - (wide)f->p; /* m relative to f */
+    for (int64_t i = 0; i < f->rows; ++i)
+        if (same_pitch(fd - (wide)i * f->pitch, m->pitch, 1, f->width, m->rows, m->width)) return 1;
+    return 0;
 }
 
 enum { MAX_CHECKED = 32 };

@@ -25,10 +25,14 @@ kjit_span kjit__span_rows(const char *name, const void *p, int64_t stride, int64
 /* A contiguous range of bytes. */
 kjit_span kjit__span_bytes(const char *name, const void *p, size_t bytes, int out);
 
-/* 1 when a and b share a byte. Exact for any two spans of one pitch or where
- * one is a single row; spans of different pitches are compared by the
- * ranges that hold them (so views whose rows interleave without sharing a
- * byte count as overlapping). */
+/* Spans of different pitches are compared row by row when the smaller has
+ * at most this many rows (a table, R <= 65535, against activations). */
+#define KJIT_SPAN_ROWS_EXACT 65536
+
+/* 1 when a and b share a byte: exact, except for two spans of different
+ * pitches that both have more than KJIT_SPAN_ROWS_EXACT rows, compared by the
+ * ranges that hold them (rows that interleave without sharing a byte then
+ * count as overlapping). */
 int kjit__spans_overlap(const kjit_span *a, const kjit_span *b);
 
 /* KJIT_EINVAL naming both operands of the first overlap (op: the message's
