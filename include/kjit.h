@@ -51,9 +51,10 @@ typedef struct CUstream_st *CUstream;
     XX(ENOTFOUND, -12, "not found")
 
 /* Every refusal (KJIT_EINVAL, KJIT_EINDEX, ...) comes before an op writes
- * anything. KJIT_ECUDA from an op that launches several kernels (a
- * backward: partition, rows, finisher) may come after some of them ran:
- * its outputs are then undefined, as after any failed CUDA call. */
+ * anything. KJIT_ECUDA or KJIT_ENOMEM (a driver call out of device memory)
+ * from an op that launches several kernels (a backward: partition, rows,
+ * finisher) may come after some of them ran: its outputs are then
+ * undefined, as after any failed CUDA call. */
 typedef enum kjit_status {
 #define KJIT_STATUS_ENUM(name, code, msg) KJIT_##name = code,
     KJIT_ERROR_MAP(KJIT_STATUS_ENUM)

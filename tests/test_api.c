@@ -469,6 +469,7 @@ static void overlaps(kjit_ctx *ctx)
     FWD(0, a.out = (char *)a.x + 128, KJIT_EINVAL, "out overlaps input x"); /* one row on */
     FWD(0, a.out = (char *)a.x + 512, ok, "");                              /* just past x */
     FWD(0, a.out = (void *)a.shift, KJIT_EINVAL, "norm_modulate forward: out overlaps input shift");
+    FWD(1, a.out = (char *)a.index.ptr + 8, KJIT_EINVAL, "gated_residual forward: out overlaps input index");
     FWD(0, (a.weight = WEIGHT, a.out = WEIGHT + 64), KJIT_EINVAL, "out overlaps input weight");
     FWD(1, a.out = (void *)a.y, KJIT_EINVAL, "gated_residual forward: out overlaps input y");
     FWD(1, a.out = (void *)a.gate, KJIT_EINVAL, "out overlaps input gate");
@@ -510,6 +511,11 @@ static void overlaps(kjit_ctx *ctx)
     CHECK(strstr(kjit_last_error(), "norm_modulate training forward: out overlaps output partition") != NULL);
     CHECK_STATUS(kjit_adaln_train_fwd(ctx, KJIT_NORM_MODULATE, &a, RG(6), need, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "partition overlaps input shift") != NULL);
+    CHECK_STATUS(kjit_adaln_train_fwd(ctx, KJIT_NORM_MODULATE, &a, RG(0), need, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "partition overlaps input index") != NULL);
+    a.n = 0; /* no rows: the forward writes no partition, nothing to refuse */
+    CHECK_STATUS(kjit_adaln_train_fwd(ctx, KJIT_NORM_MODULATE, &a, a.out, need, NULL), KJIT_OK);
+    a = g;
     CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_NORM_MODULATE, &a, WS, need, WS, wsb, NULL), ok);
     CHECK_STATUS(kjit_adaln_train_bwd(ctx, KJIT_NORM_MODULATE, &a, WS + 256, need, WS, wsb, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "norm_modulate training backward: workspace overlaps input partition") != NULL);
@@ -534,6 +540,9 @@ static void overlaps(kjit_ctx *ctx)
     b = r, b.dtable[1] = (char *)b.dtable[0] + 64;
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "adaln_row_gather backward: dtable[0] overlaps output dtable[1]") != NULL);
+    b = r, b.dtable[1] = (void *)b.index.ptr;
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "dtable[1] overlaps input index") != NULL);
     b = r, b.dtable[2] = (void *)b.dout[0];
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "dtable[2] overlaps input dout[0]") != NULL);

@@ -78,7 +78,8 @@ typedef struct kjit_cu_api {
  * NULL with KJIT_ENODRIVER set as the thread's error (message: why). */
 const kjit_cu_api *kjit__cu(void);
 
-/* Formats a failed driver call as KJIT_ECUDA: "<what>: CUDA_ERROR_X (text)". */
+/* Formats a failed driver call as KJIT_ECUDA (KJIT_ENOMEM for
+ * CUDA_ERROR_OUT_OF_MEMORY): "<what>: CUDA_ERROR_X (text)". */
 int kjit__cu_fail(CUresult r, const char *what);
 
 #define KJIT_CU_TRY(api, call, what)                      \

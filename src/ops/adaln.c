@@ -139,7 +139,7 @@ static int rows_only(int mode, const kjit_adaln_args *a)
 
 /* Memory operands of one call: those validate finds in use, then the
  * partition and workspace. */
-enum { MAX_SPANS = 20 };
+enum { MAX_SPANS = 21 };
 typedef struct spans {
     kjit_span s[MAX_SPANS];
     int n;
@@ -203,6 +203,7 @@ static int validate(int mode, int bwd, const kjit_adaln_args *a, int *vec, spans
     const unsigned outs = OUT | HOUT | DX | DY | DSHIFT | DSCALE | DGATE;
     int at[15] = {0}; /* span of each operand bit (log2) */
     sp->n = 0;
+    span_add(sp, kjit__span_bytes("index", a->index.ptr, (size_t)n * kjit_dtype_size(a->index.dtype), 0));
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
         if (need & ops[i].bit) {
             if ((rc = kjit__check_rows(op, ops[i].name, ops[i].p, ops[i].stride, ops[i].rows, h, ops[i].dt, vec)))
@@ -286,7 +287,7 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     if (train) {
         plan_of(mode, a, &pl);
         if ((rc = train_partition(op, dir, partb, partb_bytes, pl.off_partial))) return rc;
-        span_add(&sp, kjit__span_bytes("partition", partb, pl.off_partial, 1));
+        if (a->n > 0) span_add(&sp, kjit__span_bytes("partition", partb, pl.off_partial, 1)); /* n = 0 writes none */
     }
     char who[64];
     snprintf(who, sizeof who, "%s %s", op, dir);

@@ -37,8 +37,9 @@ static int gather_kernels(int hidden, kjit_dtype act, kjit_kernel_spec *out, int
 
 const kjit_op_desc kjit__op_adaln_row_gather = {OP, GATHER_TEMPLATE, gather_kernels};
 
-/* The argument checks; sp (2 * KJIT_MAX_TABLES + 1 spans) receives the
- * call's memory operands: tables and outputs, or douts and table gradients. */
+/* The argument checks; sp (2 * KJIT_MAX_TABLES + 2 spans) receives the
+ * call's memory operands: the index, tables and outputs, or douts and table
+ * gradients (and the workspace, added by the caller). */
 static int validate(const kjit_row_gather_args *a, int bwd, int *vec, kjit_span *sp, int *nsp)
 {
     int rc;
@@ -61,6 +62,7 @@ static int validate(const kjit_row_gather_args *a, int bwd, int *vec, kjit_span 
     if ((rc = kjit__check_index(OP, &a->index, a->n))) return rc;
     *vec = a->hidden % (16 / (int)kjit_dtype_size(a->dtype)) == 0;
     const size_t es = kjit_dtype_size(a->dtype);
+    sp[(*nsp)++] = kjit__span_bytes("index", a->index.ptr, (size_t)a->n * kjit_dtype_size(a->index.dtype), 0);
     for (int k = 0; k < a->num_tables; ++k) {
         /* Forward: tables in, rows out; backward: rows in, tables out. */
         const char *in = bwd ? dn[k] : tn[k], *ou = bwd ? gn[k] : on[k];
@@ -85,7 +87,7 @@ int kjit_adaln_row_gather_fwd(kjit_ctx *ctx, const kjit_row_gather_args *a, CUst
 {
     kjit__clear_error();
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, OP ": %s is NULL", ctx ? "args" : "ctx");
-    kjit_span sp[2 * KJIT_MAX_TABLES + 1];
+    kjit_span sp[2 * KJIT_MAX_TABLES + 2];
     int nsp, vec, rc = validate(a, 0, &vec, sp, &nsp);
     if (!rc) rc = kjit__spans_check(OP " forward", sp, nsp);
     if (rc || a->n == 0) return rc;
@@ -116,7 +118,7 @@ int kjit_adaln_row_gather_bwd(kjit_ctx *ctx, const kjit_row_gather_args *a, void
 {
     kjit__clear_error();
     if (!ctx || !a) return kjit__fail(KJIT_EINVAL, OP " backward: %s is NULL", ctx ? "args" : "ctx");
-    kjit_span sp[2 * KJIT_MAX_TABLES + 1];
+    kjit_span sp[2 * KJIT_MAX_TABLES + 2];
     int nsp, vec, rc = validate(a, 1, &vec, sp, &nsp);
     if (rc) return rc;
     kjit_part_plan pl;

@@ -530,7 +530,7 @@ int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_res
         if (!rc) rc = bench_alloc(&b, n_max);
         if (!rc) break;
         bench_free(&b);
-        if (rc != KJIT_ECUDA) return rc;
+        if (rc != KJIT_ECUDA && rc != KJIT_ENOMEM) return rc; /* out of memory: fewer rows */
         kjit__log("tuner: %s; trying %lld rows", kjit_last_error(), (long long)(n_max / 2));
         kjit__clear_error();
         n_max /= 2;

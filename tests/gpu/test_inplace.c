@@ -44,9 +44,11 @@ static void run(kjit_ctx *ctx, CUstream stream, ref_rng *g, const shape *s, int 
     gpu_upload(idx, ih, (size_t)s->n * 4);
     const CUdeviceptr out = gpu_alloc(bytes), hb = gpu_alloc(bytes), work = gpu_alloc(bytes), out2 = gpu_alloc(bytes);
     const CUdeviceptr part[2] = {gpu_alloc(1 << 20), gpu_alloc(1 << 20)};
+    /* The partitions too: a build leaves parts of its buffer unwritten. */
     gpu_poison(out, bytes), gpu_poison(hb, bytes), gpu_poison(out2, bytes);
+    gpu_poison(part[0], 1 << 20), gpu_poison(part[1], 1 << 20);
+    gpu_sync(); /* the uploads and poisons, before the stream's copy */
     CU_CHECK(cu->MemcpyDtoDAsync(work, in, bytes, stream));
-    gpu_sync();
     CU_CHECK(cu->StreamSynchronize(stream));
 
 #define V(p) ((void *)(uintptr_t)(p))

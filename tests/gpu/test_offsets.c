@@ -126,6 +126,7 @@ static int run_layout(kjit_ctx *ctx, CUstream stream, const shape *s, const inpu
         else ((int64_t *)ih)[i] = in->idx[i];
     }
     gpu_upload(I, ih, (size_t)n * kjit_dtype_size(s->idx));
+    gpu_sync(); /* the uploads, before the non-blocking stream's kernels */
 
 #define P(slot) ((void *)(uintptr_t)(B + (CUdeviceptr)((size_t)(slot) * hp * es)))
 #define PW(k) ((void *)(uintptr_t)(DW + (CUdeviceptr)((size_t)(k) * h * es)))
@@ -443,12 +444,16 @@ int main(void)
         {2100, 3, 264, KJIT_BF16, KJIT_I32},
         {2100, 3, 100, KJIT_F32, KJIT_I64},
     };
+    int ran = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
-        if (!run_shape(ctx, stream, &g, &shapes[i])) {
-            CU_CHECK(cu->StreamDestroy(stream));
-            kjit_ctx_destroy(ctx);
-            kjit_gpu_skip("test_offsets", "too little free device memory for the far layout");
-        }
+        if (run_shape(ctx, stream, &g, &shapes[i])) ++ran;
+        else printf("offsets: %s h %d not run: too little free device memory for its far layout\n",
+                    kjit_dtype_name(shapes[i].dt), shapes[i].h);
+    }
+    if (!ran) {
+        CU_CHECK(cu->StreamDestroy(stream));
+        kjit_ctx_destroy(ctx);
+        kjit_gpu_skip("test_offsets", "too little free device memory for the far layout");
     }
     CU_CHECK(cu->StreamDestroy(stream));
     kjit_ctx_destroy(ctx);
