@@ -604,6 +604,61 @@ static void test_many_entries(void)
     free(t);
 }
 
+/* Microseconds a lookup in a table of 9 * nh keys (h = 8, 16, ..., 8 nh
+ * for every op and dtype, set as tuned), over every key set and as many
+ * not set; *ok counts the lookups that found what they should. */
+static double table_lookup_us(int nh, int *ok, int *keys)
+{
+    static const kjit_dtype acts[3] = {KJIT_BF16, KJIT_F16, KJIT_F32};
+    kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
+    *ok = *keys = 0;
+    if (!t) return 0;
+    for (int mode = 1; mode <= 3; ++mode)
+        for (int a = 0; a < 3; ++a)
+            for (int k = 1; k <= nh; ++k) {
+                kjit_adaln_config c;
+                kjit__adaln_config_default(mode, 8 * k, acts[a], &c);
+                kjit__adaln_config_fit(mode, 8 * k, acts[a], &c, SMEM);
+                *keys += kjit__tune_table_set(t, mode, 8 * k, acts[a], &c, KJIT_CONFIG_TUNED) == KJIT_OK;
+            }
+    int lookups = 0;
+    const int reps = 2000 / nh > 1 ? 2000 / nh : 1; /* about as many lookups for any nh */
+    const double t0 = now_s();
+    for (int r = 0; r < reps; ++r)
+        for (int mode = 1; mode <= 3; ++mode)
+            for (int a = 0; a < 3; ++a)
+                for (int k = 1; k <= nh; ++k) {
+                    kjit_adaln_config c, want;
+                    kjit__adaln_config_default(mode, 8 * k, acts[a], &want);
+                    kjit__adaln_config_fit(mode, 8 * k, acts[a], &want, SMEM);
+                    *ok += kjit__tune_table_get(t, mode, 8 * k, acts[a], &c, NULL) == KJIT_CONFIG_TUNED &&
+                           !memcmp(&c, &want, sizeof c);
+                    *ok += kjit__tune_table_get(t, mode, 8 * k + 4, acts[a], &c, NULL) == KJIT_CONFIG_DEFAULT;
+                    lookups += 2;
+                }
+    const double us = (now_s() - t0) * 1e6 / lookups;
+    *ok /= reps;
+    kjit__tune_table_free(t);
+    return us;
+}
+
+/* A context's table with many keys (as a large tuning file could give):
+ * every key set is found with its config, every key not set is not, and a
+ * lookup costs about what it does in a small table (a scan of 18,000 keys
+ * took 40x longer, 2026-12-05). */
+static void test_table_many_keys(void)
+{
+    int ok_small, keys_small, ok_big, keys_big;
+    const double small = table_lookup_us(2, &ok_small, &keys_small);
+    const double big = table_lookup_us(2000, &ok_big, &keys_big);
+    CHECK_EQ_INT(keys_small, 18);
+    CHECK_EQ_INT(ok_small, 2 * 18);
+    CHECK_EQ_INT(keys_big, 18000);
+    CHECK_EQ_INT(ok_big, 2 * 18000);
+    CHECK(big < 10 * small + 1.0);
+    printf("lookups: %.2f us in a table of %d keys, %.2f us in one of %d\n", small, keys_small, big, keys_big);
+}
+
 /* A save that would make the file larger than a reader takes (it would
  * then read as damaged, and the save after that empty it) is refused,
  * the file left as it was. */
@@ -823,6 +878,7 @@ int main(void)
     test_long_path(sub[0]);
     test_other_versions(sub[2]);
     test_many_entries();
+    test_table_many_keys();
     test_too_big(sub[2]);
     kjit_test_rmtree(dir);
     free(dir);

@@ -3,6 +3,7 @@
 #include "tune/tune.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,9 @@ struct kjit_tune_table {
     pthread_mutex_t tune_lock; /* one tuner at a time per context */
     slot *v;
     size_t n, cap;
+    /* Open addressing over the slots (index + 1, 0 empty; at most half
+     * full), so a launch's lookup does not scan a long table. */
+    size_t *idx, idx_cap;
 };
 
 kjit_tune_table *kjit__tune_table_new(const char *device, size_t smem_max, int on_use)
@@ -50,17 +54,41 @@ void kjit__tune_table_free(kjit_tune_table *t)
     pthread_rwlock_destroy(&t->lock);
     pthread_mutex_destroy(&t->tune_lock);
     free(t->v);
+    free(t->idx);
     free(t);
 }
 
 const char *kjit__tune_table_device(const kjit_tune_table *t) { return t ? t->device : ""; }
 size_t kjit__tune_table_smem_max(const kjit_tune_table *t) { return t ? t->smem_max : 0; }
 
+static size_t key_hash(int mode, int h, kjit_dtype act)
+{
+    uint64_t x = ((uint64_t)(unsigned)mode << 40) ^ ((uint64_t)(unsigned)act << 32) ^ (uint32_t)h;
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ULL, x ^= x >> 33;
+    return (size_t)x;
+}
+
+static int key_is(const slot *s, int mode, int h, kjit_dtype act)
+{
+    return s->mode == mode && s->h == h && s->act == act;
+}
+
 static slot *find(kjit_tune_table *t, int mode, int h, kjit_dtype act)
 {
-    for (size_t i = 0; i < t->n; ++i)
-        if (t->v[i].mode == mode && t->v[i].h == h && t->v[i].act == act) return &t->v[i];
-    return NULL;
+    if (!t->idx_cap) return NULL;
+    for (size_t i = key_hash(mode, h, act) & (t->idx_cap - 1);; i = (i + 1) & (t->idx_cap - 1)) {
+        if (!t->idx[i]) return NULL;
+        slot *s = &t->v[t->idx[i] - 1];
+        if (key_is(s, mode, h, act)) return s;
+    }
+}
+
+/* Slot k into the index (which has room). */
+static void index_put(kjit_tune_table *t, size_t k)
+{
+    size_t i = key_hash(t->v[k].mode, t->v[k].h, t->v[k].act) & (t->idx_cap - 1);
+    while (t->idx[i]) i = (i + 1) & (t->idx_cap - 1);
+    t->idx[i] = k + 1;
 }
 
 /* The key's slot, created when missing; NULL when out of memory. Write-locked. */
@@ -74,9 +102,18 @@ static slot *find_or_add(kjit_tune_table *t, int mode, int h, kjit_dtype act)
         if (!v) return NULL;
         t->v = v, t->cap = cap;
     }
-    s = &t->v[t->n++];
+    if (2 * (t->n + 1) > t->idx_cap) {
+        const size_t cap = t->idx_cap ? 2 * t->idx_cap : 32;
+        size_t *idx = calloc(cap, sizeof *idx);
+        if (!idx) return NULL;
+        free(t->idx);
+        t->idx = idx, t->idx_cap = cap;
+        for (size_t k = 0; k < t->n; ++k) index_put(t, k);
+    }
+    s = &t->v[t->n];
     memset(s, 0, sizeof *s);
     s->mode = mode, s->h = h, s->act = act, s->source = KJIT_CONFIG_DEFAULT;
+    index_put(t, t->n++);
     return s;
 }
 
