@@ -483,15 +483,14 @@ int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUstream stream, CUdevicept
          * fail and invalidate the caller's capture. Refuse first. (A
          * legacy stream reports CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while
          * another blocking stream captures.) */
-        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-        const CUresult cr = cu->StreamIsCapturing(stream, &cs);
-        if (cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE)) {
+        const char *which;
+        if (kjit__cu_capturing(cu, stream, &which)) {
             const size_t have = ctx->ws_bytes;
             pthread_mutex_unlock(&ctx->ws_lock);
             return kjit__fail(KJIT_EINVAL, "the context's backward workspace (%zu bytes) must grow to %zu bytes, "
                               "which cannot happen while %s is being captured into a CUDA graph: make the same "
                               "call once before capturing, or pass a workspace of the op's kjit_*_workspace size",
-                              have, bytes, cr == CUDA_SUCCESS ? "the stream" : "a stream the legacy stream waits on");
+                              have, bytes, which);
         }
         /* 1.5x the need keeps the growths few; if that does not fit, the
          * need alone. The old buffer stays the context's until a new one

@@ -53,6 +53,14 @@ const kjit_cu_api *kjit__cu(void)
     return &api;
 }
 
+int kjit__cu_capturing(const kjit_cu_api *cu, CUstream stream, const char **which)
+{
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult cr = cu->StreamIsCapturing(stream, &cs);
+    *which = cr == CUDA_SUCCESS ? "the stream" : "a stream the legacy stream waits on";
+    return cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
 int kjit__cu_fail(CUresult r, const char *what)
 {
     const char *name = NULL, *text = NULL;

@@ -82,6 +82,11 @@ const kjit_cu_api *kjit__cu(void);
  * CUDA_ERROR_OUT_OF_MEMORY): "<what>: CUDA_ERROR_X (text)". */
 int kjit__cu_fail(CUresult r, const char *what);
 
+/* 1 when work on stream would be recorded into a CUDA graph rather than run
+ * (the stream captures, or it is the legacy stream while a blocking stream
+ * captures), with *which naming it for a message; else 0. */
+int kjit__cu_capturing(const kjit_cu_api *cu, CUstream stream, const char **which);
+
 #define KJIT_CU_TRY(api, call, what)                      \
     do {                                                  \
         CUresult kjit_r_ = (api)->call;                   \

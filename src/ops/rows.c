@@ -98,12 +98,11 @@ int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int
      * which a capture allows (the capture would be invalidated): refuse
      * before recording anything. */
     const kjit_cu_api *cu = kjit__cu();
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    const CUresult cr = cu->StreamIsCapturing(stream, &cs);
-    if (cr == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (cr == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE))
+    const char *which;
+    if (kjit__cu_capturing(cu, stream, &which))
         return kjit__fail(KJIT_EINVAL, "%s: index checking SYNC waits for the stream, which cannot happen while %s is "
                           "being captured into a CUDA graph: use KJIT_INDEX_CHECK_ASYNC (or OFF) in a context for "
-                          "captured calls", op, cr == CUDA_SUCCESS ? "the stream" : "a stream the legacy stream waits on");
+                          "captured calls", op, which);
 
     /* The report word is the context's: one check at a time uses it. */
     pthread_mutex_lock(&ctx->index_lock);
