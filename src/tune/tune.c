@@ -10,6 +10,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/slot_index.h"
 #include "gpu/cuda_api.h"
 #include "tune/tune_file.h"
 
@@ -31,9 +32,7 @@ struct kjit_tune_table {
     pthread_mutex_t tune_lock; /* one tuner at a time per context */
     slot *v;
     size_t n, cap;
-    /* Open addressing over the slots (index + 1, 0 empty; at most half
-     * full), so a launch's lookup does not scan a long table. */
-    size_t *idx, idx_cap;
+    kjit_slot_index index; /* of v by key: a launch's lookup does not scan a long table */
 };
 
 kjit_tune_table *kjit__tune_table_new(const char *device, size_t smem_max, int on_use)
@@ -54,7 +53,7 @@ void kjit__tune_table_free(kjit_tune_table *t)
     pthread_rwlock_destroy(&t->lock);
     pthread_mutex_destroy(&t->tune_lock);
     free(t->v);
-    free(t->idx);
+    kjit__slot_index_free(&t->index);
     free(t);
 }
 
@@ -68,27 +67,23 @@ static size_t key_hash(int mode, int h, kjit_dtype act)
     return (size_t)x;
 }
 
-static int key_is(const slot *s, int mode, int h, kjit_dtype act)
+static size_t slot_hash(const void *set, size_t k)
 {
-    return s->mode == mode && s->h == h && s->act == act;
+    const slot *s = (const slot *)set + k;
+    return key_hash(s->mode, s->h, s->act);
+}
+
+static int slot_is(const void *set, size_t k, const void *key)
+{
+    const slot *s = (const slot *)set + k, *q = key;
+    return s->mode == q->mode && s->h == q->h && s->act == q->act;
 }
 
 static slot *find(kjit_tune_table *t, int mode, int h, kjit_dtype act)
 {
-    if (!t->idx_cap) return NULL;
-    for (size_t i = key_hash(mode, h, act) & (t->idx_cap - 1);; i = (i + 1) & (t->idx_cap - 1)) {
-        if (!t->idx[i]) return NULL;
-        slot *s = &t->v[t->idx[i] - 1];
-        if (key_is(s, mode, h, act)) return s;
-    }
-}
-
-/* Slot k into the index (which has room). */
-static void index_put(kjit_tune_table *t, size_t k)
-{
-    size_t i = key_hash(t->v[k].mode, t->v[k].h, t->v[k].act) & (t->idx_cap - 1);
-    while (t->idx[i]) i = (i + 1) & (t->idx_cap - 1);
-    t->idx[i] = k + 1;
+    const slot q = {.mode = mode, .h = h, .act = act};
+    const size_t *i = kjit__slot_index_find(&t->index, key_hash(mode, h, act), t->v, &q, slot_is);
+    return i && *i ? &t->v[*i - 1] : NULL;
 }
 
 /* The key's slot, created when missing; NULL when out of memory. Write-locked. */
@@ -102,18 +97,11 @@ static slot *find_or_add(kjit_tune_table *t, int mode, int h, kjit_dtype act)
         if (!v) return NULL;
         t->v = v, t->cap = cap;
     }
-    if (2 * (t->n + 1) > t->idx_cap) {
-        const size_t cap = t->idx_cap ? 2 * t->idx_cap : 32;
-        size_t *idx = calloc(cap, sizeof *idx);
-        if (!idx) return NULL;
-        free(t->idx);
-        t->idx = idx, t->idx_cap = cap;
-        for (size_t k = 0; k < t->n; ++k) index_put(t, k);
-    }
+    if (kjit__slot_index_reserve(&t->index, t->n + 1, t->n, t->v, slot_hash)) return NULL;
     s = &t->v[t->n];
     memset(s, 0, sizeof *s);
     s->mode = mode, s->h = h, s->act = act, s->source = KJIT_CONFIG_DEFAULT;
-    index_put(t, t->n++);
+    *kjit__slot_index_find(&t->index, key_hash(mode, h, act), t->v, s, slot_is) = ++t->n;
     return s;
 }
 

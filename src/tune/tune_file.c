@@ -51,28 +51,20 @@ static size_t key_hash(const kjit_tune_entry *e)
     return (size_t)XXH3_64bits_withSeed(e->device, strnlen(e->device, sizeof e->device), seed);
 }
 
-/* The slot of e's key: the entry there has it, or it is empty. */
-static size_t *slot_of(const kjit_tune_list *l, const kjit_tune_entry *e)
+static size_t entry_hash(const void *set, size_t k) { return key_hash((const kjit_tune_entry *)set + k); }
+
+static int entry_is(const void *set, size_t k, const void *key)
 {
-    size_t h = key_hash(e) & (l->n_slots - 1);
-    while (l->slots[h] && !kjit__tune_entry_same_key(&l->v[l->slots[h] - 1], e)) h = (h + 1) & (l->n_slots - 1);
-    return &l->slots[h];
+    return kjit__tune_entry_same_key((const kjit_tune_entry *)set + k, key);
 }
 
 /* Linear in the entries (a file of many was quadratic to read: over 30 s
- * for 100,000 entries): an index kept at most half full. */
+ * for 100,000 entries), through an index of them by key. */
 int kjit__tune_list_put(kjit_tune_list *l, const kjit_tune_entry *e)
 {
-    if (2 * (l->n + 1) > l->n_slots) {
-        size_t n = 64;
-        while (n < 4 * (l->n + 1)) n *= 2;
-        size_t *slots = calloc(n, sizeof *slots);
-        if (!slots) return kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
-        free(l->slots);
-        l->slots = slots, l->n_slots = n;
-        for (size_t i = 0; i < l->n; ++i) *slot_of(l, &l->v[i]) = i + 1;
-    }
-    size_t *sl = slot_of(l, e);
+    if (kjit__slot_index_reserve(&l->index, l->n + 1, l->n, l->v, entry_hash))
+        return kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+    size_t *sl = kjit__slot_index_find(&l->index, key_hash(e), l->v, e, entry_is);
     if (*sl) return l->v[*sl - 1] = *e, KJIT_OK;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
@@ -89,8 +81,7 @@ void kjit__tune_list_free(kjit_tune_list *l)
 {
     if (!l) return;
     free(l->v);
-    free(l->slots);
-    l->slots = NULL, l->n_slots = 0;
+    kjit__slot_index_free(&l->index);
     for (size_t i = 0; i < l->n_other; ++i) free(l->other[i]);
     free(l->other);
     l->v = NULL, l->n = l->cap = 0;

@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 
+#include "core/slot_index.h"
 #include "tune/config.h"
 
 #define KJIT_TUNE_FILE "tune.json"
@@ -52,7 +53,7 @@ typedef struct kjit_tune_entry {
 typedef struct kjit_tune_list {
     kjit_tune_entry *v; /* this kjit version's entries */
     size_t n, cap;
-    size_t *slots, n_slots; /* open-addressed index of v by key: i + 1, 0 empty */
+    kjit_slot_index index; /* of v by key */
     char **other; /* other versions' entries: JSON text as read, each with its "kjit" */
     size_t n_other;
 } kjit_tune_list;
