@@ -399,6 +399,24 @@ static void adaln_args(kjit_ctx *ctx)
     b = r, b.n = 2147483647LL, b.out_stride[2] = 1LL << 33;
     CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "out[2]") && strstr(kjit_last_error(), "overflow 64-bit offsets"));
+    /* Rows, or an index, that would run past the top of the address space
+     * (the device's addresses would wrap to low ones): refused, named. */
+    b = r, b.out[2] = (void *)(uintptr_t)(UINTPTR_MAX - 255); /* 4 rows of 128 bytes, pitch 128 */
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "out[2]") && strstr(kjit_last_error(), "end of the address space"));
+    b = r, b.table[1] = (void *)(uintptr_t)(UINTPTR_MAX - 1023); /* 3 rows of pitch 768: 1664 bytes */
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "table[1]") && strstr(kjit_last_error(), "end of the address space"));
+    b = r, b.index.ptr = (void *)(uintptr_t)(UINTPTR_MAX - 15); /* 4 int64 entries: 32 bytes */
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "index") && strstr(kjit_last_error(), "end of the address space"));
+    b = r, b.out[2] = (void *)(uintptr_t)(UINTPTR_MAX - 511); /* one past its end: 2^64 */
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "out[2]") && strstr(kjit_last_error(), "end of the address space"));
+    if (!kjit_ctx_has_device(ctx)) { /* the same rows 16 bytes lower pass every check */
+        b = r, b.out[2] = (void *)(uintptr_t)(UINTPTR_MAX - 527);
+        CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_ENODRIVER);
+    }
     b = r, b.dtable_stride[5] = 1;
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &b, NULL, 0, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "dtable[5]") != NULL);

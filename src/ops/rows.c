@@ -38,6 +38,13 @@ int kjit__check_rows(const char *op, const char *name, const void *p, int64_t st
     if ((uint64_t)(rows - 1) > (uint64_t)(INT64_MAX / 8) / (uint64_t)stride)
         return kjit__fail(KJIT_EINVAL, "%s: %s: %lld rows of stride %lld overflow 64-bit offsets", op, name,
                           (long long)rows, (long long)stride);
+    /* One past the last byte within the address space: past it the
+     * device's 64-bit addresses would wrap to low ones, which the overlap
+     * check (exact integers) would not see. extent < INT64_MAX / 2 here. */
+    const uint64_t extent = ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)h) * es;
+    if (extent > UINTPTR_MAX - (uintptr_t)p)
+        return kjit__fail(KJIT_EINVAL, "%s: %s: %lld rows of stride %lld from %p run past the end of the address space",
+                          op, name, (long long)rows, (long long)stride, p);
     if ((uintptr_t)p % 16 || ((uint64_t)stride * es) % 16) *vec = 0;
     return KJIT_OK;
 }
@@ -58,6 +65,9 @@ int kjit__check_index(const char *op, const kjit_index *ix, int64_t n)
     if ((uintptr_t)ix->ptr % kjit_dtype_size(ix->dtype))
         return kjit__fail(KJIT_EINVAL, "%s: index is not aligned to its %zu-byte elements", op,
                           kjit_dtype_size(ix->dtype));
+    if (n > 0 && (uint64_t)n > (UINTPTR_MAX - (uintptr_t)ix->ptr) / kjit_dtype_size(ix->dtype))
+        return kjit__fail(KJIT_EINVAL, "%s: index: %lld entries from %p run past the end of the address space", op,
+                          (long long)n, ix->ptr);
     return KJIT_OK;
 }
 

@@ -453,6 +453,11 @@ static int choose(bench *b, int bwd, cand *cands, int n, int *rc_out)
             if (i == 0) return *rc_out = rc, 0; /* the default must run */
             kjit__log("tuner: %s candidate %d skipped: %s", bwd ? "backward" : "forward", i, kjit_last_error());
             kjit__clear_error();
+            /* A failure that broke the context (an illegal address: a
+             * sticky error) ends the tuning, nothing after it could run,
+             * and nothing is chosen or saved from it. */
+            const int rs = cu_ok(b->cu->CtxSynchronize(), "tuner: the context after a failed candidate");
+            if (rs) return *rc_out = rs, 0;
             continue;
         }
         if (k == b->n_counts) {
@@ -521,17 +526,20 @@ int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_res
     int64_t n_max = (int64_t)(budget / ((uint64_t)npools * 3 * b.row_bytes));
     if (n_max > MAX_COUNT) n_max = MAX_COUNT;
     /* Fewer rows when the device is short of memory (other work on it). */
+    char last[256] = "";
     for (;;) {
         if (n_max < MIN_COUNT) {
             bench_free(&b);
-            return rc ? rc : kjit__fail(KJIT_ENOMEM, "tuner: not enough device memory for %d-row buffers", MIN_COUNT);
+            return kjit__fail(KJIT_ENOMEM, "tuner: not enough device memory for %d-row buffers%s%s", MIN_COUNT,
+                              last[0] ? ": " : "", last);
         }
         rc = cu_ok(cu->StreamCreate(&b.s, CU_STREAM_NON_BLOCKING), "tuner: cuStreamCreate");
         if (!rc) rc = bench_alloc(&b, n_max);
         if (!rc) break;
         bench_free(&b);
-        if (rc != KJIT_ECUDA && rc != KJIT_ENOMEM) return rc; /* out of memory: fewer rows */
-        kjit__log("tuner: %s; trying %lld rows", kjit_last_error(), (long long)(n_max / 2));
+        if (rc != KJIT_ENOMEM) return rc; /* out of memory: fewer rows */
+        snprintf(last, sizeof last, "%s", kjit_last_error());
+        kjit__log("tuner: %s; trying %lld rows", last, (long long)(n_max / 2));
         kjit__clear_error();
         n_max /= 2;
     }
