@@ -54,8 +54,9 @@ struct kjit_ctx {
     pthread_mutex_t ws_lock; /* the context-owned backward workspace */
     CUdeviceptr ws;
     size_t ws_bytes;
-    /* Buffers a larger call replaced: a captured graph or another thread may
-     * still use them, so they live until kjit_ctx_destroy. */
+    /* Buffers a larger call replaced: a captured graph may still use them,
+     * so they live until kjit_ctx_destroy, the 48 most recent (at the 49th
+     * growth the oldest is freed, as kjit.h says). */
     CUdeviceptr retired[48];
     int n_retired;
     pthread_mutex_t index_lock; /* one synchronous index check at a time */
