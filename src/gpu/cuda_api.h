@@ -49,6 +49,7 @@
     XX(GraphLaunch, cuGraphLaunch)                          \
     XX(GraphExecDestroy, cuGraphExecDestroy)                \
     XX(GraphDestroy, cuGraphDestroy)                        \
+    XX(GraphGetNodes, cuGraphGetNodes)                      \
     XX(EventCreate, cuEventCreate)                          \
     XX(EventDestroy, cuEventDestroy_v2)                     \
     XX(EventRecord, cuEventRecord)                          \

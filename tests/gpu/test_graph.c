@@ -311,32 +311,47 @@ static void grow_under_capture(CUstream stream, const opcase *c)
 }
 
 /* SYNC index checking on a capturing stream: KJIT_EINVAL naming the
- * capture, before it records anything, and the capture still valid (the
- * check's read-back and wait would have invalidated it). */
+ * capture, before it records anything (the captured graph has no node),
+ * and the capture still valid (the check's read-back and wait would have
+ * invalidated it). Forwards and backwards, the backwards with the
+ * context's workspace (grown before the capture). */
 static void sync_under_capture(CUstream stream)
 {
     kjit_ctx *sctx = kjit_gpu_ctx_or_skip("test_graph", KJIT_INDEX_CHECK_SYNC);
     const kjit_adaln_args *a = &adaln_args[1];
-    CHECK_STATUS(kjit_norm_modulate_fwd(sctx, a, stream), KJIT_OK); /* loads the kernels, checks the indices */
+    /* Loads the kernels, grows the context's workspace, checks the indices. */
+    CHECK_STATUS(kjit_norm_modulate_fwd(sctx, a, stream), KJIT_OK);
+    CHECK_STATUS(kjit_norm_modulate_bwd(sctx, a, NULL, 0, stream), KJIT_OK);
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(sctx, &gather_args, NULL, 0, stream), KJIT_OK);
     CU_CHECK(cu->StreamSynchronize(stream));
     CUgraph graph = NULL;
     CU_CHECK(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
     const int rc = kjit_norm_modulate_fwd(sctx, a, stream);
     const int named = strstr(kjit_last_error(), "index checking SYNC") && strstr(kjit_last_error(), "captured");
     const int rcg = kjit_adaln_row_gather_fwd(sctx, &gather_args, stream);
+    const int rcb = kjit_norm_modulate_bwd(sctx, a, NULL, 0, stream);
+    const int rcgb = kjit_adaln_row_gather_bwd(sctx, &gather_args, NULL, 0, stream);
     const CUresult er = cu->StreamEndCapture(stream, &graph);
     CHECK_STATUS(rc, KJIT_EINVAL);
     CHECK_STATUS(rcg, KJIT_EINVAL);
+    CHECK_STATUS(rcb, KJIT_EINVAL);
+    CHECK_STATUS(rcgb, KJIT_EINVAL);
     CHECK(named);
+    size_t nodes = 1;
     if (er != CUDA_SUCCESS || !graph) {
-        fprintf(stderr, "sync_under_capture: the refused call invalidated the capture (%d)\n", (int)er);
+        fprintf(stderr, "sync_under_capture: the refused calls invalidated the capture (%d)\n", (int)er);
         kjit_test_failures++;
+    } else {
+        CU_CHECK(cu->GraphGetNodes(graph, NULL, &nodes));
+        if (nodes) fprintf(stderr, "sync_under_capture: the refused calls recorded %zu node(s)\n", nodes);
+        CHECK(nodes == 0);
     }
     if (graph) CU_CHECK(cu->GraphDestroy(graph));
     /* Outside a capture the same call checks and runs. */
     CHECK_STATUS(kjit_norm_modulate_fwd(sctx, a, stream), KJIT_OK);
     CU_CHECK(cu->StreamSynchronize(stream));
-    printf("SYNC index checking on a capturing stream: refused, the capture kept\n");
+    printf("SYNC index checking on a capturing stream: forwards and backwards refused, nothing recorded, the "
+           "capture kept\n");
     kjit_ctx_destroy(sctx);
 }
 
