@@ -8,7 +8,7 @@ typedef __int128 wide;
 kjit_span kjit__span_rows(const char *name, const void *p, int64_t stride, int64_t rows, int64_t h, size_t es,
                           int out)
 {
-    /* A single row's stride is never used (nor bounded by the checks). */
+    /* A single row's stride is never used: its width stands for it. */
     kjit_span s = {name, (uintptr_t)p, rows > 1 ? stride * (int64_t)es : h * (int64_t)es, rows, h * (int64_t)es, out, -1};
     return s;
 }
