@@ -398,7 +398,9 @@ for args in "prewarm --cache-dir --json|--cache-dir needs a value" "prewarm --op
             "prewarm --hidden +256|'+256' is not a size" "prewarm --hidden _256|' 256' is not a size" \
             "prewarm --jobs --json|--jobs needs a value" "tune --device --json|--device needs a value" \
             "cache stats --cache-dir --json|--cache-dir needs a value" "call --socket --events {}|--socket needs a value" \
-            "serve --max-clients --socket x|--max-clients needs a value" "serve --idle-timeout _5|expected seconds"; do
+            "serve --max-clients --socket x|--max-clients needs a value" "serve --idle-timeout _5|expected seconds" \
+            "serve --idle-timeout 0.0001|below the 1 ms resolution" "tune --hidden 12abc|'12abc' is not a size" \
+            "help --version|unknown command '--version'"; do
   a=${args%%|*}; want=${args#*|}
   # (_: a leading space in the value)
   case "$a" in

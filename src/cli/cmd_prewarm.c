@@ -73,8 +73,10 @@ static void *worker(void *arg)
             j->result = cached;
             atomic_fetch_add(cached ? &p->cached : &p->compiled, 1);
         }
-        long done = atomic_fetch_add(&p->done, 1) + 1;
+        /* Counted under the lock that draws it: frames in order, the last
+         * one total/total. */
         pthread_mutex_lock(&p->lock);
+        long done = atomic_fetch_add(&p->done, 1) + 1;
         kjit_progress_update(&p->progress, done, atomic_load(&p->failed));
         pthread_mutex_unlock(&p->lock);
     }

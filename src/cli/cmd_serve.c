@@ -97,6 +97,8 @@ int kjit_cli_serve(int argc, char **argv)
             double s = strtod(v, &end);
             if (!plain || *end || !(s >= 0 && s <= 86400))
                 return kjit_cli_usage_error("serve", "--idle-timeout '%s': expected seconds in 0..86400", v);
+            if (s > 0 && s < 0.001) /* the timers count whole milliseconds */
+                return kjit_cli_usage_error("serve", "--idle-timeout '%s': below the 1 ms resolution (0 turns it off)", v);
             cfg.idle_timeout_s = s;
         } else if (!strcmp(a, "--allow-uid")) {
             rc = id_list(a, v, uids, &cfg.n_allow_uid);

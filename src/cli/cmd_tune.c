@@ -201,7 +201,9 @@ int kjit_cli_tune(int argc, char **argv)
     }
     long hidden[MAX_LIST];
     for (int i = 0; i < n_hidden; ++i)
-        if (kjit_cli_int(hiddens[i], 1, 65536, &hidden[i]) || !kjit__adaln_fast_hidden((int)hidden[i]))
+        if (kjit_cli_int(hiddens[i], 1, 65536, &hidden[i]))
+            return kjit_cli_usage_error("tune", "--hidden: '%s' is not a size in 1..65536", hiddens[i]);
+        else if (!kjit__adaln_fast_hidden((int)hidden[i]))
             return kjit_cli_usage_error("tune",
                                         "--hidden: '%s' is not tuned (multiples of 8 up to %d are; other sizes "
                                         "always use the generic path's config)",

@@ -34,6 +34,22 @@ static int finish(int rc)
 
 static int run(int argc, char **argv);
 
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+} cmds[] = {
+    {"info", kjit_cli_info}, {"prewarm", kjit_cli_prewarm}, {"cache", kjit_cli_cache},
+    {"serve", kjit_cli_serve}, {"call", kjit_cli_call},
+    {"tune", kjit_cli_tune},
+};
+
+static int is_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; ++i)
+        if (!strcmp(name, cmds[i].name)) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) { return finish(run(argc, argv)); }
 
 static int run(int argc, char **argv)
@@ -42,10 +58,16 @@ static int run(int argc, char **argv)
         fprintf(stderr, "kjit help: one command at most, got '%s' after '%s'\n", argv[3], argv[2]);
         return KJIT_EXIT_USAGE;
     }
-    /* `kjit help CMD` is `kjit CMD --help`. */
+    /* `kjit help CMD` is `kjit CMD --help`, for a command only. */
     static char help_opt[] = "--help";
     char *help_argv[] = {argv[0], argc > 2 ? argv[2] : NULL, help_opt, NULL};
-    if (argc == 3 && !strcmp(argv[1], "help")) argv = help_argv;
+    if (argc == 3 && !strcmp(argv[1], "help")) {
+        if (!is_command(argv[2]) && strcmp(argv[2], "--help") && strcmp(argv[2], "-h") && strcmp(argv[2], "help")) {
+            fprintf(stderr, "kjit help: unknown command '%s'\n\n%s", argv[2], usage);
+            return KJIT_EXIT_USAGE;
+        }
+        argv = help_argv;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? KJIT_EXIT_USAGE : 0;
@@ -58,11 +80,6 @@ static int run(int argc, char **argv)
         printf("kjit %s\n", KJIT_VERSION_STRING);
         return 0;
     }
-    static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
-        {"info", kjit_cli_info}, {"prewarm", kjit_cli_prewarm}, {"cache", kjit_cli_cache},
-        {"serve", kjit_cli_serve}, {"call", kjit_cli_call},
-        {"tune", kjit_cli_tune},
-    };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; ++i)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "kjit: unknown command '%s'\n\n%s", argv[1], usage);

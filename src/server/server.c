@@ -304,8 +304,11 @@ static void fit_fd_limit(kjit_server_config *cfg)
 int kjit__server_run(const kjit_server_config *cfg)
 {
     kjit__clear_error();
-    if (!cfg || cfg->max_clients < 1 || cfg->max_pending < 1 || cfg->idle_timeout_s < 0)
+    if (!cfg || cfg->max_clients < 1 || cfg->max_pending < 1)
         return kjit__fail(KJIT_EINVAL, "kjit__server_run: bad config");
+    if (!(cfg->idle_timeout_s == 0 || (cfg->idle_timeout_s >= 0.001 && cfg->idle_timeout_s <= 86400)))
+        return kjit__fail(KJIT_EINVAL, "kjit__server_run: idle_timeout_s %g is not 0 or 0.001..86400 seconds",
+                          cfg->idle_timeout_s);
     /* The environment's settings, refused by name before anything starts. */
     int run_graph;
     if (kjit__env_switch("KJIT_RUN_GRAPH", 1, &run_graph)) return KJIT_EINVAL;
