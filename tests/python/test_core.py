@@ -514,6 +514,10 @@ class CoreChecks(unittest.TestCase):
             self.ctx.timestep_sinusoid(0x1000, 4, 256, -8)
         with self.assertRaisesRegex(TypeError, "stream: expected an int"):
             self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, stream="default")
+        with self.assertRaisesRegex(ValueError, "^stream: a stream handle cannot be negative"):
+            self.ctx.timestep_sinusoid(0x1000, 4, 256, 0x2000, stream=-1)
+        with self.assertRaisesRegex(ValueError, "^stream: a stream handle cannot be negative"):
+            self.ctx.index_error(stream=-1)
 
     def test_ints_that_do_not_fit_are_refused(self):
         # ctypes would wrap these silently (a negative workspace size became
@@ -537,6 +541,10 @@ class CoreChecks(unittest.TestCase):
             core.row_gather_workspace(16, 256, 2**32 + 1, 9)
         with self.assertRaisesRegex(ValueError, "device: .* 32-bit"):
             kjit.Context(device=2**32)
+        # -1 (KJIT_NO_DEVICE in C, torch's device of a CPU tensor) is not a
+        # quiet compile-only context: None is.
+        with self.assertRaisesRegex(ValueError, "device: -1 is not a CUDA ordinal; pass None"):
+            kjit.Context(device=-1)
         with self.assertRaisesRegex(ValueError, "ordinal: .* 32-bit"):
             core.device_info(2**32)
         with self.assertRaisesRegex(ValueError, "status: .* 32-bit"):
@@ -567,6 +575,14 @@ class CoreChecks(unittest.TestCase):
         kw = dict(act_dtype="bf16", param_dtype="bf16", index=(0x3000, "int64", 9))
         with self.assertRaisesRegex(TypeError, "unknown argument 'bias'"):
             self.ctx.norm_modulate_fwd(8, 64, bias=(0x1000, 64), **kw)
+        # A field of the block that this op does not use: refused, not ignored.
+        for fn, name in ((self.ctx.norm_modulate_fwd, "res"), (self.ctx.norm_modulate_bwd, "shift"),
+                         (self.ctx.gated_residual_fwd, "h"), (self.ctx.gated_residual_bwd, "dh"),
+                         (self.ctx.gated_residual_norm_modulate_fwd, "x"),
+                         (self.ctx.gated_residual_norm_modulate_bwd, "res")):
+            with self.subTest(fn=fn.__name__, name=name), \
+                    self.assertRaisesRegex(TypeError, f"'{name}' is not used by this op; it takes "):
+                fn(8, 64, **{name: (0x1000, 64)}, **kw)
         with self.assertRaisesRegex(TypeError, r"x: expected a \(pointer, row_stride\) pair"):
             self.ctx.norm_modulate_fwd(8, 64, x=0x1000, **kw)
         with self.assertRaisesRegex(TypeError, r"index: expected \(pointer, dtype, rows\)"):

@@ -120,6 +120,13 @@ def _pointer(value, what):
     return _unsigned(value, what, "a device pointer") or None
 
 
+def _stream(value):
+    """A CUstream handle as an int (0: the legacy default stream)."""
+    if value is None:
+        return None
+    return _unsigned(value, "stream", "a stream handle") or None
+
+
 def _real(value, what):
     """A finite-or-not real number for a C float/double argument (not None,
     not a bool, not a string)."""
@@ -203,6 +210,18 @@ _INDEX_CHECK = {"off": _lib.INDEX_CHECK_OFF, "sync": _lib.INDEX_CHECK_SYNC,
 _ADALN_STRIDED = dict(_lib.ADALN_TENSORS)  # name -> has a row stride
 _ADALN_OPS = {"norm_modulate": _lib.NORM_MODULATE, "gated_residual": _lib.GATED_RESIDUAL,
               "gated_residual_norm_modulate": _lib.GATED_RESIDUAL_NORM_MODULATE}
+# The tensors each call reads or writes (kjit.h's comment on kjit_adaln_args);
+# any other field of the block would be ignored by the library, so a name
+# outside the call's set is refused rather than silently unused.
+_ADALN_USES = {
+    "kjit_norm_modulate_fwd": ("x", "weight", "shift", "scale", "out"),
+    "kjit_norm_modulate_bwd": ("x", "weight", "scale", "dout", "dx", "dweight", "dshift", "dscale"),
+    "kjit_gated_residual_fwd": ("res", "y", "gate", "out"),
+    "kjit_gated_residual_bwd": ("y", "gate", "dout", "dx", "dy", "dgate"),
+    "kjit_gated_residual_norm_modulate_fwd": ("res", "y", "gate", "weight", "shift", "scale", "h", "out"),
+    "kjit_gated_residual_norm_modulate_bwd": ("x", "y", "gate", "weight", "scale", "dh", "dout", "dx", "dy",
+                                              "dgate", "dweight", "dshift", "dscale"),
+}
 
 
 def _index(index, what="index"):
@@ -316,6 +335,9 @@ class Context:
         self._lib = _lib.load()
         opts = _lib.CtxOptions()
         self._lib.kjit_ctx_options_init(ctypes.byref(opts))
+        if device is not None and _i32(device, "device") < 0:
+            # -1 is KJIT_NO_DEVICE in C, and what torch gives a CPU tensor's device.
+            raise ValueError(f"device: {device} is not a CUDA ordinal; pass None for a compile-only context")
         opts.device = _lib.NO_DEVICE if device is None else _i32(device, "device")
         opts.cache_dir = None if cache_dir is None else _c_path(cache_dir, "cache_dir")
         opts.arch = None if arch is None else _c_path(str(arch) if isinstance(arch, int) else arch, "arch")
@@ -370,7 +392,7 @@ class Context:
         call saw an index out of range (index_check="async"); clears the flag."""
         stream = getattr(stream, "cuda_stream", stream)
         flag = ctypes.c_int(0)
-        check(self._lib.kjit_ctx_index_error(self.handle, _pointer(stream, "stream"),
+        check(self._lib.kjit_ctx_index_error(self.handle, _stream(stream),
                                              ctypes.byref(flag)), "kjit_ctx_index_error")
         return bool(flag.value)
 
@@ -397,7 +419,7 @@ class Context:
             self.handle, _pointer(t, "t"), _int(n, "n"), dim, _pointer(out, "out"),
             dim if out_stride is None else _int(out_stride, "out_stride"),
             dtype_code(out_dtype, "out_dtype", ("fp32", "bf16", "fp16")),
-            ctypes.byref(opts), _pointer(stream, "stream")), "kjit_timestep_sinusoid")
+            ctypes.byref(opts), _stream(stream)), "kjit_timestep_sinusoid")
 
     def _row_gather_args(self, n, hidden, dtype, index, pairs):
         a = _lib.RowGatherArgs()
@@ -424,7 +446,7 @@ class Context:
         row_stride); index: (pointer, "int32"|"int64", R)."""
         a = self._row_gather_args(n, hidden, dtype, index, {"table": tables, "out": outs})
         check(self._lib.kjit_adaln_row_gather_fwd(self.handle, ctypes.byref(a),
-                                                  _pointer(stream, "stream")),
+                                                  _stream(stream)),
               "kjit_adaln_row_gather_fwd")
 
     def adaln_row_gather_bwd(self, n, hidden, dtype, index, douts, dtables, workspace=None,
@@ -435,7 +457,7 @@ class Context:
         a = self._row_gather_args(n, hidden, dtype, index, {"dout": douts, "dtable": dtables})
         ws, ws_bytes = _workspace(workspace)
         check(self._lib.kjit_adaln_row_gather_bwd(self.handle, ctypes.byref(a), ws, ws_bytes,
-                                                  _pointer(stream, "stream")),
+                                                  _stream(stream)),
               "kjit_adaln_row_gather_bwd")
 
     def _adaln(self, function, n, hidden, act_dtype, param_dtype, index, eps, tensors, stream,
@@ -450,6 +472,9 @@ class Context:
             if name not in strided:
                 raise TypeError(f"{function}: unknown argument {name!r}; kjit_adaln_args has "
                                 + ", ".join(sorted(strided)))
+            if name not in _ADALN_USES[function]:
+                raise TypeError(f"{function}: {name!r} is not used by this op; it takes "
+                                + ", ".join(_ADALN_USES[function]))
             if strided[name]:
                 ptr, stride = _strided(value, name)
                 setattr(a, name + "_stride", stride)
@@ -459,9 +484,9 @@ class Context:
         fn = getattr(self._lib, function)
         if backward:
             ws, ws_bytes = _workspace(workspace)
-            rc = fn(self.handle, ctypes.byref(a), ws, ws_bytes, _pointer(stream, "stream"))
+            rc = fn(self.handle, ctypes.byref(a), ws, ws_bytes, _stream(stream))
         else:
-            rc = fn(self.handle, ctypes.byref(a), _pointer(stream, "stream"))
+            rc = fn(self.handle, ctypes.byref(a), _stream(stream))
         check(rc, function)
 
     def _run(self, function, *args):
