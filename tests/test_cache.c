@@ -317,6 +317,25 @@ static int test_dir_resolution(const char *dir)
     kjit__cache_close(c);
     ASSERT_EQ_INT(dir_mode(want), 0700);
 
+    /* A relative name: absolute against the working directory, so that it
+     * names the same directory to another process (a server's hello). */
+    char *back = getcwd(NULL, 0), *here;
+    ASSERT_TRUE(back != NULL);
+    ASSERT_TRUE(chdir(dir) == 0);
+    ASSERT_TRUE((here = getcwd(NULL, 0)) != NULL);
+    ASSERT_OK(kjit__cache_open(&c, "rel/c//", 0));
+    snprintf(want, sizeof want, "%s/rel/c", here);
+    ASSERT_STR_EQ(kjit__cache_dir(c), want);
+    kjit__cache_close(c);
+    ASSERT_EQ_INT(dir_mode(want), 0700);
+    char *r = NULL;
+    ASSERT_TRUE(chdir("/") == 0);
+    ASSERT_OK(kjit__cache_resolve_dir("x/y", &r));
+    ASSERT_STR_EQ(r, "/x/y");
+    free(r), free(here);
+    ASSERT_TRUE(chdir(back) == 0);
+    free(back);
+
     unsetenv("KJIT_CACHE_DIR");
     unsetenv("XDG_CACHE_HOME");
     unsetenv("HOME");

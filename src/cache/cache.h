@@ -95,7 +95,8 @@ int kjit__cache_open(kjit_cache **out, const char *dir, uint64_t max_bytes);
 void kjit__cache_close(kjit_cache *c);
 /* The directory a cache of dir would use, touching nothing: dir, else
  * $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, $HOME/.cache/kjit (empty variables
- * count as unset); trailing slashes dropped. *out malloc'd. */
+ * count as unset); trailing slashes dropped; a relative name made absolute
+ * against the working directory (not resolved). *out malloc'd. */
 int kjit__cache_resolve_dir(const char *dir, char **out);
 /* The checks an open makes of a resolved directory (a directory, ours, not a
  * link, not group/other-writable), creating nothing: KJIT_OK, KJIT_ENOTFOUND

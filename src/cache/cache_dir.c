@@ -44,11 +44,28 @@ int kjit__cache_resolve_dir(const char *dir, char **out)
         n--;
     if (n == 1 && base[0] == '/' && *suffix)
         n = 0;
-    char *p = malloc(n + strlen(suffix) + 1);
-    if (!p)
+    /* A relative name is made absolute against the working directory now
+     * (not resolved: a symlink in it stays one), so what the context reports
+     * names the same directory from any other process, e.g. to a client
+     * that asks whether a server shares its cache. */
+    char *cwd = NULL;
+    if (base[0] != '/' && !(cwd = getcwd(NULL, 0)))
+        return kjit__fail(errno == ENOMEM ? KJIT_ENOMEM : KJIT_EIO,
+                          "cache directory '%s' is relative and the working directory is unknown: %s", base,
+                          strerror(errno));
+    const size_t nc = cwd ? strlen(cwd) + (cwd[1] != '\0') : 0; /* "/" + name, or "/dir" + "/" + name */
+    char *p = malloc(nc + n + strlen(suffix) + 1);
+    if (!p) {
+        free(cwd);
         return kjit__fail(KJIT_ENOMEM, "no memory for the cache directory name");
-    memcpy(p, base, n);
-    strcpy(p + n, suffix);
+    }
+    if (cwd) {
+        strcpy(p, cwd);
+        if (cwd[1] != '\0') p[nc - 1] = '/';
+    }
+    memcpy(p + nc, base, n);
+    strcpy(p + nc + n, suffix);
+    free(cwd);
     *out = p;
     return KJIT_OK;
 }
