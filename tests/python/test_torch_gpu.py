@@ -376,6 +376,10 @@ class TorchIntegration(unittest.TestCase):
         for exc, text, call in cases:
             with self.assertRaisesRegex(exc, text):
                 call()
+        # Under no_grad a t that requires grad builds no graph: taken.
+        t = torch.rand(4, device=DEV, requires_grad=True)
+        with torch.no_grad():
+            self.assertTrue(ref.same_bits(kjit.timestep_sinusoid(t, 8), kjit.timestep_sinusoid(t.detach(), 8)))
 
     def test_registered_ops_check(self):
         """torch.ops.kjit.* called directly (as an exported program or a
@@ -398,11 +402,38 @@ class TorchIntegration(unittest.TestCase):
             (ValueError, "t must be a contiguous", lambda: ops.timestep_sinusoid(
                 torch.rand(8, device=DEV)[::2], 8, False, 1.0, 1.0, 10000.0, torch.float32)),
         ]
+        # The backward ops too (before, none of their arguments was checked:
+        # a CPU index faulted, a dout of another dtype was read as x's).
+        dout = torch.randn_like(x)
+        dg = torch.randn(16, 64, device=DEV, dtype=table.dtype)
+        cases += [
+            (ValueError, "norm_modulate_bwd: index is on cpu",
+             lambda: ops.norm_modulate_bwd(dout, x, w, sc, idx.cpu(), 1e-5, True)),
+            (ValueError, "norm_modulate_bwd: dout has column stride",
+             lambda: ops.norm_modulate_bwd(wide, x, w, sc, idx, 1e-5, True)),
+            (TypeError, "norm_modulate_bwd: dout has dtype torch.float32 but x has",
+             lambda: ops.norm_modulate_bwd(dout.float(), x, w, sc, idx, 1e-5, True)),
+            (ValueError, "norm_modulate_bwd: need_dweight is True but weight is None",
+             lambda: ops.norm_modulate_bwd(dout, x, None, sc, idx, 1e-5, True)),
+            (ValueError, "gated_residual_bwd: dout has 8 rows, expected 16",
+             lambda: ops.gated_residual_bwd(dout[:8], y, g, idx)),
+            (ValueError, "gated_residual_norm_modulate_bwd: eps",
+             lambda: ops.gated_residual_norm_modulate_bwd(None, dout, x, y, g, w, sc, idx, -1.0, True)),
+            (ValueError, "gated_residual_norm_modulate_bwd: dh is on cpu",
+             lambda: ops.gated_residual_norm_modulate_bwd(dout.cpu(), dout, x, y, g, w, sc, idx, 1e-5, True)),
+            (ValueError, "adaln_row_gather_bwd: index must be 1-D with one entry per row",
+             lambda: ops.adaln_row_gather_bwd([dg], idx[:8], 9)),
+            (ValueError, "adaln_row_gather_bwd: rows 0",
+             lambda: ops.adaln_row_gather_bwd([dg], idx, 0)),
+        ]
         for exc, text, call in cases:
-            with self.assertRaisesRegex(exc, text):
+            with self.subTest(text=text), self.assertRaisesRegex(exc, text):
                 call()
         # What they accept gives the public functions' bits.
         self.assertTrue(ref.same_bits(ops.gated_residual(x, y, g, idx), kjit.gated_residual(x, y, g, idx)))
+        for got, want in zip(ops.norm_modulate_bwd(dout, x, w, sc, idx, 1e-5, True),
+                             kjit.ops._norm_modulate_bwd_impl(dout, x, w, sc, idx, 1e-5, True)):
+            self.assertTrue(ref.same_bits(got, want))
 
     def test_argument_edges(self):
         # eps beyond float32: refused in Python, also with no rows (was inf in C).

@@ -259,6 +259,16 @@ def _eps(fn, eps):
     return eps
 
 
+def _check_dweight(fn, weight, need_dweight):
+    if need_dweight and weight is None:
+        raise ValueError(f"{fn}: need_dweight is True but weight is None")
+
+
+def _check_table_rows(fn, rows):
+    if not 1 <= rows <= _MAX_TABLE_ROWS:
+        raise ValueError(f"{fn}: rows {rows}; kjit takes 1..{_MAX_TABLE_ROWS} table rows")
+
+
 # ---- helpers of the implementations ----------------------------------------------
 
 
@@ -441,7 +451,7 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
     if t.dim() == 1 and t.shape[0] > 1 and t.stride(0) != 1:
         t = t.contiguous()  # e.g. timesteps.expand(batch): N floats
     _check_t(fn, t)
-    if t.requires_grad:
+    if t.requires_grad and torch.is_grad_enabled():  # under no_grad no graph is built
         raise ValueError(f"{fn}: t requires grad, but the op has no backward (timesteps are not "
                          "differentiated); pass t.detach()")
     _check_out_dtype(fn, out_dtype)
@@ -509,11 +519,43 @@ def _gather_bwd_impl(douts: List[Tensor], index: Tensor, rows: int) -> List[Tens
     return dtables
 
 
+def _check_gather_bwd(douts, index, rows):
+    fn = "kjit.adaln_row_gather_bwd"
+    if not isinstance(douts, (list, tuple)) or not 1 <= len(douts) <= 8:
+        raise ValueError(f"{fn}: douts must be a list of 1..8 tensors, got "
+                         f"{len(douts) if isinstance(douts, (list, tuple)) else type(douts).__name__}")
+    first = _tensor(fn, "douts[0]", douts[0])
+    _dtype(fn, "douts[0]", first, _PARAM)
+    _rows_layout(fn, "douts[0]", first)
+    n, h = first.shape
+    if not 1 <= h <= _MAX_HIDDEN:
+        raise ValueError(f"{fn}: douts[0] has hidden size {h}; kjit takes 1..{_MAX_HIDDEN}")
+    for k, d in enumerate(douts[1:], 1):
+        _tensor(fn, f"douts[{k}]", d)
+        if d.dtype != first.dtype:
+            raise TypeError(f"{fn}: douts[{k}] has dtype {d.dtype} but douts[0] has {first.dtype}")
+        if d.device != first.device:
+            raise ValueError(f"{fn}: douts[{k}] is on {d.device} but douts[0] is on {first.device}")
+        _rows_layout(fn, f"douts[{k}]", d, n, h, "douts[0]")
+    _index(fn, index, n, first.device)
+    _check_table_rows(fn, rows)
+
+
+def _gather_bwd_op(douts: List[Tensor], index: Tensor, rows: int) -> List[Tensor]:
+    _check_gather_bwd(douts, index, rows)
+    return _gather_bwd_impl(douts, index, rows)
+
+
+# The backward ops check their arguments as the forwards do: a direct
+# torch.ops.kjit.*_bwd call (or a graph built by hand) gets an error naming
+# the argument, not a kernel reading the wrong memory. Autograd's own
+# backwards reach the implementations directly or through these checks.
 _gather_bwd = torch.library.custom_op("kjit::adaln_row_gather_bwd", mutates_args=(),
-                                       device_types="cuda")(_gather_bwd_impl)
+                                       device_types="cuda")(_gather_bwd_op)
 
 @_gather_bwd.register_fake
 def _(douts, index, rows):
+    _check_gather_bwd(douts, index, rows)
     return [d.new_empty((rows, d.shape[1])) for d in douts]
 
 
@@ -669,11 +711,28 @@ def _norm_modulate_bwd_run(dout, x, weight, scale, index, eps, need_dweight, nee
     return dx, dweight, dshift, dscale
 
 
+def _check_norm_modulate_bwd(dout, x, weight, scale, index, eps, need_dweight):
+    fn = "kjit.norm_modulate_bwd"
+    n, h = _activations(fn, [("x", x), ("dout", dout)])
+    _tables(fn, [("scale", scale)] + ([("weight", weight)] if weight is not None else []), h, x.device)
+    _index(fn, index, n, x.device)
+    _check_dweight(fn, weight, need_dweight)
+    return _eps(fn, eps)
+
+
+def _norm_modulate_bwd_op(dout: Tensor, x: Tensor, weight: Optional[Tensor], scale: Tensor,
+                          index: Tensor, eps: float, need_dweight: bool, need_tables: bool = True
+                          ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    eps = _check_norm_modulate_bwd(dout, x, weight, scale, index, eps, need_dweight)
+    return _norm_modulate_bwd_impl(dout, x, weight, scale, index, eps, need_dweight, need_tables)
+
+
 _norm_modulate_bwd = torch.library.custom_op("kjit::norm_modulate_bwd", mutates_args=(),
-                                              device_types="cuda")(_norm_modulate_bwd_impl)
+                                              device_types="cuda")(_norm_modulate_bwd_op)
 
 @_norm_modulate_bwd.register_fake
 def _(dout, x, weight, scale, index, eps, need_dweight, need_tables=True):
+    _check_norm_modulate_bwd(dout, x, weight, scale, index, eps, need_dweight)
     rows, h = scale.shape
     dweight = weight.new_empty((h,)) if need_dweight else _placeholder(scale)
     if not (need_tables or need_dweight):
@@ -734,7 +793,7 @@ def _check_norm_modulate(x, weight, shift, scale, index, eps):
 def norm_modulate(x, weight, shift, scale, index, eps=1e-5):
     """out = rms_norm(x) * weight * (1 + scale[index]) + shift[index].
     x (N, H) bf16/fp16/fp32; weight (H,) or None; shift, scale (R, H) bf16 or
-    fp32 (views with any row stride, e.g. chunks of one projection); index (N,)
+    fp32 (views with any row stride >= H, e.g. chunks of one projection); index (N,)
     int32/int64 into 0..R-1."""
     eps = _check_norm_modulate(x, weight, shift, scale, index, eps)
     if not _function_path(x, weight, shift, scale, index):
@@ -803,11 +862,25 @@ def _gated_residual_bwd_run(dout, y, gate, index, need_gate, part):
     return dy, dgate
 
 
+def _check_gated_residual_bwd(dout, y, gate, index):
+    fn = "kjit.gated_residual_bwd"
+    n, h = _activations(fn, [("y", y), ("dout", dout)])
+    _tables(fn, [("gate", gate)], h, y.device)
+    _index(fn, index, n, y.device)
+
+
+def _gated_residual_bwd_op(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor,
+                           need_gate: bool = True) -> tuple[Tensor, Tensor]:
+    _check_gated_residual_bwd(dout, y, gate, index)
+    return _gated_residual_bwd_impl(dout, y, gate, index, need_gate)
+
+
 _gated_residual_bwd = torch.library.custom_op("kjit::gated_residual_bwd", mutates_args=(),
-                                               device_types="cuda")(_gated_residual_bwd_impl)
+                                               device_types="cuda")(_gated_residual_bwd_op)
 
 @_gated_residual_bwd.register_fake
 def _(dout, y, gate, index, need_gate=True):
+    _check_gated_residual_bwd(dout, y, gate, index)
     dgate = gate.new_empty((gate.shape[0], y.shape[1])) if need_gate else _placeholder(gate)
     return y.new_empty(y.shape), dgate
 
@@ -932,11 +1005,30 @@ def _fused_bwd_run(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight
     return dres, dy, dgate, dweight, dshift, dscale
 
 
+def _check_fused_bwd(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight):
+    fn = "kjit.gated_residual_norm_modulate_bwd"
+    n, hidden = _activations(fn, [("h", h), ("y", y), ("dout", dout)] + ([("dh", dh)] if dh is not None else []))
+    _tables(fn, [("gate", gate), ("scale", scale)] + ([("weight", weight)] if weight is not None else []),
+            hidden, h.device)
+    _index(fn, index, n, h.device)
+    _check_dweight(fn, weight, need_dweight)
+    return _eps(fn, eps)
+
+
+def _fused_bwd_op(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate: Tensor,
+                  weight: Optional[Tensor], scale: Tensor, index: Tensor, eps: float,
+                  need_dweight: bool, need_tables: bool = True
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    eps = _check_fused_bwd(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight)
+    return _fused_bwd_impl(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, need_tables)
+
+
 _fused_bwd = torch.library.custom_op("kjit::gated_residual_norm_modulate_bwd", mutates_args=(),
-                                      device_types="cuda")(_fused_bwd_impl)
+                                      device_types="cuda")(_fused_bwd_op)
 
 @_fused_bwd.register_fake
 def _(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, need_tables=True):
+    _check_fused_bwd(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight)
     rows, hidden = scale.shape
     dweight = weight.new_empty((hidden,)) if need_dweight else _placeholder(scale)
     rows_only = not (need_tables or need_dweight)
