@@ -135,10 +135,18 @@ int kjit__part_build(kjit_ctx *ctx, const char *label, const kjit_partition *par
     const unsigned grid = (unsigned)((part->tiles + COUNT_WARPS - 1) / COUNT_WARPS);
     const size_t want = (size_t)COUNT_WARPS * (size_t)part->r * 4;
     const unsigned smem = want <= 48 * 1024 ? (unsigned)want : 0;
-    int rc = kjit__run(ctx, PART_TEMPLATE, label, count, grid, 1, 1, 32 * COUNT_WARPS, smem, stream, &p);
-    if (!rc) rc = kjit__run(ctx, PART_TEMPLATE, label, "kjit_part_scan<256>", (unsigned)(part->tiles * part->r + 4095) / 4096,
-                            1, 1, 256, 0, stream, &p);
-    if (!rc) rc = kjit__run(ctx, PART_TEMPLATE, label, scatter, grid, 1, 1, 32 * COUNT_WARPS, smem, stream, &p);
+    /* All three loaded before the first launches: a failure to load the
+     * scan or the scatter must not leave the count's writes behind (the
+     * training forward, whose partition is an output, has no preload). */
+    static const char scan[] = "kjit_part_scan<256>";
+    CUfunction f_count, f_scan, f_scatter;
+    int rc = kjit__ctx_kernel_smem(ctx, PART_TEMPLATE, label, count, smem, &f_count);
+    if (!rc) rc = kjit__ctx_kernel_smem(ctx, PART_TEMPLATE, label, scan, 0, &f_scan);
+    if (!rc) rc = kjit__ctx_kernel_smem(ctx, PART_TEMPLATE, label, scatter, smem, &f_scatter);
+    if (!rc) rc = kjit__launch(ctx, f_count, grid, 1, 1, 32 * COUNT_WARPS, smem, stream, &p, count);
+    if (!rc) rc = kjit__launch(ctx, f_scan, (unsigned)(part->tiles * part->r + 4095) / 4096, 1, 1, 256, 0, stream, &p,
+                               scan);
+    if (!rc) rc = kjit__launch(ctx, f_scatter, grid, 1, 1, 32 * COUNT_WARPS, smem, stream, &p, scatter);
     return rc;
 }
 
