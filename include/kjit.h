@@ -135,7 +135,9 @@ KJIT_API const char *kjit_ctx_cache_dir(const kjit_ctx *ctx);
  * op since the last call saw an index out of range, and clears the flag.
  * The flag is the context's, shared by all its streams: read it once the
  * streams whose ops it covers are done (an op still running on another
- * stream may raise it between this call's read and its clear). */
+ * stream may raise it between this call's read and its clear). On a stream
+ * being captured into a CUDA graph it is refused (KJIT_EINVAL), recording
+ * nothing: read the flag after the graph's launch. */
 KJIT_API int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag);
 
 /* compiles: builds on a miss of memory and disk, failed ones included; of
@@ -253,7 +255,9 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * (out vs t).
  * Backward passes need a workspace (kjit_*_workspace gives its size; 256-byte
  * aligned, as cuMemAlloc's are); pass NULL to use one owned by the context (grown on demand: one stream at a
- * time, and a call that must grow it while its stream is being captured returns KJIT_EINVAL, launching
+ * time, since nothing orders two streams' use of it: backwards given NULL on streams whose work may overlap,
+ * or from two threads, race on it and give wrong parameter gradients, so give each such stream a workspace
+ * of its own; and a call that must grow it while its stream is being captured returns KJIT_EINVAL, launching
  * nothing and leaving the capture valid: make the call once before capturing (only the call's own stream
  * is asked: a growth while another stream of the thread, or in the global mode another thread, captures
  * meets cuMemAlloc's refusal there, as any allocation would); a buffer

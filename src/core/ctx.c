@@ -59,7 +59,7 @@ static int open_device(kjit_ctx *ctx)
      * device's primary one, so a plain driver-API caller can allocate. */
     CUcontext cur = NULL;
     if (cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && !cur)
-        ctx->made_current = cu->CtxSetCurrent(ctx->cuctx) == CUDA_SUCCESS;
+        (void)cu->CtxSetCurrent(ctx->cuctx);
     int pushed = 0;
     int rc = kjit__ctx_enter(ctx, &pushed);
     if (rc) return rc;
@@ -146,14 +146,21 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
         if (ctx->ws) cu->MemFree(ctx->ws);
         for (int i = 0; i < ctx->n_retired; ++i) cu->MemFree(ctx->retired[i]);
         kjit__ctx_leave(ctx, pushed);
-        /* Do not leave a released context current on the creating thread. */
-        CUcontext cur = NULL;
-        if (ctx->made_current && cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx->cuctx)
-            cu->CtxSetCurrent(NULL);
     }
     for (size_t i = 0; i < ctx->n_slots; ++i) free(ctx->slots[i].name);
     free(ctx->slots);
-    if (cu && ctx->cuctx) cu->DevicePrimaryCtxRelease(ctx->dev);
+    if (cu && ctx->cuctx) {
+        CUcontext cur = NULL;
+        const int current = cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx->cuctx;
+        cu->DevicePrimaryCtxRelease(ctx->dev);
+        /* A released context is not left current on this thread, but one
+         * that another kjit context or the CUDA runtime still holds is:
+         * that holder's driver-API calls here would fail without it. */
+        unsigned flags = 0;
+        int active = 1;
+        if (current && cu->DevicePrimaryCtxGetState(ctx->dev, &flags, &active) == CUDA_SUCCESS && !active)
+            cu->CtxSetCurrent(NULL);
+    }
     kjit__cache_close(ctx->cache);
     kjit__tune_detach(ctx);
     free(ctx->server);
@@ -213,6 +220,14 @@ int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag)
     int pushed, rc = kjit__ctx_enter(ctx, &pushed);
     if (rc) return rc;
     const kjit_cu_api *cu = kjit__cu();
+    /* The read waits for the stream, which a capture does not allow (the
+     * capture would be invalidated): refused before anything is recorded. */
+    const char *which;
+    if (kjit__cu_capturing(cu, stream, &which)) {
+        kjit__ctx_leave(ctx, pushed);
+        return kjit__fail(KJIT_EINVAL, "kjit_ctx_index_error: waits for the stream, which cannot happen while %s is "
+                          "being captured into a CUDA graph: call it after the graph's launch", which);
+    }
     /* A page-locked word of the context's own, claimed for this call (a
      * thread past the 64 concurrent readers reads into its stack). */
     int v = 0, slot = -1;
@@ -226,10 +241,13 @@ int kjit_ctx_index_error(kjit_ctx *ctx, CUstream stream, int *flag)
     }
     int *dst = slot >= 0 ? &ctx->err_host[slot] : &v;
     CUresult r = cu->MemcpyDtoHAsync(dst, ctx->err_flag, sizeof v, stream);
+    const int queued = r == CUDA_SUCCESS;
     if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);
     if (r == CUDA_SUCCESS) v = *dst;
-    /* After a failed wait the copy may still land: that word stays claimed. */
-    if (slot >= 0 && r == CUDA_SUCCESS) atomic_fetch_and(&ctx->err_host_busy, ~((uint_fast64_t)1 << slot));
+    /* After a failed wait the queued copy may still land: that word stays
+     * claimed. A copy that was never queued leaves it free. */
+    if (slot >= 0 && (r == CUDA_SUCCESS || !queued))
+        atomic_fetch_and(&ctx->err_host_busy, ~((uint_fast64_t)1 << slot));
     if (r == CUDA_SUCCESS && v) {
         r = cu->MemsetD32Async(ctx->err_flag, 0, 1, stream);
         if (r == CUDA_SUCCESS) r = cu->StreamSynchronize(stream);

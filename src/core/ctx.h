@@ -60,7 +60,6 @@ struct kjit_ctx {
     CUdeviceptr retired[48];
     int n_retired;
     pthread_mutex_t index_lock; /* one synchronous index check at a time */
-    int made_current;           /* create set the primary context current */
 
     pthread_rwlock_t lock;
     kjit_kernel_slot *slots;

@@ -17,6 +17,7 @@
     XX(DeviceTotalMem, cuDeviceTotalMem_v2)                 \
     XX(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)    \
     XX(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2) \
+    XX(DevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState) \
     XX(CtxGetCurrent, cuCtxGetCurrent)                      \
     XX(CtxSetCurrent, cuCtxSetCurrent)                      \
     XX(CtxPushCurrent, cuCtxPushCurrent_v2)                 \

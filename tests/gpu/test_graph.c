@@ -331,12 +331,18 @@ static void sync_under_capture(CUstream stream)
     const int rcg = kjit_adaln_row_gather_fwd(sctx, &gather_args, stream);
     const int rcb = kjit_norm_modulate_bwd(sctx, a, NULL, 0, stream);
     const int rcgb = kjit_adaln_row_gather_bwd(sctx, &gather_args, NULL, 0, stream);
+    /* Reading the index-error flag waits for the stream: refused too. */
+    int flag = -1;
+    const int rcf = kjit_ctx_index_error(sctx, stream, &flag);
+    const int named_f = strstr(kjit_last_error(), "kjit_ctx_index_error") && strstr(kjit_last_error(), "captured");
     const CUresult er = cu->StreamEndCapture(stream, &graph);
     CHECK_STATUS(rc, KJIT_EINVAL);
     CHECK_STATUS(rcg, KJIT_EINVAL);
     CHECK_STATUS(rcb, KJIT_EINVAL);
     CHECK_STATUS(rcgb, KJIT_EINVAL);
+    CHECK_STATUS(rcf, KJIT_EINVAL);
     CHECK(named);
+    CHECK(named_f && flag == -1);
     size_t nodes = 1;
     if (er != CUDA_SUCCESS || !graph) {
         fprintf(stderr, "sync_under_capture: the refused calls invalidated the capture (%d)\n", (int)er);
@@ -350,8 +356,8 @@ static void sync_under_capture(CUstream stream)
     /* Outside a capture the same call checks and runs. */
     CHECK_STATUS(kjit_norm_modulate_fwd(sctx, a, stream), KJIT_OK);
     CU_CHECK(cu->StreamSynchronize(stream));
-    printf("SYNC index checking on a capturing stream: forwards and backwards refused, nothing recorded, the "
-           "capture kept\n");
+    printf("SYNC index checking on a capturing stream: forwards, backwards and the flag's read refused, nothing "
+           "recorded, the capture kept\n");
     kjit_ctx_destroy(sctx);
 }
 
