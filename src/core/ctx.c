@@ -523,10 +523,11 @@ int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUstream stream, CUdevicept
         if (r == CUDA_SUCCESS) {
             /* The old buffer may be in a captured graph or in another
              * thread's launch: retire it (freed at destroy). When the list
-             * is full the oldest is freed (cuMemFree waits for the device). */
+             * is full the oldest is freed once the device is idle (not left
+             * to cuMemFree's own wait, which the driver does not promise). */
             if (ctx->ws) {
                 if (ctx->n_retired == (int)(sizeof ctx->retired / sizeof ctx->retired[0])) {
-                    cu->MemFree(ctx->retired[0]);
+                    if (cu->CtxSynchronize() == CUDA_SUCCESS) cu->MemFree(ctx->retired[0]);
                     memmove(ctx->retired, ctx->retired + 1, sizeof ctx->retired - sizeof ctx->retired[0]);
                     ctx->n_retired--;
                 }

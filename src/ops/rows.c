@@ -79,18 +79,18 @@ int kjit__run(kjit_ctx *ctx, const char *template_file, const char *label, const
     return rc ? rc : kjit__launch(ctx, fn, gx, gy, gz, bx, smem, stream, params, name_expr);
 }
 
-/* Runs the check kernel and reads back the first bad row (~0: none). */
-static int check_indices(kjit_ctx *ctx, const kjit_index *ix, int64_t n, CUstream stream, unsigned long long *bad)
+/* Runs the loaded check kernel fn (expr) and reads back the first bad row
+ * (~0: none). */
+static int check_indices(kjit_ctx *ctx, CUfunction fn, const char *expr, const kjit_index *ix, int64_t n,
+                         CUstream stream, unsigned long long *bad)
 {
     const kjit_cu_api *cu = kjit__cu();
     const CUdeviceptr pos = ctx->err_flag + offsetof(kjit_index_report, pos);
     KJIT_CU_TRY(cu, MemsetD8Async(pos, 0xFF, sizeof(unsigned long long), stream), "index check");
     kjit_index_check_params p = {ix->ptr, (void *)(uintptr_t)ctx->err_flag, n, ix->rows};
-    char expr[64];
-    snprintf(expr, sizeof expr, "kjit_index_check<%s>", kjit__dtype_cxx(ix->dtype));
     int64_t blocks = (n + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    int rc = kjit__run(ctx, "index_check.cuh", "index_check", expr, (unsigned)blocks, 1, 1, 256, 0, stream, &p);
+    int rc = kjit__launch(ctx, fn, (unsigned)blocks, 1, 1, 256, 0, stream, &p, expr);
     if (rc) return rc;
     KJIT_CU_TRY(cu, MemcpyDtoHAsync(bad, pos, sizeof *bad, stream), "index check");
     KJIT_CU_TRY(cu, StreamSynchronize(stream), "index check");
@@ -114,15 +114,26 @@ int kjit__index_prepare(kjit_ctx *ctx, const char *op, const kjit_index *ix, int
                           "being captured into a CUDA graph: use KJIT_INDEX_CHECK_ASYNC (or OFF) in a context for "
                           "captured calls", op, which);
 
+    /* Loaded (a compile on first use, perhaps a wait for another process's
+     * build) before the lock, which then covers only the launch and the
+     * read back. */
+    char expr[64];
+    snprintf(expr, sizeof expr, "kjit_index_check<%s>", kjit__dtype_cxx(ix->dtype));
+    CUfunction fn;
+    int rc = kjit__ctx_kernel_smem(ctx, "index_check.cuh", "index_check", expr, 0, &fn);
+    if (rc) return rc;
     /* The report word is the context's: one check at a time uses it. */
     pthread_mutex_lock(&ctx->index_lock);
     unsigned long long bad = 0;
-    int rc = check_indices(ctx, ix, n, stream, &bad);
+    rc = check_indices(ctx, fn, expr, ix, n, stream, &bad);
     pthread_mutex_unlock(&ctx->index_lock);
     if (rc || bad == ~0ULL) return rc;
     long long v = 0;
     const size_t es = kjit_dtype_size(ix->dtype);
-    KJIT_CU_TRY(cu, MemcpyDtoH(&v, (CUdeviceptr)(uintptr_t)ix->ptr + bad * es, es), "index check");
+    /* On the call's stream (a plain copy would order against the legacy
+     * stream, and so against other threads' work). */
+    KJIT_CU_TRY(cu, MemcpyDtoHAsync(&v, (CUdeviceptr)(uintptr_t)ix->ptr + bad * es, es, stream), "index check");
+    KJIT_CU_TRY(cu, StreamSynchronize(stream), "index check");
     if (es == 4) v = (long long)(int)v;
     return kjit__fail(KJIT_EINDEX, "%s: index[%llu] = %lld is outside [0, %lld); nothing was written", op, bad, v,
                       (long long)ix->rows);
