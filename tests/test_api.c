@@ -125,6 +125,20 @@ static void op_args(kjit_ctx *ctx)
     CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 4, 256, (void *)0x2001, 256, KJIT_BF16, NULL, NULL), KJIT_EINVAL);
     CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, INT64_MAX / 2, 256, out, 256, KJIT_F32, NULL, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "overflow") != NULL);
+    /* Past the top of the address space (the device would wrap to low
+     * addresses): refused, named; the same spans one step lower pass. */
+    CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 8, 256, (void *)(uintptr_t)(UINTPTR_MAX - 4095), 256, KJIT_F32, NULL,
+                                        NULL), KJIT_EINVAL); /* 8 rows of 1 KiB from 4 KiB below the top */
+    CHECK(strstr(kjit_last_error(), "out:") && strstr(kjit_last_error(), "end of the address space"));
+    CHECK_STATUS(kjit_timestep_sinusoid(ctx, (float *)(uintptr_t)(UINTPTR_MAX - 7), 4, 256, out, 256, KJIT_F32, NULL,
+                                        NULL), KJIT_EINVAL); /* 16 bytes of t from 8 below the top */
+    CHECK(strstr(kjit_last_error(), "t:") && strstr(kjit_last_error(), "end of the address space"));
+    if (!kjit_ctx_has_device(ctx)) {
+        CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 8, 256, (void *)(uintptr_t)(UINTPTR_MAX - 8207), 256, KJIT_F32,
+                                            NULL, NULL), KJIT_ENODRIVER); /* its end 16 bytes below the top */
+        CHECK_STATUS(kjit_timestep_sinusoid(ctx, (float *)(uintptr_t)(UINTPTR_MAX - 31), 4, 256, out, 256, KJIT_F32,
+                                            NULL, NULL), KJIT_ENODRIVER);
+    }
     o.downscale_freq_shift = 128; /* d/2 - shift == 0 */
     CHECK_STATUS(kjit_timestep_sinusoid(ctx, t, 4, 256, out, 256, KJIT_F32, &o, NULL), KJIT_EINVAL);
     o.downscale_freq_shift = 0; /* d = 1: half = 0, and 0 - 0 == 0 too */

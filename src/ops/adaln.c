@@ -344,8 +344,9 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
             if (!rc) rc = kjit__part_beside(ctx, build, &part, &p.index, (unsigned)(tpr * c.rpc), beside, stream);
             goto out;
         } else {
-            /* Load the forward before the build writes anything. */
-            if ((rc = kjit__ctx_kernel(ctx, ADALN_TEMPLATE, op, e, &fn))) goto out;
+            /* Load the forward, with the shared memory its launch asks
+             * for, before the build writes anything. */
+            if ((rc = kjit__ctx_kernel_smem(ctx, ADALN_TEMPLATE, op, e, (unsigned)smem, &fn))) goto out;
             if ((rc = kjit__part_build(ctx, op, &part, &p.index, a->index.dtype, stream))) goto out;
         }
     }

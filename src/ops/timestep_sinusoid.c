@@ -74,6 +74,16 @@ int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, int d, void
     if ((uintptr_t)t % 4) return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: t is not 4-byte aligned");
     if ((uintptr_t)out % esize)
         return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: out is not %zu-byte aligned", esize);
+    /* Both within the address space, as every op's rows: past its end the
+     * device's addresses wrap to low ones, which the overlap check below
+     * (exact integers) would not see. The extent is < INT64_MAX here. */
+    if ((uint64_t)n > (UINTPTR_MAX - (uintptr_t)t) / 4)
+        return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: t: %lld values from %p run past the end of the address space",
+                          (long long)n, (const void *)t);
+    if (((uint64_t)(n - 1) * (uint64_t)out_stride + (uint64_t)d) * esize > UINTPTR_MAX - (uintptr_t)out)
+        return kjit__fail(KJIT_EINVAL,
+                          "timestep_sinusoid: out: %lld rows of stride %lld from %p run past the end of the address "
+                          "space", (long long)n, (long long)out_stride, out);
     const kjit_span sp[2] = {kjit__span_bytes("t", t, (size_t)n * 4, 0),
                              kjit__span_rows("out", out, out_stride, n, d, esize, 1)};
     int rc = kjit__spans_check("timestep_sinusoid", sp, 2);
