@@ -43,11 +43,12 @@ static const struct {
     {"tune", kjit_cli_tune},
 };
 
-static int is_command(const char *name)
+/* The command named name, or NULL. */
+static int (*command(const char *name))(int, char **)
 {
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; ++i)
-        if (!strcmp(name, cmds[i].name)) return 1;
-    return 0;
+        if (!strcmp(name, cmds[i].name)) return cmds[i].fn;
+    return NULL;
 }
 
 int main(int argc, char **argv) { return finish(run(argc, argv)); }
@@ -62,7 +63,7 @@ static int run(int argc, char **argv)
     static char help_opt[] = "--help";
     char *help_argv[] = {argv[0], argc > 2 ? argv[2] : NULL, help_opt, NULL};
     if (argc == 3 && !strcmp(argv[1], "help")) {
-        if (!is_command(argv[2]) && strcmp(argv[2], "--help") && strcmp(argv[2], "-h") && strcmp(argv[2], "help")) {
+        if (!command(argv[2]) && strcmp(argv[2], "--help") && strcmp(argv[2], "-h") && strcmp(argv[2], "help")) {
             fprintf(stderr, "kjit help: unknown command '%s'\n\n%s", argv[2], usage);
             return KJIT_EXIT_USAGE;
         }
@@ -80,8 +81,8 @@ static int run(int argc, char **argv)
         printf("kjit %s\n", KJIT_VERSION_STRING);
         return 0;
     }
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; ++i)
-        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    int (*fn)(int, char **) = command(argv[1]);
+    if (fn) return fn(argc - 1, argv + 1);
     fprintf(stderr, "kjit: unknown command '%s'\n\n%s", argv[1], usage);
     return KJIT_EXIT_USAGE;
 }

@@ -348,6 +348,8 @@ static int adaln_fwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
              * for, before the build writes anything. */
             if ((rc = kjit__ctx_kernel_smem(ctx, ADALN_TEMPLATE, op, e, (unsigned)smem, &fn))) goto out;
             if ((rc = kjit__part_build(ctx, op, &part, &p.index, a->index.dtype, stream))) goto out;
+            rc = kjit__launch(ctx, fn, (unsigned)groups, 1, 1, (unsigned)(tpr * c.rpc), (unsigned)smem, stream, &p, e);
+            goto out;
         }
     }
     rc = kjit__run(ctx, ADALN_TEMPLATE, op, e, (unsigned)groups, 1, 1, (unsigned)(tpr * c.rpc), (unsigned)smem, stream,

@@ -217,11 +217,12 @@ def _tables(fn, named, hidden, device):
                                  "table rows")
 
 
-def _activations(fn, named):
-    """Row tensors: one CUDA device, one dtype, one (N, H) shape. Returns it."""
+def _activations(fn, named, allowed=_ACT):
+    """Row tensors: one CUDA device, one dtype (of allowed), one (N, H) shape.
+    Returns it."""
     first_name, first = named[0]
     _tensor(fn, first_name, first)
-    _dtype(fn, first_name, first, _ACT)
+    _dtype(fn, first_name, first, allowed)
     _rows_layout(fn, first_name, first)
     if not 1 <= first.shape[1] <= _MAX_HIDDEN:
         raise ValueError(f"{fn}: {first_name} has hidden size {first.shape[1]}; kjit takes "
@@ -524,20 +525,9 @@ def _check_gather_bwd(douts, index, rows):
     if not isinstance(douts, (list, tuple)) or not 1 <= len(douts) <= 8:
         raise ValueError(f"{fn}: douts must be a list of 1..8 tensors, got "
                          f"{len(douts) if isinstance(douts, (list, tuple)) else type(douts).__name__}")
-    first = _tensor(fn, "douts[0]", douts[0])
-    _dtype(fn, "douts[0]", first, _PARAM)
-    _rows_layout(fn, "douts[0]", first)
-    n, h = first.shape
-    if not 1 <= h <= _MAX_HIDDEN:
-        raise ValueError(f"{fn}: douts[0] has hidden size {h}; kjit takes 1..{_MAX_HIDDEN}")
-    for k, d in enumerate(douts[1:], 1):
-        _tensor(fn, f"douts[{k}]", d)
-        if d.dtype != first.dtype:
-            raise TypeError(f"{fn}: douts[{k}] has dtype {d.dtype} but douts[0] has {first.dtype}")
-        if d.device != first.device:
-            raise ValueError(f"{fn}: douts[{k}] is on {d.device} but douts[0] is on {first.device}")
-        _rows_layout(fn, f"douts[{k}]", d, n, h, "douts[0]")
-    _index(fn, index, n, first.device)
+    # The tables' gradients: rows of the tables' dtype.
+    n, _ = _activations(fn, [(f"douts[{k}]", d) for k, d in enumerate(douts)], _PARAM)
+    _index(fn, index, n, douts[0].device)
     _check_table_rows(fn, rows)
 
 
