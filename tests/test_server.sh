@@ -23,6 +23,10 @@ for v in 0x10 1e3 1.2.3 .; do  # plain decimal seconds only (strtod took 0x10 as
   timeout 10 "$KJIT" serve --idle-timeout "$v" 2>/dev/null; [ $? = 2 ] || fail "--idle-timeout $v must exit 2"
 done
 "$KJIT" serve --allow-uid 1,x 2>/dev/null; [ $? = 2 ] || fail "--allow-uid 1,x must exit 2"
+# Below the timers' 1 ms: refused before anything is made (no socket, no lock file).
+out=$(timeout 10 "$KJIT" serve --socket "$T/idle.sock" --idle-timeout 0.0001 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "below the 1 ms resolution" || fail "--idle-timeout 0.0001: $rc $out"
+[ -e "$T/idle.sock" ] || [ -e "$T/idle.sock.lock" ] && fail "a refused --idle-timeout made the socket or its lock"
 "$KJIT" serve --bogus 1 2>/dev/null; [ $? = 2 ] || fail "unknown option must exit 2"
 "$KJIT" call 2>/dev/null; [ $? = 2 ] || fail "call without JSON must exit 2"
 
