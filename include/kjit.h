@@ -461,8 +461,10 @@ typedef struct kjit_tune_result {
  * (unless the cache is memory-only). Waits for the device to be idle first;
  * allocates several GB for a while; takes a few seconds. KJIT_EUNSUPPORTED
  * for hidden sizes off the fast path; KJIT_ENODRIVER without a GPU;
- * KJIT_EIO when tuned (out filled, ctx uses it) but the file could not be
- * written. out may be NULL. */
+ * KJIT_EIO when tuned (out filled, out->config.source KJIT_CONFIG_TUNED, ctx
+ * uses it) but the file could not be written; a failure before the tuning
+ * ended (an unreadable template directory is KJIT_EIO too) leaves out
+ * zeroed, so out->config.source tells the two apart. out may be NULL. */
 KJIT_API int kjit_tune(kjit_ctx *ctx, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out);
 
 #ifdef __cplusplus

@@ -7,9 +7,11 @@
  * and the fitted ones as measured; kjit_op_config_get / kjit_tune / the force hook
  * on a context without a GPU. */
 #include <errno.h>
+#include <fcntl.h>
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -436,6 +438,17 @@ static void test_damaged(const char *dir)
         CHECK_EQ_INT((int)l.n, 0);
         kjit__tune_list_free(&l);
     }
+    { /* A raw NUL inside a string (kjit writes none) would cut a device
+       * name the same way: "<device>\0zz" read as this device's. */
+        static const char t[] = HEAD "{\"device\":\"" DEV "\0zz\",\"op\":\"norm_modulate\",\"hidden\":5376,"
+                                "\"dtype\":\"bf16\",\"fwd\":{\"rpc\":2,\"pf\":1,\"grid_per_sm\":2},\"bwd\":{\"bwd_pf\":1,"
+                                "\"accs\":1}}]}";
+        kjit_tune_list l = {0};
+        int nb = -1;
+        CHECK_EQ_INT(kjit__tune_parse(t, sizeof t - 1, &l, &nb, NULL, 0), KJIT_TUNE_FILE_DAMAGED);
+        CHECK_EQ_INT((int)l.n, 0);
+        kjit__tune_list_free(&l);
+    }
     /* A \u0000 (kjit writes none) would cut a device name: "H200\u0000x"
      * read as this device's. */
     expect_file(dir, "device with \\u0000", HEAD "{\"device\":\"" DEV "\\u0000x\",\"op\":\"norm_modulate\",\"hidden\":5376,"
@@ -686,6 +699,99 @@ static void test_too_big(const char *dir)
     free(t);
 }
 
+/* The cap counts the newline a save writes after the text: a text of
+ * exactly the cap would make a file one byte over it, which every reader
+ * takes for damaged and the next save empties. */
+static void test_cap_exact(const char *dir)
+{
+    const size_t cap = 4u << 20;
+    char *t = malloc(cap + 256);
+    CHECK(t != NULL);
+    if (!t) return;
+    kjit_tune_entry e = entry(DEV, 1, 5376, KJIT_BF16, 2, 1, 4, 2, 1);
+    size_t pad = cap - 4096;
+    for (int round = 0; round < 2; ++round) {
+        int n = snprintf(t, 256, "{\"format\":2,\"entries\":[{\"kjit\":\"0.0.9\",\"pad\":\"");
+        memset(t + n, 'x', pad);
+        snprintf(t + n + pad, 256, "\"}]}");
+        if (round == 1) break;
+        /* What a save of e into this file would print: pad set so that it
+         * is exactly the cap. */
+        kjit_tune_list l = {0};
+        int nb = -1;
+        CHECK_EQ_INT(kjit__tune_parse(t, strlen(t), &l, &nb, NULL, 0), KJIT_TUNE_FILE_OK);
+        CHECK_STATUS(kjit__tune_list_put(&l, &e), KJIT_OK);
+        char *text = kjit__tune_print(&l);
+        CHECK(text != NULL);
+        if (text) pad += cap - strlen(text);
+        free(text);
+        kjit__tune_list_free(&l);
+    }
+    write_file(dir, KJIT_TUNE_FILE, t);
+    kjit_tune_list l = {0};
+    int nb = -1;
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_OK);
+    CHECK_STATUS(kjit__tune_list_put(&l, &e), KJIT_OK);
+    char *text = kjit__tune_print(&l);
+    CHECK(text && strlen(text) == cap); /* the boundary itself */
+    free(text);
+    kjit__tune_list_free(&l);
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "would grow to 4194305 bytes") != NULL);
+    char *after = read_text(dir);
+    CHECK(after && !strcmp(after, t));
+    free(after);
+    free(t);
+}
+
+/* A file that cannot be read whole (here: no descriptor left to open it
+ * with, as EACCES or EIO would also do) says nothing of its content: it is
+ * ignored, and a save leaves it as it is instead of replacing it with this
+ * process's entries alone. */
+static void test_unreadable(const char *dir)
+{
+    kjit_tune_entry keep = entry(DEV, 1, 1024, KJIT_BF16, 2, 1, 4, 2, 1);
+    kjit_tune_entry add = entry(DEV, 1, 2048, KJIT_BF16, 2, 1, 4, 2, 1);
+    char p[4200];
+    snprintf(p, sizeof p, "%.4000s/%s", dir, KJIT_TUNE_FILE);
+    unlink(p);
+    CHECK_STATUS(kjit__tune_file_update(dir, &keep, 1), KJIT_OK);
+    char *before = read_text(dir);
+    CHECK(before != NULL);
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    struct rlimit low = old;
+    low.rlim_cur = 256;
+    if (low.rlim_cur > old.rlim_cur) low.rlim_cur = old.rlim_cur;
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    /* Every descriptor taken, then one given back: the save's lock takes
+     * it, and the read of the file finds none (EMFILE). */
+    int fds[256], nf = 0;
+    while (nf < 256 && (fds[nf] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) ++nf;
+    CHECK(nf > 0 && nf < 256 && errno == EMFILE);
+    close(fds[--nf]);
+    const int rc = kjit__tune_file_update(dir, &add, 1);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", kjit_last_error());
+    kjit_tune_list l = {0};
+    int nb = -1;
+    /* And a read alone, with no descriptor for it. */
+    const int fd_last = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const kjit_tune_file_state st = kjit__tune_file_read(dir, &l, &nb);
+    if (fd_last >= 0) close(fd_last);
+    kjit__tune_list_free(&l);
+    while (nf > 0) close(fds[--nf]);
+    CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
+    CHECK_STATUS(rc, KJIT_EIO);
+    CHECK(strstr(msg, "could not be read") != NULL && strstr(msg, "left as it is") != NULL);
+    CHECK_EQ_INT(st, KJIT_TUNE_FILE_UNREADABLE);
+    char *after = read_text(dir);
+    CHECK(before && after && !strcmp(before, after)); /* the 1024 entry kept, nothing written */
+    free(before), free(after);
+    CHECK_EQ_INT(stray_files(dir), 0);
+    unlink(p);
+}
+
 static void test_other_versions(const char *dir)
 {
     write_file(dir, KJIT_TUNE_FILE,
@@ -880,6 +986,8 @@ int main(void)
     test_many_entries();
     test_table_many_keys();
     test_too_big(sub[2]);
+    test_cap_exact(sub[2]);
+    test_unreadable(sub[1]);
     kjit_test_rmtree(dir);
     free(dir);
     return kjit_test_result("test_tune_file");

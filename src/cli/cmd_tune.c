@@ -43,7 +43,7 @@ static const char help[] =
 static const char *state_name(kjit_tune_file_state s)
 {
     return s == KJIT_TUNE_FILE_OK ? "ok" : s == KJIT_TUNE_FILE_MISSING ? "missing"
-         : s == KJIT_TUNE_FILE_DAMAGED ? "damaged" : "foreign";
+         : s == KJIT_TUNE_FILE_DAMAGED ? "damaged" : s == KJIT_TUNE_FILE_UNREADABLE ? "unreadable" : "foreign";
 }
 
 static double ratio(double a, double b) { return a > 0 && b > 0 ? b / a : 0; }
@@ -90,6 +90,9 @@ static int show(const char *cache_dir, int json)
             printf("no tuning file at %s (run kjit tune on a GPU)\n", dir[0] ? path : "(memory-only cache)");
         } else if (st == KJIT_TUNE_FILE_DAMAGED) {
             printf("tuning file %s is damaged: ignored, rebuilt by the next kjit tune (KJIT_LOG=1 says why)\n", path);
+        } else if (st == KJIT_TUNE_FILE_UNREADABLE) {
+            printf("tuning file %s could not be read: ignored, and left as it is (kjit tune will not save into "
+                   "it; KJIT_LOG=1 says why)\n", path);
         } else if (st != KJIT_TUNE_FILE_OK) {
             printf("tuning file %s is of a format this kjit does not read: ignored, and left as it is (kjit tune "
                    "will not save into it; KJIT_LOG=1 says why)\n", path);
@@ -297,7 +300,7 @@ static int tune(const char **op_names, int n_op_names, const long *hidden, int n
             cJSON_AddStringToObject(e, "dtype", kjit_dtype_name(j->dtype));
             cJSON_AddBoolToObject(e, "ok", j->rc == 0);
             if (j->rc) cJSON_AddStringToObject(e, "error", j->error ? j->error : kjit_status_name(j->rc));
-            if (!j->rc || j->rc == KJIT_EIO) kjit__tune_result_json(e, r);
+            if (kjit__tune_result_tuned(j->rc, r)) kjit__tune_result_json(e, r);
             cJSON_AddItemToArray(arr, e);
         }
         cJSON_AddNumberToObject(root, "failed", (double)failed);
@@ -311,7 +314,7 @@ static int tune(const char **op_names, int n_op_names, const long *hidden, int n
         for (long i = 0; i < n_run; ++i) {
             const job *j = &jobs[i];
             const kjit_tune_result *r = &j->r;
-            if (j->rc && j->rc != KJIT_EIO) {
+            if (!kjit__tune_result_tuned(j->rc, r)) {
                 printf("  %-29s %5d %-4s  FAILED: %s\n", j->op, j->hidden, kjit_dtype_name(j->dtype),
                        j->error ? j->error : kjit_status_name(j->rc));
                 continue;

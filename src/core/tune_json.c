@@ -45,3 +45,8 @@ void kjit__tune_result_json(cJSON *o, const kjit_tune_result *r)
     cJSON_AddNumberToObject(o, "compile_seconds", r->compile_seconds);
     cJSON_AddBoolToObject(o, "saved", r->saved);
 }
+
+int kjit__tune_result_tuned(int rc, const kjit_tune_result *r)
+{
+    return rc == KJIT_OK || (rc == KJIT_EIO && r->config.source == KJIT_CONFIG_TUNED);
+}

@@ -14,4 +14,9 @@
  * compile_seconds, saved. */
 void kjit__tune_result_json(cJSON *o, const kjit_tune_result *r);
 
+/* 1 when kjit_tune's status rc and result r say it tuned (saved or not):
+ * KJIT_OK, or KJIT_EIO with a tuned config (an EIO before the tuning
+ * ended leaves r zeroed). */
+int kjit__tune_result_tuned(int rc, const kjit_tune_result *r);
+
 #endif

@@ -61,7 +61,7 @@ static void done_cb(kjit_gpu_item *it)
     while (*p != j) p = &(*p)->next;
     *p = j->next;
     s->jobs--;
-    const int tuned = !j->status || j->status == KJIT_EIO;
+    const int tuned = kjit__tune_result_tuned(j->status, &j->res);
     char *text = tuned ? reply_text(j) : NULL;
     for (int i = 0; i < j->n_w; ++i) {
         kjit_conn *c = j->w[i].c;

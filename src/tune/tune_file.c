@@ -233,9 +233,11 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
     /* Only white space may follow the object: two files run together are
      * damaged, not the first alone. */
     const char *end = NULL;
-    /* kjit writes no \u0000: a string holding one would be cut at it
-     * (a device "NAME\u0000junk" read as NAME). */
-    cJSON *root = memmem(text, len, "\\u0000", 6) ? NULL : cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    /* kjit writes no \u0000 and no raw NUL: a string holding either would
+     * be cut at it (a device "NAME\u0000junk" read as NAME). */
+    cJSON *root = memmem(text, len, "\\u0000", 6) || memchr(text, '\0', len)
+                      ? NULL
+                      : cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (root && end) {
         while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) ++end;
         if (end < text + len) { /* a NUL after the object too */
@@ -282,11 +284,16 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
                 skip = 1;
             } else if (strcmp(v, KJIT_VERSION_STRING)) {
                 /* Another version's: kept as it is, judged by that version. */
-                if (keep_other(out, it, v)) bad++;
+                if (keep_other(out, it, v)) {
+                    st = KJIT_TUNE_FILE_UNREADABLE;
+                    break;
+                }
             } else if (parse_entry(it, &e, w, sizeof w)) {
                 skip = 1;
             } else if (kjit__tune_list_put(out, &e)) {
-                bad++;
+                /* Out of memory: a save from this list would drop entries. */
+                st = KJIT_TUNE_FILE_UNREADABLE;
+                break;
             }
             if (skip) {
                 kjit__log("tuning file: entry %d skipped: %s", i, w);
@@ -317,25 +324,34 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT) return KJIT_TUNE_FILE_MISSING;
-        kjit__log("tuning file %s: cannot open (%s): ignored", path, strerror(errno));
-        return KJIT_TUNE_FILE_DAMAGED;
+        /* A symbolic link in its place (ELOOP) is damaged: a save replaces
+         * the link. Anything else (permissions, too many open files, I/O)
+         * says nothing of the file's content: it is left as it is. */
+        const int err = errno;
+        kjit__log("tuning file %s: cannot open (%s): ignored", path, strerror(err));
+        return err == ELOOP ? KJIT_TUNE_FILE_DAMAGED : KJIT_TUNE_FILE_UNREADABLE;
     }
     struct stat st;
     char *buf = NULL;
     size_t got = 0;
-    const char *problem = NULL;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) problem = "not a regular file";
+    const char *problem = NULL, *failure = NULL;
+    if (fstat(fd, &st) < 0) failure = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) problem = "not a regular file";
     else if ((unsigned long long)st.st_size > MAX_FILE_BYTES) problem = "larger than 4 MiB";
-    else if (!(buf = malloc((size_t)st.st_size + 1))) problem = "out of memory";
-    while (!problem && got < (size_t)st.st_size) {
+    else if (!(buf = malloc((size_t)st.st_size + 1))) failure = "out of memory";
+    while (!problem && !failure && got < (size_t)st.st_size) {
         ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
         if (r < 0 && errno == EINTR) continue;
+        if (r < 0) failure = strerror(errno);
         if (r <= 0) break;
         got += (size_t)r;
     }
     close(fd);
     kjit_tune_file_state s;
-    if (problem) {
+    if (failure) {
+        kjit__log("tuning file %s: cannot be read (%s): ignored, left as it is", path, failure);
+        s = KJIT_TUNE_FILE_UNREADABLE;
+    } else if (problem) {
         kjit__log("tuning file %s: %s: ignored, rebuilt on the next save", path, problem);
         s = KJIT_TUNE_FILE_DAMAGED;
     } else {
@@ -346,6 +362,8 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
             kjit__log("tuning file %s is damaged (%s): ignored, rebuilt on the next save", path, why);
         else if (s == KJIT_TUNE_FILE_FOREIGN)
             kjit__log("tuning file %s is of another format (%s): ignored, and left as it is by saves", path, why);
+        else if (s == KJIT_TUNE_FILE_UNREADABLE)
+            kjit__log("tuning file %s: out of memory while reading it: ignored, left as it is", path);
     }
     free(buf);
     return s;
@@ -480,10 +498,17 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
     int n_bad = 0;
     /* Damaged: start afresh. Of a format this kjit does not read (a newer
      * kjit's): left as it is, since rewriting it would drop every entry of
-     * the kjit that wrote it. */
-    if (kjit__tune_file_read(dir, &l, &n_bad) == KJIT_TUNE_FILE_FOREIGN) {
+     * the kjit that wrote it. Unreadable (permissions, I/O, memory): left
+     * as it is too, since its entries may be fine. */
+    const kjit_tune_file_state fst = kjit__tune_file_read(dir, &l, &n_bad);
+    if (fst == KJIT_TUNE_FILE_FOREIGN || fst == KJIT_TUNE_FILE_UNREADABLE) {
         kjit__tune_list_free(&l);
         close(lfd);
+        if (fst == KJIT_TUNE_FILE_UNREADABLE)
+            return kjit__fail(KJIT_EIO,
+                              "tuning file %s could not be read (permissions, I/O or memory; KJIT_LOG=1 says "
+                              "which): left as it is, this result not saved",
+                              path);
         return kjit__fail(KJIT_EIO,
                           "tuning file %s is of a format this kjit (%s) does not read: left as it is, this "
                           "result not saved (move the file away, or tune into another cache directory)",
@@ -501,9 +526,9 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
         char *text = kjit__tune_print(&l);
         /* A file the reader would take for damaged (and the next save then
          * empty) is not written: the old one stays. */
-        if (text && strlen(text) > MAX_FILE_BYTES)
+        if (text && strlen(text) + 1 > MAX_FILE_BYTES) /* publish adds a newline */
             rc = kjit__fail(KJIT_EIO, "tuning file %s would grow to %zu bytes, more than the %u a reader takes: "
-                            "this result not saved (move the file away)", path, strlen(text), MAX_FILE_BYTES);
+                            "this result not saved (move the file away)", path, strlen(text) + 1, MAX_FILE_BYTES);
         else
             rc = text ? publish(dir, path, tmp, text) : kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
         free(text);

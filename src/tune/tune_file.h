@@ -62,7 +62,9 @@ typedef enum kjit_tune_file_state {
     KJIT_TUNE_FILE_OK = 0,      /* read (some entries may have been skipped: n_bad) */
     KJIT_TUNE_FILE_MISSING = 1, /* no file (or memory-only cache) */
     KJIT_TUNE_FILE_DAMAGED = 2, /* unreadable, not JSON, wrong shape: ignored */
-    KJIT_TUNE_FILE_FOREIGN = 3  /* another format (a newer kjit's): ignored, never overwritten */
+    KJIT_TUNE_FILE_FOREIGN = 3, /* another format (a newer kjit's): ignored, never overwritten */
+    KJIT_TUNE_FILE_UNREADABLE = 4 /* could not be read whole (permissions, I/O, memory): ignored,
+                                     never overwritten (its entries may be fine) */
 } kjit_tune_file_state;
 
 /* Parses a file's text into out (appending valid entries; a later entry

@@ -589,7 +589,9 @@ int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_res
     rc = kjit__tune_file_update(dir, &e, 1);
     out->saved = rc == KJIT_OK;
     out->seconds = now_s() - t0;
-    return rc;
+    /* Tuned, not saved: KJIT_EIO whatever stopped the save (a path too
+     * long, memory), its message kept, as kjit_tune documents. */
+    return rc ? KJIT_EIO : KJIT_OK;
 }
 
 int kjit_tune(kjit_ctx *ctx, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out)
