@@ -263,7 +263,9 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * meets cuMemAlloc's refusal there, as any allocation would); a buffer
  * it outgrows stays allocated until kjit_ctx_destroy, so a graph that
  * captured it stays valid, up to the 48 most recent: at the 49th growth
- * the oldest is freed. A growth allocates 1.5x the need, or the need alone
+ * the oldest is freed after a cuCtxSynchronize (the call fails, the
+ * workspace as it was, where that synchronization fails, e.g. while
+ * another stream of the context is captured). A growth allocates 1.5x the need, or the need alone
  * when that does not fit; when neither fits the call returns KJIT_ENOMEM and
  * the context keeps its buffer). n = 0: a forward writes nothing; a backward
  * writes the table and weight gradients, zeros (sums over no rows), and no
@@ -283,7 +285,8 @@ typedef struct kjit_index {
  * backward dtable_k[r] = sum over index[n] == r of dout_k[n]. The
  * backward's partition (so the bits of dtable) depends on num_tables as on
  * n, hidden, rows and the index: a table's gradient from a call with six
- * tables may differ in its last bits from one with that table alone. */
+ * tables may differ in its last bits from one with that table alone. n = 0:
+ * the forward writes nothing, the backward writes zeros to every dtable. */
 typedef struct kjit_row_gather_args {
     int64_t n;
     int hidden;

@@ -520,19 +520,26 @@ int kjit__ctx_workspace(kjit_ctx *ctx, size_t bytes, CUstream stream, CUdevicept
             want = bytes;
             r = cu->MemAlloc(&fresh, want);
         }
+        /* The old buffer may be in a captured graph or in another thread's
+         * launch: retire it (freed at destroy). When the list is full the
+         * oldest is freed once the device is idle (not left to cuMemFree's
+         * own wait, which the driver does not promise); if the context
+         * cannot be synchronized (another stream of it being captured), the
+         * growth is undone and the call fails: nothing is dropped unfreed. */
+        const int full = ctx->ws && ctx->n_retired == (int)(sizeof ctx->retired / sizeof ctx->retired[0]);
+        if (r == CUDA_SUCCESS && full && (r = cu->CtxSynchronize()) != CUDA_SUCCESS) {
+            cu->MemFree(fresh);
+            pthread_mutex_unlock(&ctx->ws_lock);
+            return kjit__cu_fail(r, "synchronizing the context to free its oldest retired backward workspace (the "
+                                 "49th growth; the workspace kept as it was)");
+        }
         if (r == CUDA_SUCCESS) {
-            /* The old buffer may be in a captured graph or in another
-             * thread's launch: retire it (freed at destroy). When the list
-             * is full the oldest is freed once the device is idle (not left
-             * to cuMemFree's own wait, which the driver does not promise). */
-            if (ctx->ws) {
-                if (ctx->n_retired == (int)(sizeof ctx->retired / sizeof ctx->retired[0])) {
-                    if (cu->CtxSynchronize() == CUDA_SUCCESS) cu->MemFree(ctx->retired[0]);
-                    memmove(ctx->retired, ctx->retired + 1, sizeof ctx->retired - sizeof ctx->retired[0]);
-                    ctx->n_retired--;
-                }
-                ctx->retired[ctx->n_retired++] = ctx->ws;
+            if (full) {
+                cu->MemFree(ctx->retired[0]);
+                memmove(ctx->retired, ctx->retired + 1, sizeof ctx->retired - sizeof ctx->retired[0]);
+                ctx->n_retired--;
             }
+            if (ctx->ws) ctx->retired[ctx->n_retired++] = ctx->ws;
             ctx->ws = fresh;
             ctx->ws_bytes = want;
         }

@@ -443,9 +443,11 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     if ((rc = kjit__part_preload(ctx, op, a->index.dtype, a->param_dtype))) goto out;
     if ((rc = kjit__workspace(ctx, ws, pl.bytes, stream, &base))) goto out;
     kjit__part_carve(&pl, base, &p.part, &p.partial, &p.partial_w);
-    /* A training backward reads the forward's partition (n > 0; with no rows
-     * it builds the empty one in the workspace, as the plain backward does,
-     * and never writes the caller's partition). */
+    /* A training backward reads the forward's partition (n > 0). With no
+     * rows it builds the empty one in the workspace, as the plain backward
+     * does: the caller's partition is written only where the caller placed
+     * it at the workspace's head, and a forward of no rows left nothing in
+     * it to keep. */
     const int built = train && a->n > 0;
     if (built) kjit__part_carve(&pl, (CUdeviceptr)(uintptr_t)partb, &p.part, NULL, NULL);
     /* Zero rows: the gradients of the tables and weight are zero. */

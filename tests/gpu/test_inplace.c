@@ -66,7 +66,11 @@ static void run(kjit_ctx *ctx, CUstream stream, ref_rng *g, const shape *s, int 
     const kjit_adaln_op op = (kjit_adaln_op)mode;
     size_t pb = 0;
     CHECK_STATUS(kjit_adaln_partition_bytes(op, s->n, s->h, s->r, &pb), KJIT_OK);
-    CHECK(pb <= (1 << 20));
+    if (pb > (1 << 20)) { /* the partition buffers above are 1 MiB: nothing would keep the kernels inside them */
+        fprintf(stderr, "mode %d: partition of %zu bytes past the test's 1 MiB buffers\n", mode, pb);
+        kjit_test_failures++;
+        pb = 1 << 20;
+    }
     typedef int (*fwd_fn)(kjit_ctx *, const kjit_adaln_args *, CUstream);
     const fwd_fn fwd = mode == 1 ? kjit_norm_modulate_fwd : mode == 2 ? kjit_gated_residual_fwd
                                                                        : kjit_gated_residual_norm_modulate_fwd;

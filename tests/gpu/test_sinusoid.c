@@ -138,6 +138,57 @@ static void check_invariance(kjit_ctx *ctx, ref_rng *g)
     free(t);
 }
 
+/* Other max_period values (the kernel must not assume diffusers' 10000)
+ * and a padded output row: fp64 reference within half a unit in the last
+ * place, and the pad between rows never written. */
+static void check_period_stride(kjit_ctx *ctx, ref_rng *g)
+{
+    const int64_t n = 1000;
+    const int d = 320, ld = d + 13;
+    static const double periods[] = {100.0, 1e5, 3.5};
+    float *t = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; ++i) t[i] = (float)(ref_rng_uniform(g) * 1000.0);
+    double *ref = malloc(sizeof(double) * (size_t)(n * d)), *got = malloc(sizeof(double) * (size_t)(n * d));
+    unsigned char *host = malloc(sizeof(float) * (size_t)(n * ld));
+    CUdeviceptr dt_ = gpu_alloc(sizeof(float) * (size_t)n), dout = gpu_alloc(sizeof(float) * (size_t)(n * ld));
+    gpu_upload(dt_, t, sizeof(float) * (size_t)n);
+    int cases = 0;
+    for (size_t pi = 0; pi < sizeof periods / sizeof periods[0]; ++pi)
+        for (int k = 0; k < 3; ++k) {
+            kjit_sinusoid_opts o;
+            kjit_sinusoid_opts_init(&o);
+            o.max_period = periods[pi];
+            o.flip_sin_to_cos = (int)(pi & 1);
+            const size_t es = kjit_dtype_size(dtypes[k]), bytes = es * (size_t)(n * ld);
+            gpu_poison(dout, bytes);
+            CHECK_STATUS(kjit_timestep_sinusoid(ctx, (const float *)(uintptr_t)dt_, n, d, (void *)(uintptr_t)dout, ld,
+                                                dtypes[k], &o, NULL),
+                         KJIT_OK);
+            gpu_sync();
+            gpu_download(host, dout, bytes);
+            int pad_ok = 1;
+            unsigned char *dense = malloc(es * (size_t)(n * d));
+            for (int64_t i = 0; i < n; ++i) {
+                memcpy(dense + es * (size_t)(i * d), host + es * (size_t)(i * ld), es * (size_t)d);
+                for (size_t b = es * (size_t)d; b < es * (size_t)ld; ++b) pad_ok &= host[es * (size_t)(i * ld) + b] == 0xFF;
+            }
+            host_to_double(dtypes[k], dense, got, (size_t)(n * d));
+            free(dense);
+            ref_sinusoid(t, n, d, o.flip_sin_to_cos, o.downscale_freq_shift, o.scale, o.max_period, ref);
+            const double e = ref_rel_err(got, ref, (size_t)(n * d));
+            const int64_t far = over_half_ulp(got, ref, (size_t)(n * d), k);
+            if (!(e <= tol[k]) || far || !pad_ok) {
+                fprintf(stderr, "max_period %g %s, out_stride %d: rel err %g, %lld over half an ulp, pad %s\n",
+                        periods[pi], kjit_dtype_name(dtypes[k]), ld, e, (long long)far, pad_ok ? "kept" : "WRITTEN");
+                kjit_test_failures++;
+            }
+            cases++;
+        }
+    printf("max_period 100, 1e5 and 3.5 with a padded output row: %d cases against fp64\n", cases);
+    gpu_free(dt_), gpu_free(dout);
+    free(t), free(ref), free(got), free(host);
+}
+
 int main(void)
 {
     kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_sinusoid", KJIT_INDEX_CHECK_OFF);
@@ -212,6 +263,7 @@ int main(void)
     }
     printf("worst rel err: fp32 %.3g, bf16 %.3g, fp16 %.3g\n", worst[0], worst[1], worst[2]);
     check_invariance(ctx, &g);
+    check_period_stride(ctx, &g);
     gpu_free(dt_), gpu_free(dout), gpu_free(dalone), gpu_free(done_t);
     free(t), free(ref), free(got), free(host), free(alone);
     kjit_ctx_destroy(ctx);

@@ -67,14 +67,20 @@ int main(void)
     for (int k = 0; k < 3; ++k)
         while (nfill < MAXFILL && cu->MemAlloc(&fill[nfill], piece[k]) == CUDA_SUCCESS) ++nfill;
     const int held = nfill;
-    gpu_poison(dx, act);
+    const size_t dtab_bytes = (size_t)R * 6 * H * 2, dw_bytes = (size_t)H * 2;
+    gpu_poison(dx, act), gpu_poison(dtab, dtab_bytes), gpu_poison(dw, dw_bytes);
     CU_CHECK(cu->CtxSynchronize());
     CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &b, NULL, 0, NULL), KJIT_ENOMEM);
     CHECK(strstr(kjit_last_error(), "workspace") != NULL);
     unsigned char *dx_host = malloc(act), *poison = malloc(act);
-    gpu_download(dx_host, dx, act);
     memset(poison, 0xFF, act);
-    CHECK(memcmp(dx_host, poison, act) == 0); /* nothing written */
+    /* Nothing written: dx, dshift, dscale (and the table's other chunks), dweight. */
+    gpu_download(dx_host, dx, act);
+    CHECK(memcmp(dx_host, poison, act) == 0);
+    gpu_download(dx_host, dtab, dtab_bytes);
+    CHECK(memcmp(dx_host, poison, dtab_bytes) == 0);
+    gpu_download(dx_host, dw, dw_bytes);
+    CHECK(memcmp(dx_host, poison, dw_bytes) == 0);
     /* The small backward still has its workspace: it runs, same bits. */
     CHECK_STATUS(kjit_norm_modulate_bwd(ctx, &a, NULL, 0, NULL), KJIT_OK);
     CU_CHECK(cu->CtxSynchronize());
