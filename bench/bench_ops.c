@@ -48,13 +48,15 @@
 #define POOL_ELEMS ((size_t)64 << 20) /* random bf16 values on the device, copied into the inputs */
 
 enum { OP_GATHER, OP_NM, OP_GR, OP_FUSED, NOPS };
+/* Not an op: gated_residual then norm_modulate chained on a fused op's set (run_chain). */
+#define OP_CHAIN NOPS
 static const char *op_names[NOPS] = {"adaln_row_gather", "norm_modulate", "gated_residual",
                                      "gated_residual_norm_modulate"};
 
 static const kjit_cu_api *cu;
 static kjit_ctx *ctx;
 static CUstream stream;
-static CUdeviceptr pool, table, weight, didx, ws, part;
+static CUdeviceptr pool, table, weight, didx, ws, part, part2;
 static size_t ws_bytes, part_bytes;
 static CUevent ev_start[ITERS], ev_end[ITERS];
 
@@ -120,11 +122,11 @@ static size_t set_alloc(int op, int64_t n, bset *s, uint64_t *seed)
         s->dy = gpu_alloc(A);
         total += 5 * A;
         break;
-    default:
+    default: /* x: the unfused chain's dh + dx (run_chain); the fused op reads no x */
         s->res = alloc_rand(A, seed), s->y = alloc_rand(A, seed), s->h = gpu_alloc(A), s->out = gpu_alloc(A);
         s->dh = alloc_rand(A, seed), s->dout = alloc_rand(A, seed), s->dx = gpu_alloc(A), s->dy = gpu_alloc(A);
-        s->dw = gpu_alloc(HID * 2);
-        total += 8 * A;
+        s->dw = gpu_alloc(HID * 2), s->x = gpu_alloc(A);
+        total += 9 * A;
         break;
     }
     return total;
@@ -140,10 +142,59 @@ static void set_free(bset *s)
 #define PTR(d) ((void *)(uintptr_t)(d))
 #define CHUNK(base, k) ((void *)(uintptr_t)((base) + (CUdeviceptr)(k) * HID * 2))
 
+/* The unfused chain on a fused op's set, each op reading what the one
+ * before it just wrote, as in a model (at 4097 rows a 44 MB tensor just
+ * written may still be in the L2 for the next kernel): gated_residual's
+ * forward writes h and norm_modulate's forward reads it. With bwd, then
+ * norm_modulate's backward (dx), the dh + dx add (a gated_residual forward
+ * on (dh, dx): the add's bytes and kernel shape; the sum's values are not
+ * those of a plain add) into the set's x, and gated_residual's backward of
+ * that sum. bwd 1: training pairs (a partition each); 2: plain calls. The
+ * tables: the MLP chunks 3, 4, 5, as the fused op's. */
+static void run_chain(int bwd, int64_t n, const bset *s)
+{
+    const kjit_index index = {PTR(didx), KJIT_I32, TROWS};
+    const int64_t W6 = (int64_t)NCHUNK * HID;
+    kjit_adaln_args g, m, d;
+    memset(&g, 0, sizeof g);
+    g.n = n, g.hidden = HID, g.eps = 1e-6f, g.act_dtype = KJIT_BF16, g.param_dtype = KJIT_BF16, g.index = index;
+    m = g;
+    g.res = PTR(s->res), g.y = PTR(s->y), g.out = PTR(s->h);
+    g.res_stride = g.y_stride = g.out_stride = HID;
+    g.gate = CHUNK(table, 5), g.gate_stride = W6;
+    g.dout = PTR(s->x), g.dy = PTR(s->dy), g.dout_stride = g.dy_stride = HID; /* dres = the sum: not copied */
+    g.dgate = CHUNK(s->dtab, 5), g.dgate_stride = W6;
+    d = g; /* the add: dh + gate * dx into x */
+    d.res = PTR(s->dh), d.y = PTR(s->dx), d.out = PTR(s->x);
+    m.x = PTR(s->h), m.out = PTR(s->out), m.dout = PTR(s->dout), m.dx = PTR(s->dx);
+    m.x_stride = m.out_stride = m.dout_stride = m.dx_stride = HID;
+    m.shift = CHUNK(table, 3), m.scale = CHUNK(table, 4), m.shift_stride = m.scale_stride = W6;
+    m.dshift = CHUNK(s->dtab, 3), m.dscale = CHUNK(s->dtab, 4), m.dshift_stride = m.dscale_stride = W6;
+    m.weight = PTR(weight), m.dweight = PTR(s->dw);
+    if (bwd == 1) {
+        KJ_CHECK(kjit_adaln_train_fwd(ctx, KJIT_GATED_RESIDUAL, &g, PTR(part2), part_bytes, stream));
+        KJ_CHECK(kjit_adaln_train_fwd(ctx, KJIT_NORM_MODULATE, &m, PTR(part), part_bytes, stream));
+        KJ_CHECK(kjit_adaln_train_bwd(ctx, KJIT_NORM_MODULATE, &m, PTR(part), part_bytes, PTR(ws), ws_bytes, stream));
+        KJ_CHECK(kjit_gated_residual_fwd(ctx, &d, stream));
+        KJ_CHECK(kjit_adaln_train_bwd(ctx, KJIT_GATED_RESIDUAL, &g, PTR(part2), part_bytes, PTR(ws), ws_bytes, stream));
+        return;
+    }
+    KJ_CHECK(kjit_gated_residual_fwd(ctx, &g, stream));
+    KJ_CHECK(kjit_norm_modulate_fwd(ctx, &m, stream));
+    if (!bwd) return;
+    KJ_CHECK(kjit_norm_modulate_bwd(ctx, &m, PTR(ws), ws_bytes, stream));
+    KJ_CHECK(kjit_gated_residual_fwd(ctx, &d, stream));
+    KJ_CHECK(kjit_gated_residual_bwd(ctx, &g, PTR(ws), ws_bytes, stream));
+}
+
 static void run(int op, int bwd, int64_t n, const bset *s)
 {
     const kjit_index index = {PTR(didx), KJIT_I32, TROWS};
     const int64_t W6 = (int64_t)NCHUNK * HID;
+    if (op == OP_CHAIN) {
+        run_chain(bwd, n, s);
+        return;
+    }
     if (op == OP_GATHER) {
         kjit_row_gather_args a;
         memset(&a, 0, sizeof a);
@@ -236,11 +287,24 @@ static double events_median_us(int n, double per)
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-/* Median us of one iteration (forward, or forward then backward), rotating sets. */
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Median us of one iteration (forward, or forward then backward), rotating
+ * sets. Warm-up: WARM iterations at least, and at least 20 ms of them, so
+ * that the clocks have left their idle state (a 4097-row forward is ~30 us:
+ * ten are 0.3 ms). */
 static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
 {
-    for (int i = 0; i < WARM; ++i) run(op, bwd, n, &sets[i % nsets]);
-    CU_CHECK(cu->StreamSynchronize(stream));
+    const double t0 = wall_s();
+    do {
+        for (int i = 0; i < WARM; ++i) run(op, bwd, n, &sets[i % nsets]);
+        CU_CHECK(cu->StreamSynchronize(stream));
+    } while (wall_s() - t0 < 0.02);
     for (int i = 0; i < ITERS; ++i) {
         CU_CHECK(cu->EventRecord(ev_start[i], stream));
         run(op, bwd, n, &sets[(i + WARM) % nsets]);
@@ -459,8 +523,18 @@ int main(int argc, char **argv)
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     printf("# kjit %s, %s, %s (sm_%d, %d SMs); H=%d bf16, int32 index (%s), R=%d, table = chunk(6) views of (R, 6H)\n",
            KJIT_VERSION_STRING, date, di.name, di.sm, di.sm_count, HID, index_runs ? "runs" : "uniform", TROWS);
-    printf("# CUDA events per iteration, median of %d after %d warm-up; rotating buffer sets > 3x the %.0f MB L2;"
-           " floor = bytes / %.2f TB/s\n", ITERS, WARM, L2_BYTES / 1048576.0, PEAK_BW / 1e12);
+    printf("# CUDA events per iteration, median of %d after at least %d warm-up iterations and 20 ms; rotating buffer "
+           "sets > 3x the %.0f MB L2; floor = bytes / %.2f TB/s\n", ITERS, WARM, L2_BYTES / 1048576.0, PEAK_BW / 1e12);
+    /* Where the launch configs come from: a tuning file in the cache (a
+     * `kjit tune` run earlier on this machine) would change them. */
+    printf("# configs:");
+    for (int op = OP_NM; op <= OP_FUSED; ++op) {
+        kjit_op_config oc;
+        KJ_CHECK(kjit_op_config_get(ctx, op_names[op], HID, KJIT_BF16, &oc));
+        printf(" %s %s (rpc %d pf %d grid %d bwd_pf %d accs %d)%s", op_names[op],
+               oc.source == KJIT_CONFIG_DEFAULT ? "default" : oc.source == KJIT_CONFIG_STORED ? "STORED" : "TUNED",
+               oc.rpc, oc.pf, oc.grid_per_sm, oc.bwd_pf, oc.accs, op < OP_FUSED ? ";" : "\n");
+    }
 
     CU_CHECK(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     for (int i = 0; i < ITERS; ++i) {
@@ -520,10 +594,12 @@ int main(int argc, char **argv)
             KJ_CHECK(kjit_adaln_partition_bytes((kjit_adaln_op)op, rows[i], HID, TROWS, &b));
             if (b > part_bytes) part_bytes = b;
         }
-    part = gpu_alloc(part_bytes);
+    part = gpu_alloc(part_bytes), part2 = gpu_alloc(part_bytes);
 
     double t_fwd[NOPS][8], t_fb[NOPS][8], g_fwd[NOPS][8], g_fb[NOPS][8], g_copy[8];
     double t_plain[NOPS][8], g_plain[NOPS][8], t_rows[NOPS][8], g_rows[NOPS][8], t_apart[NOPS][8];
+    /* The unfused chain (run_chain): forward, training pairs, plain calls; events and graph. */
+    double c_fwd[8], c_fb[8], c_plain[8], cg_fwd[8], cg_fb[8], cg_plain[8];
     printf("%-54s %6s %10s %10s %10s %10s %9s %9s %7s %7s %12s %8s\n", "op", "rows", "fwd_us", "fwd_bwd_us", "fwd_MB",
            "bwd_MB", "fwd_floor", "fb_floor", "fwd_frac", "fb_frac", "bwd_ws_bytes", "rot_MB");
     uint64_t seed = 1;
@@ -574,6 +650,14 @@ int main(int argc, char **argv)
                 t_apart[op][ni] = t_fwd[op][ni] + time_op(op, 4, n, sets[op], nsets[op]);
                 pair_line("  plain fwd, then plain bwd timed alone (cold L2)", n, t_apart[op][ni], fb);
                 fflush(stdout);
+            }
+            if (op == OP_FUSED && (op_mask & (1 << OP_NM)) && (op_mask & (1 << OP_GR))) {
+                c_fwd[ni] = time_op(OP_CHAIN, 0, n, sets[op], nsets[op]);
+                c_fb[ni] = time_op(OP_CHAIN, 1, n, sets[op], nsets[op]);
+                c_plain[ni] = time_op(OP_CHAIN, 2, n, sets[op], nsets[op]);
+                cg_fwd[ni] = time_graph(OP_CHAIN, 0, n, sets[op], nsets[op], 0, NULL, NULL);
+                cg_fb[ni] = time_graph(OP_CHAIN, 1, n, sets[op], nsets[op], 0, NULL, NULL);
+                cg_plain[ni] = time_graph(OP_CHAIN, 2, n, sets[op], nsets[op], 0, NULL, NULL);
             }
             if (do_sweep && op != OP_GATHER) sweep(op, n, sets[op], nsets[op]);
         }
@@ -634,10 +718,22 @@ int main(int argc, char **argv)
                "%.1f = %.1f us vs %.1f us; the add timed as a gated_residual forward, same bytes)\n",
                (long long)rows[ni], ua / t_fb[OP_FUSED][ni], t_fb[OP_GR][ni], t_fb[OP_NM][ni], t_fwd[OP_GR][ni], ua,
                t_fb[OP_FUSED][ni]);
+        /* The sums above add ops timed each on its own cold inputs; chained,
+         * norm_modulate reads the h gated_residual just wrote (and the
+         * backward the dx it just wrote), some of it from the L2. */
+        printf("fused vs gated_residual -> norm_modulate chained (each reading what the one before wrote), rows %lld: "
+               "fwd %.2fx (%.1f vs %.1f us), fwd+bwd with the dh + dx add %.2fx (%.1f vs %.1f us, training pairs; "
+               "plain calls %.2fx, %.1f vs %.1f us); inside a CUDA graph: fwd %.2fx (%.1f vs %.1f), fwd+bwd %.2fx "
+               "(%.1f vs %.1f), plain calls %.2fx (%.1f vs %.1f)\n",
+               (long long)rows[ni], c_fwd[ni] / t_fwd[OP_FUSED][ni], c_fwd[ni], t_fwd[OP_FUSED][ni],
+               c_fb[ni] / t_fb[OP_FUSED][ni], c_fb[ni], t_fb[OP_FUSED][ni], c_plain[ni] / t_plain[OP_FUSED][ni],
+               c_plain[ni], t_plain[OP_FUSED][ni], cg_fwd[ni] / g_fwd[OP_FUSED][ni], cg_fwd[ni], g_fwd[OP_FUSED][ni],
+               cg_fb[ni] / g_fb[OP_FUSED][ni], cg_fb[ni], g_fb[OP_FUSED][ni], cg_plain[ni] / g_plain[OP_FUSED][ni],
+               cg_plain[ni], g_plain[OP_FUSED][ni]);
     }
 
     for (int i = 0; i < ITERS; ++i) cu->EventDestroy(ev_start[i]), cu->EventDestroy(ev_end[i]);
-    gpu_free(ws), gpu_free(didx), gpu_free(weight), gpu_free(table), gpu_free(pool);
+    gpu_free(ws), gpu_free(didx), gpu_free(weight), gpu_free(table), gpu_free(pool), gpu_free(part), gpu_free(part2);
     CU_CHECK(cu->StreamDestroy(stream));
     kjit_ctx_destroy(ctx);
     return 0;

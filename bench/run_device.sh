@@ -61,9 +61,15 @@ if ! cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1; then
   tail -n 40 "$OUT/cmake.log"
   exit 1
 fi
-# -k: a target that fails to build does not stop the others' tests.
-cmake --build $B -j"$(nproc)" -- -k >"$OUT/build.log" 2>&1 || grep -E "error" "$OUT/build.log" | head -20
+# -k: a target that fails to build does not stop the others' tests. The
+# benchmark binaries are removed first: on a warm machine a failed build
+# would otherwise leave the last call's, whose numbers would pass for this
+# tree's.
+rm -f $B/bench/bench_ops $B/bench/bench_jit
+build_ok=1
+cmake --build $B -j"$(nproc)" -- -k >"$OUT/build.log" 2>&1 || { build_ok=0; grep -E "error" "$OUT/build.log" | head -20; }
 summary=()
+[ "$build_ok" = 1 ] || summary+=("BUILD FAILED (build.log): some targets are missing")
 LOG="$OUT/run.log"
 section() { printf '\n===== %s =====\n' "$*" >>"$LOG"; }
 # A copy of the templates with macro $1's default at $2 (bench/template_variant.sh;
@@ -96,6 +102,8 @@ for s in $stages; do
   bench)
     for cmd in "$B/bench/bench_jit" "python3 bench/peers_sinusoid.py" "$B/bench/bench_ops" "python3 bench/peers_ops.py"; do
       section "$cmd"; $cmd 2>&1 | tee -a "$LOG"
+      # A command that stops mid-table must not pass for a finished one.
+      summary+=("bench: $cmd rc=${PIPESTATUS[0]}")
     done ;;
   ab)
     # A/B of a template switch: KJIT_AB_MACRO (a macro a template defines
