@@ -279,8 +279,14 @@ def main():
     for n in args.rows:
         idx = torch.randint(0, R, (n,), device=DEV, dtype=torch.int32, generator=gen)
         shared = {"table": table, "w": w, "idx": idx}
+        # Every op's sets allocated before any is timed, freed after (as
+        # bench_ops does): an allocation right after a large free slowed the
+        # next timings there (norm_modulate's forward at 32768 rows 209 us
+        # against 180, 2026-11-30).
+        all_sets = {op: make_sets(op, n, gen) for op in OPS}
+        torch.cuda.synchronize()
         for op in OPS:
-            sets = make_sets(op, n, gen)
+            sets = all_sets[op]
             params = [table] if op in ("adaln_row_gather", "gated_residual") else [table, w]
             bf, bb = op_bytes(op, n)
             ff, fb = bf / PEAK_BW * 1e6, (bf + bb) / PEAK_BW * 1e6
@@ -297,11 +303,9 @@ def main():
                 graphs[(op, vname, n)] = bench_graph_fwd(fn, sets, shared)
             for p in [table, w]:
                 p.grad = None
-            del sets
-            torch.cuda.empty_cache()
         # What torch's own copy kernel reaches at this size: one (N, H) bf16
         # tensor copied, the bytes norm_modulate's forward moves (rotating
-        # pairs, > 4x the L2).
+        # pairs, > 4x the L2), timed before the sets are freed.
         nb = n * H * 2
         k = max(3, min(16, -(-4 * L2_BYTES // (2 * nb))))
         src = [rnd(gen, n, H) for _ in range(int(k))]
@@ -311,7 +315,7 @@ def main():
         name = "copy reference [torch copy_ of one (N, H) tensor]"
         print(f"{name:<54s} {n:6d} {tcp:10.1f} {'-':>10s} {nb / 1e6:10.1f} {nb / 1e6:10.1f} {2 * nb / PEAK_BW * 1e6:9.1f} "
               f"{'-':>9s} {2 * nb / PEAK_BW * 1e6 / tcp:7.3f}   ({2 * nb / tcp / 1e6:.2f} TB/s read + written)", flush=True)
-        del src, dst
+        del src, dst, sets, all_sets
         torch.cuda.empty_cache()
     print()
     print(f"# forward inside a CUDA graph: 2x the rotating sets' count of iterations per graph, median of "
