@@ -661,11 +661,12 @@ int main(int argc, char **argv)
             }
             if (do_sweep && op != OP_GATHER) sweep(op, n, sets[op], nsets[op]);
         }
+        /* The reference for what "memory-bound" reaches at this size: one
+         * (N, H) bf16 tensor copied, as norm_modulate's forward moves it;
+         * timed before the sets are freed, as the ops are. */
+        const double tc = time_copy(act_bytes(n), &seed, &g_copy[ni]);
         for (int op = 0; op < NOPS; ++op)
             for (int s = 0; s < nsets[op]; ++s) set_free(&sets[op][s]);
-        /* The reference for what "memory-bound" reaches at this size: one
-         * (N, H) bf16 tensor copied, as norm_modulate's forward moves it. */
-        const double tc = time_copy(act_bytes(n), &seed, &g_copy[ni]);
         printf("%-54s %6lld %10.1f %10s %10.1f %10.1f %9.1f %9s %7.3f   (%.2f TB/s read + written)\n",
                "copy reference (cuMemcpyDtoD of one (N, H) tensor)", (long long)n, tc, "-", act_bytes(n) / 1e6,
                act_bytes(n) / 1e6, 2.0 * act_bytes(n) / PEAK_BW * 1e6, "-", 2.0 * act_bytes(n) / PEAK_BW * 1e6 / tc,
