@@ -37,8 +37,9 @@ KJIT_API int kjit_client_default_socket(char *buf, size_t len);
  * has passed, as a silent one is. KJIT_ENOTFOUND when no server answers at the path (no socket
  * file, or a stale one): callers may fall back to compiling themselves.
  * KJIT_EPERM when the server refuses this user; KJIT_EINVAL for path "".
- * A frame from the server that is not a JSON object fails the request at
- * once (KJIT_EIO; the connection is then done). */
+ * A signal during the connect's wait is retried within the timeout. A
+ * frame from the server that is not one JSON object (bytes after it, a NUL
+ * byte) fails the request at once (KJIT_EIO; the connection is then done). */
 KJIT_API int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms);
 
 /* Changes the bound on each later reply (0: none), e.g. a short one to
@@ -59,11 +60,14 @@ typedef struct kjit_client_reply {
 typedef void (*kjit_client_event_fn)(void *arg, const char *event_json);
 
 /* Sends one request and waits for its reply. json is a JSON object with a
- * "type"; the client sets its "id". An error reply from the server
- * ({"ok":false,...}) is still KJIT_OK with reply->ok == 0; a failure to
- * talk (closed connection, bad frame, timeout) is KJIT_EIO and the client
- * is unusable afterwards. On KJIT_OK free the reply with
- * kjit_client_reply_free. */
+ * "type"; the client sets its "id". A request the server would refuse as
+ * bad_json (text after the object, not UTF-8, a \u0000 escape, nested
+ * deeper than 8) is KJIT_EINVAL naming why, nothing sent. An error reply
+ * from the server ({"ok":false,...}) is still KJIT_OK with reply->ok == 0;
+ * after one that ends the connection (bad_frame, busy, timeout,
+ * not_allowed) the client is unusable, as after a failure to talk (closed
+ * connection, bad frame, timeout: KJIT_EIO). *reply is zeroed first; on
+ * KJIT_OK free it with kjit_client_reply_free. */
 KJIT_API int kjit_client_request(kjit_client *c, const char *json, const void *payload, size_t payload_len,
                                  kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply);
 KJIT_API void kjit_client_reply_free(kjit_client_reply *r);

@@ -20,7 +20,8 @@
 #include "kjit_client.h"
 #include "test_util.h"
 
-enum mode { TRICKLE, OTHER_IDS, NULL_OK, IDLE_CLOSE, COUNT, NOT_JSON, TUNE_GARBAGE };
+enum mode { TRICKLE, OTHER_IDS, NULL_OK, IDLE_CLOSE, COUNT, NOT_JSON, TUNE_GARBAGE, TRAILING, BAD_JSON_NULL,
+            TUNE_MISSING, SLOW_HALF };
 
 typedef struct fake {
     enum mode mode;
@@ -108,6 +109,52 @@ static void *serve(void *arg)
             f->requests++;
             send_frame(fd, "this is not json", 0);
             while (read_request(fd) >= 0) f->requests++;
+        }
+        break;
+    case TRAILING: { /* hello, then a reply with a second object after it */
+        send_frame(fd, reply, 0);
+        const long long q = read_request(fd);
+        if (q >= 0) {
+            f->requests++;
+            char t[128];
+            snprintf(t, sizeof t, "{\"id\":%lld,\"ok\":true} {\"junk\":1}", q);
+            send_frame(fd, t, 0);
+            while (read_request(fd) >= 0) f->requests++;
+        }
+        break;
+    }
+    case BAD_JSON_NULL: { /* hello; bad_json with a null id (the connection stays); then a plain answer */
+        send_frame(fd, reply, 0);
+        if (read_request(fd) >= 0) {
+            f->requests++;
+            send_frame(fd, "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"bad_json\",\"message\":\"x\"}}", 0);
+            const long long q = read_request(fd);
+            if (q >= 0) {
+                f->requests++;
+                char t[64];
+                snprintf(t, sizeof t, "{\"id\":%lld,\"ok\":true}", q);
+                send_frame(fd, t, 0);
+            }
+        }
+        break;
+    }
+    case TUNE_MISSING: { /* hello, then a tune reply with no config at all */
+        send_frame(fd, reply, 0);
+        const long long q = read_request(fd);
+        if (q >= 0) {
+            char t[64];
+            snprintf(t, sizeof t, "{\"id\":%lld,\"ok\":true}", q);
+            send_frame(fd, t, 0);
+        }
+        break;
+    }
+    case SLOW_HALF: /* hello, then one byte of a frame just before half the client's 1 s timeout */
+        send_frame(fd, reply, 0);
+        if (read_request(fd) >= 0) {
+            usleep(490000);
+            (void)!send(fd, "K", 1, MSG_NOSIGNAL);
+            while (read_request(fd) >= 0) {
+            }
         }
         break;
     case TUNE_GARBAGE: { /* hello, then a tune reply whose numbers no int holds */
@@ -229,7 +276,72 @@ int main(void)
     c = NULL;
     CHECK_STATUS(kjit_client_connect(&c, f.path, 0), KJIT_OK); /* 0: no timeout at all */
     CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EIO);
-    CHECK(strstr(kjit_last_error(), "not a JSON object") != NULL);
+    CHECK(strstr(kjit_last_error(), "not one JSON object") != NULL);
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* A reply with bytes after its object: an error, not the first object
+     * taken for the reply. */
+    fake_start(&f, dir, TRAILING);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "not one JSON object") != NULL);
+    CHECK(r.json == NULL); /* zeroed on entry, nothing handed back */
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* bad_json with a null id (a frame the server could not read an id
+     * from) is the answer, and the connection stays usable; requests the
+     * server would call bad_json are refused here, naming why, before
+     * anything is sent. */
+    fake_start(&f, dir, BAD_JSON_NULL);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"a\\u0000b\"}", NULL, 0, NULL, NULL, &r), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "u0000") != NULL);
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\",\"a\":[[[[[[[[[1]]]]]]]]]}", NULL, 0, NULL, NULL, &r),
+                 KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "deeper than 8") != NULL);
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_OK);
+    CHECK(r.json && !r.ok && strstr(r.json, "bad_json"));
+    kjit_client_reply_free(&r);
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_OK);
+    CHECK(r.json && r.ok);
+    kjit_client_reply_free(&r);
+    kjit_client_close(c);
+    fake_stop(&f);
+    CHECK_EQ_INT(f.requests, 2); /* the two refused requests never went out */
+
+    /* A tune reply without its configs: KJIT_EIO naming the field, out zeroed. */
+    fake_start(&f, dir, TUNE_MISSING);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    {
+        kjit_tune_result tm;
+        memset(&tm, 0x5a, sizeof tm);
+        CHECK_STATUS(kjit_client_tune(c, "norm_modulate", 5376, KJIT_BF16, &tm), KJIT_EIO);
+        CHECK(strstr(kjit_last_error(), "rpc is missing") != NULL);
+        CHECK(tm.config.rpc == 0 && tm.config.source == 0 && tm.n_rows == 0);
+    }
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* One byte just before half the timeout, then nothing: the call ends
+     * at its deadline (1 s), not a whole timeout after that byte. */
+    fake_start(&f, dir, SLOW_HALF);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 1000), KJIT_OK);
+    {
+        const double t0 = kjit__now_us();
+        CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EIO);
+        const double took = (kjit__now_us() - t0) * 1e-6;
+        CHECK(strstr(kjit_last_error(), "in time") != NULL);
+        if (took > 1.25) {
+            fprintf(stderr, "a 1000 ms timeout with a byte at 490 ms ended after %.2f s\n", took);
+            kjit_test_failures++;
+        }
+    }
     kjit_client_close(c);
     fake_stop(&f);
 

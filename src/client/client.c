@@ -133,13 +133,15 @@ static int recv_all(kjit_client *c, void *buf, size_t len)
     while (len) {
         /* The timeout bounds the whole reply: a server trickling bytes, or
          * sending frames of other requests, is cut off at the deadline too.
-         * The socket's own timeout is shortened only once half of it has
-         * passed (no system call on a prompt reply). */
+         * The socket's own timeout is shortened to what is left whenever
+         * that is less (a prompt reply, within the first millisecond, makes
+         * no system call for it); a read that starts just before the
+         * deadline waits no longer than the deadline (+1 ms). */
         if (c->deadline_us > 0) {
             const double left_us = c->deadline_us - kjit__now_us();
             if (left_us <= 0) return broken(c, "the kjit server at %s did not answer in time%s", "");
             const int left_ms = (int)(left_us / 1000) + 1;
-            if (2LL * left_ms < (long long)c->rcv_ms && set_rcv(c, left_ms)) /* (64-bit: timeouts up to INT_MAX) */
+            if (left_ms < c->rcv_ms && set_rcv(c, left_ms))
                 return broken(c, "setting a timeout on the socket to %s: %s", strerror(errno));
         }
         ssize_t r = recv(c->fd, p, len, 0);
@@ -154,8 +156,38 @@ static int recv_all(kjit_client *c, void *buf, size_t len)
     return KJIT_OK;
 }
 
-/* One frame from the server; *json is NUL-terminated. */
-static int read_frame(kjit_client *c, char **json, void **payload, size_t *payload_len)
+/* len bytes into a buffer of its own (extra bytes more, zeroed), grown as
+ * they arrive: a header announcing a gigabyte and sending ten bytes costs
+ * no gigabyte. */
+static int recv_new(kjit_client *c, size_t len, size_t extra, char **out)
+{
+    size_t cap = len < ((size_t)64 << 10) ? len : (size_t)64 << 10, got = 0;
+    char *b = malloc(cap + extra);
+    for (;;) {
+        if (!b) {
+            c->broken = 1;
+            return kjit__fail(KJIT_ENOMEM, "no memory for a %zu byte reply", len);
+        }
+        const size_t want = (cap < len ? cap : len) - got;
+        int rc = recv_all(c, b + got, want);
+        if (rc) {
+            free(b);
+            return rc;
+        }
+        got += want;
+        if (got == len) break;
+        cap = cap > len / 2 ? len : 2 * cap;
+        char *nb = realloc(b, cap + extra);
+        if (!nb) free(b);
+        b = nb;
+    }
+    memset(b + len, 0, extra);
+    *out = b;
+    return KJIT_OK;
+}
+
+/* One frame from the server; *json is NUL-terminated, *json_len bytes. */
+static int read_frame(kjit_client *c, char **json, size_t *json_len, void **payload, size_t *payload_len)
 {
     uint8_t hdr[KJIT_FRAME_HEADER];
     kjit_frame_header h;
@@ -164,22 +196,33 @@ static int read_frame(kjit_client *c, char **json, void **payload, size_t *paylo
     if (rc) return rc;
     if (kjit__frame_decode(hdr, KJIT_MAX_REPLY_JSON, KJIT_MAX_REPLY_PAYLOAD, &h, why, sizeof why))
         return broken(c, "bad frame from the kjit server at %s: %s", why);
-    *json = malloc(h.json_len + 1);
-    *payload = h.payload_len ? malloc(h.payload_len) : NULL;
-    if (!*json || (h.payload_len && !*payload)) {
-        free(*json);
-        free(*payload);
-        c->broken = 1;
-        return kjit__fail(KJIT_ENOMEM, "no memory for a %u + %u byte reply", h.json_len, h.payload_len);
-    }
-    (*json)[h.json_len] = '\0';
-    if ((rc = recv_all(c, *json, h.json_len)) || (rc = recv_all(c, *payload, h.payload_len))) {
-        free(*json);
-        free(*payload);
+    char *j = NULL, *p = NULL;
+    if ((rc = recv_new(c, h.json_len, 1, &j))) return rc;
+    if (h.payload_len && (rc = recv_new(c, h.payload_len, 0, &p))) {
+        free(j);
         return rc;
     }
-    *payload_len = h.payload_len;
+    *json = j, *json_len = h.json_len;
+    *payload = p, *payload_len = h.payload_len;
     return KJIT_OK;
+}
+
+/* A reply's JSON header: one object, nothing after it but white space,
+ * no NUL byte (docs/PROTOCOL.md). NULL (nothing parsed) otherwise. (Not
+ * held to a request's UTF-8 and depth rules: a reply may quote a path or a
+ * compiler's log byte for byte, and cJSON bounds its own nesting.) */
+static cJSON *reply_parse(const char *json, size_t len)
+{
+    if (memchr(json, '\0', len)) return NULL;
+    const char *end = NULL;
+    cJSON *r = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (r && end)
+        while (end < json + len && json_space(*end)) ++end;
+    if (r && (!cJSON_IsObject(r) || end != json + len)) {
+        cJSON_Delete(r);
+        r = NULL;
+    }
+    return r;
 }
 
 /* Whether json (len bytes) is the text the client kept last. */
@@ -204,6 +247,16 @@ static void remember(kjit_client *c, const char *json, size_t len, int spin, int
 
 static int request_frames(kjit_client *c, char *text, size_t len, const void *payload, size_t payload_len,
                           uint64_t id, int spin, kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply);
+static const char *error_field(const cJSON *root, const char *name);
+
+/* Whether an error of this code ends the connection (docs/PROTOCOL.md):
+ * the others (bad_json about a frame the server could not read an id
+ * from, ...) leave it open. */
+static int closes(const char *code)
+{
+    return !strcmp(code, "bad_frame") || !strcmp(code, "busy") || !strcmp(code, "timeout") ||
+           !strcmp(code, "not_allowed") || !code[0];
+}
 
 int kjit_client_request(kjit_client *c, const char *json, const void *payload, size_t payload_len,
                         kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply)
@@ -216,8 +269,16 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     if (payload_len > KJIT_MAX_REQUEST_PAYLOAD)
         return kjit__fail(KJIT_EINVAL, "payload of %zu bytes: requests carry at most %u", payload_len,
                           KJIT_MAX_REQUEST_PAYLOAD);
+    memset(reply, 0, sizeof *reply);
     const size_t json_len = strlen(json);
     const int again = sent_last(c, json, json_len);
+    /* What the server would refuse as bad_json is refused here, naming it,
+     * before anything is sent. */
+    size_t at = 0;
+    const char *problem = again ? NULL : kjit__json_text_problem(json, json_len, &at);
+    if (problem) return kjit__fail(KJIT_EINVAL, "the request %s (at byte %zu)", problem, at);
+    if (!again && kjit__json_depth(json, json_len, KJIT_MAX_JSON_DEPTH) > KJIT_MAX_JSON_DEPTH)
+        return kjit__fail(KJIT_EINVAL, "the request nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
     const char *end = NULL;
     cJSON *o = again ? NULL : cJSON_ParseWithOpts(json, &end, 0);
     if (!again && !cJSON_IsObject(o)) {
@@ -307,24 +368,26 @@ static int request_frames(kjit_client *c, char *text, size_t len, const void *pa
         if (spin) spin_for_reply(c);
         char *rj = NULL;
         void *rp = NULL;
-        size_t rpl = 0;
-        if ((rc = read_frame(c, &rj, &rp, &rpl))) {
+        size_t rjl = 0, rpl = 0;
+        if ((rc = read_frame(c, &rj, &rjl, &rp, &rpl))) {
             if (send_rc) rc = kjit__fail(send_rc, "%s", sent_error);
             break;
         }
-        cJSON *r = cJSON_Parse(rj);
-        if (!cJSON_IsObject(r)) {
+        cJSON *r = reply_parse(rj, rjl);
+        if (!r) {
             /* Not a reply at all: reading on would wait for one that the
              * server cannot be relied on to send. */
-            cJSON_Delete(r);
             free(rj);
             free(rp);
-            return broken(c, "the kjit server at %s sent a frame that is not a JSON object%s", "");
+            return broken(c, "the kjit server at %s sent a frame that is not one JSON object (trailing bytes, a NUL, "
+                          "bad UTF-8 or too deep)%s", "");
         }
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(r, "id");
         int mine = cJSON_IsNumber(rid) && rid->valuedouble == (double)id;
-        /* id null: an error about the connection itself (refused, bad frame). */
+        /* id null: an error about a frame whose id could not be read (a
+         * request that is not JSON) or about the connection itself. */
         int conn_error = cJSON_IsNull(rid);
+        const int closing = conn_error && closes(error_field(r, "code"));
         if (mine && !send_rc && cJSON_GetObjectItemCaseSensitive(r, "event")) {
             /* Progress of this request (a prewarm): the bound starts anew,
              * as it would for a reply (frames of other requests do not). */
@@ -348,7 +411,7 @@ static int request_frames(kjit_client *c, char *text, size_t len, const void *pa
             reply->payload = rp;
             reply->payload_len = rpl;
             reply->ok = ok;
-            if (conn_error) {
+            if (closing) {
                 /* The server closes the connection after it: the reply is
                  * the answer (KJIT_OK, ok 0), and no message of a send that
                  * lost the race to it is left behind. */
@@ -428,8 +491,28 @@ int kjit_client_connect(kjit_client **out, const char *path, int timeout_ms)
      * backlog) up to its send timeout. */
     if (c->fd < 0) rc = kjit__fail(KJIT_EIO, "socket: %s", strerror(errno));
     else rc = kjit_client_timeout_set(c, timeout_ms);
-    if (!rc && connect(c->fd, (struct sockaddr *)&a, sizeof a)) {
-        int e = errno;
+    /* A signal during the wait (a full backlog) interrupts it even under
+     * SA_RESTART: tried again for what is left of the timeout. */
+    const double due_us = kjit__now_us() + 1000.0 * timeout_ms;
+    int cr = rc ? 0 : connect(c->fd, (struct sockaddr *)&a, sizeof a), retried = 0;
+    while (!rc && cr && errno == EINTR) {
+        retried = 1;
+        const double left_us = due_us - kjit__now_us();
+        if (timeout_ms > 0 && left_us <= 0) {
+            errno = EAGAIN;
+            break;
+        }
+        if (timeout_ms > 0) {
+            const int left_ms = (int)(left_us / 1000) + 1;
+            struct timeval tv = {left_ms / 1000, (left_ms % 1000) * 1000};
+            setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        }
+        cr = connect(c->fd, (struct sockaddr *)&a, sizeof a);
+        if (cr && errno == EISCONN) cr = 0;
+    }
+    const int e = errno;
+    if (!rc && !cr && retried) rc = kjit_client_timeout_set(c, timeout_ms); /* the whole bound again */
+    if (!rc && cr) {
         rc = e == ENOENT || e == ECONNREFUSED ? kjit__fail(KJIT_ENOTFOUND, "no kjit server at %s (%s)", path, strerror(e))
            : e == EACCES || e == EPERM      ? kjit__fail(KJIT_EPERM, "not allowed to connect to %s (%s)", path, strerror(e))
            : e == EAGAIN                    ? kjit__fail(KJIT_EIO, "the kjit server at %s did not accept in time", path)
@@ -495,7 +578,7 @@ static int status_of(const char *code)
     if (!strcmp(code, "compile_failed")) return KJIT_ECOMPILE;
     if (!strcmp(code, "unsupported")) return KJIT_EUNSUPPORTED;
     if (!strcmp(code, "not_allowed")) return KJIT_EPERM;
-    if (!strcmp(code, "bad_request") || !strcmp(code, "unknown_op")) return KJIT_EINVAL;
+    if (!strcmp(code, "bad_request") || !strcmp(code, "unknown_op") || !strcmp(code, "bad_json")) return KJIT_EINVAL;
     return KJIT_EIO;
 }
 
@@ -521,9 +604,12 @@ static int fetch_compiled(kjit_client *c, cJSON *q, kjit_client_compiled *out)
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(root, "kernels");
     if (!r.ok) {
         rc = kjit__fail(status_of(error_field(root, "code")), "kjit server: %s", error_field(root, "message"));
-    } else if (!p || !cJSON_IsArray(ks) || cJSON_GetArraySize(ks) < 1 ||
-               !(out->kernels = calloc((size_t)cJSON_GetArraySize(ks), sizeof *out->kernels))) {
-        rc = kjit__fail(p ? KJIT_EIO : KJIT_ENOMEM, "kjit server: a compile reply without kernels");
+    } else if (!p) {
+        rc = kjit__fail(KJIT_ENOMEM, "no memory for the compile reply");
+    } else if (!cJSON_IsArray(ks) || cJSON_GetArraySize(ks) < 1) {
+        rc = kjit__fail(KJIT_EIO, "kjit server: a compile reply without kernels");
+    } else if (!(out->kernels = calloc((size_t)cJSON_GetArraySize(ks), sizeof *out->kernels))) {
+        rc = kjit__fail(KJIT_ENOMEM, "no memory for the compile reply's %d kernels", cJSON_GetArraySize(ks));
     }
     for (const cJSON *k = cJSON_IsArray(ks) ? ks->child : NULL; !rc && k; k = k->next) {
         kjit_client_kernel *o = &out->kernels[out->n];
@@ -534,7 +620,9 @@ static int fetch_compiled(kjit_client *c, cJSON *q, kjit_client_compiled *out)
         o->key = str_of(k, "key");
         o->cached = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(k, "cached"));
         if (!o->name_expr || !o->lowered || !o->key || !cJSON_IsNumber(off) || !cJSON_IsNumber(size) ||
-            off->valuedouble < 0 || size->valuedouble < 1 || off->valuedouble + size->valuedouble > (double)r.payload_len)
+            off->valuedouble < 0 || size->valuedouble < 1 || off->valuedouble != floor(off->valuedouble) ||
+            size->valuedouble != floor(size->valuedouble) ||
+            off->valuedouble + size->valuedouble > (double)r.payload_len)
             rc = kjit__fail(KJIT_EIO, "kjit server: kernel %d of the reply is malformed or outside the payload", out->n);
         else {
             o->cubin = (const char *)r.payload + (size_t)off->valuedouble;
@@ -714,10 +802,17 @@ static int whole(kjit_client *c, double v, const char *name, double hi, double *
     return 0;
 }
 
-/* whole() of field name of o (absent: 0). */
+/* whole() of field name of o, which must be there and a number. */
 static int whole_of(kjit_client *c, const cJSON *o, const char *name, double hi, double *out)
 {
-    return whole(c, num_of(o, name), name, hi, out);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(v)) {
+        c->broken = 1;
+        kjit__fail(KJIT_EIO, "the kjit server at %s sent a tune reply whose %s is %s", c->path, name,
+                   v ? "not a number" : "missing");
+        return -1;
+    }
+    return whole(c, v->valuedouble, name, hi, out);
 }
 
 /* A config from the reply's fwd and bwd objects (kjit tune --json's); -1
@@ -737,12 +832,22 @@ static int config_of(kjit_client *c, const cJSON *root, const char *fwd, const c
     return 0;
 }
 
-static int doubles_of(const cJSON *root, const char *name, double *out)
+/* The numbers of array field name (absent: none), at most
+ * KJIT_TUNE_MAX_ROW_COUNTS; -1 after a message naming it when it is not an
+ * array of numbers or is longer. */
+static int doubles_of(kjit_client *c, const cJSON *root, const char *name, double *out)
 {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, name);
     int n = 0;
-    for (const cJSON *v = cJSON_IsArray(a) ? a->child : NULL; v && n < KJIT_TUNE_MAX_ROW_COUNTS; v = v->next)
-        out[n++] = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    if (a && !cJSON_IsArray(a)) n = -1;
+    for (const cJSON *v = cJSON_IsArray(a) ? a->child : NULL; v && n >= 0; v = v->next)
+        if (n == KJIT_TUNE_MAX_ROW_COUNTS || !cJSON_IsNumber(v)) n = -1;
+        else out[n++] = v->valuedouble;
+    if (n < 0) {
+        c->broken = 1;
+        kjit__fail(KJIT_EIO, "the kjit server at %s sent a tune reply whose %s is not an array of at most %d numbers",
+                   c->path, name, KJIT_TUNE_MAX_ROW_COUNTS);
+    }
     return n;
 }
 
@@ -763,7 +868,13 @@ int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtyp
         int bad = config_of(c, root, "fwd", "bwd", KJIT_CONFIG_TUNED, &out->config) ||
                   config_of(c, root, "default_fwd", "default_bwd", KJIT_CONFIG_DEFAULT, &out->default_config) ||
                   whole_of(c, root, "fwd_candidates", 1e6, &cand[0]) || whole_of(c, root, "bwd_candidates", 1e6, &cand[1]);
-        out->n_rows = doubles_of(root, "rows", rows);
+        if (!bad && (out->n_rows = doubles_of(c, root, "rows", rows)) < 0) bad = 1;
+        static const char *const per_row[4] = {"fwd_us_rows", "bwd_us_rows", "default_fwd_us_rows",
+                                               "default_bwd_us_rows"};
+        double *const per_row_out[4] = {out->fwd_us_rows, out->bwd_us_rows, out->default_fwd_us_rows,
+                                        out->default_bwd_us_rows};
+        for (int k = 0; !bad && k < 4; ++k)
+            if (doubles_of(c, root, per_row[k], per_row_out[k]) < 0) bad = 1;
         for (int i = 0; !bad && i < out->n_rows; ++i) {
             char name[24];
             snprintf(name, sizeof name, "rows[%d]", i);
@@ -779,10 +890,6 @@ int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtyp
         out->bwd_us = num_of(root, "bwd_us");
         out->default_fwd_us = num_of(root, "default_fwd_us");
         out->default_bwd_us = num_of(root, "default_bwd_us");
-        doubles_of(root, "fwd_us_rows", out->fwd_us_rows);
-        doubles_of(root, "bwd_us_rows", out->bwd_us_rows);
-        doubles_of(root, "default_fwd_us_rows", out->default_fwd_us_rows);
-        doubles_of(root, "default_bwd_us_rows", out->default_bwd_us_rows);
         out->fwd_candidates = (int)cand[0];
         out->bwd_candidates = (int)cand[1];
         out->seconds = num_of(root, "seconds");
