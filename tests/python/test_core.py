@@ -309,6 +309,155 @@ class ClientEdges(unittest.TestCase):
             with self.assertRaisesRegex(client.ServerError, "boom"):
                 c.ping()
 
+    def test_the_timeout_bounds_the_whole_reply(self):
+        """One byte every 0.25 s, or only other requests' frames: cut off at
+        the 1 s deadline (before: each recv had its own second, 16.8 s)."""
+        from kjit import client
+        import time
+
+        def trickle(conn, read, frame):
+            req = read()
+            for b in frame({"id": req["id"], "ok": True, "pad": "x" * 40}):
+                conn.sendall(bytes([b]))
+                time.sleep(0.25)
+
+        def others(conn, read, frame):
+            read()
+            for _ in range(30):
+                conn.sendall(frame({"id": 999999, "ok": True}))
+                time.sleep(0.2)
+
+        for script in (trickle, others):
+            path = self.serve(script)
+            c = client.Client(path, timeout=1)
+            self.addCleanup(c.close)
+            t0 = time.monotonic()
+            with self.assertRaises(TimeoutError):
+                c.ping()
+            self.assertLess(time.monotonic() - t0, 1.5, script.__name__)
+
+    def test_id_null_errors_and_replies_without_an_id(self):
+        """bad_json with a null id answers the request and keeps the
+        connection; timeout (a closing code) ends it; a reply without an id,
+        or with a null one that says ok, is not taken for ours."""
+        from kjit import client
+
+        def script(conn, read, frame):
+            read()
+            conn.sendall(frame({"id": None, "ok": False, "error": {"code": "bad_json", "message": "x"}}))
+            req = read()
+            conn.sendall(frame({"id": req["id"], "ok": True}))
+            read()
+            conn.sendall(frame({"id": None, "ok": False, "error": {"code": "timeout", "message": "idle"}}))
+
+        path = self.serve(script)
+        with client.Client(path, timeout=5) as c:
+            with self.assertRaisesRegex(client.ServerError, "bad_json"):
+                c.ping()
+            self.assertTrue(c.ping()["ok"])
+            with self.assertRaisesRegex(client.ServerError, "timeout"):
+                c.ping()
+            with self.assertRaisesRegex(client.ProtocolError, r"out of step .*ended the connection \(timeout\)"):
+                c.ping()
+        for reply in ({"ok": True}, {"id": None, "ok": True}):
+            def script(conn, read, frame, reply=reply):
+                read()
+                conn.sendall(frame(reply))
+                import time
+                time.sleep(0.3)
+
+            path = self.serve(script)
+            with client.Client(path, timeout=5) as c:
+                with self.assertRaisesRegex(client.ProtocolError, "without an id|closed the connection"):
+                    c.ping()
+
+    def test_bad_requests_are_refused_before_sending(self):
+        """What the server would call bad_json (a NUL, too deep, a lone
+        surrogate) is a ValueError naming it, and costs nothing; a request
+        after close() is a ProtocolError."""
+        from kjit import client
+        seen = []
+
+        def script(conn, read, frame):
+            req = read()
+            seen.append(req["type"])
+            conn.sendall(frame({"id": req["id"], "ok": True}))
+
+        path = self.serve(script)
+        c = client.Client(path, timeout=5)
+        with self.assertRaisesRegex(ValueError, "op: a NUL character"):
+            c.request({"type": "ping", "op": "a\0b"})
+        with self.assertRaisesRegex(ValueError, "nested deeper than 8"):
+            c.request({"type": "ping", "a": [[[[[[[[1]]]]]]]]})
+        with self.assertRaisesRegex(ValueError, "not UTF-8"):
+            c.request({"type": "ping", "s": "\ud800"})
+        self.assertTrue(c.ping()["ok"])
+        self.assertEqual(seen, ["ping"])
+        c.close()
+        with self.assertRaisesRegex(client.ProtocolError, "closed by close"):
+            c.ping()
+
+    def test_replies_json_does_not_have(self):
+        """NaN, UTF-16 text, a NUL byte: ProtocolError; a tune reply without
+        its configs: ProtocolError naming the field."""
+        from kjit import client
+        import struct
+        hdr = struct.Struct("<4sHHII")
+
+        def raw(body):
+            return hdr.pack(b"KJIT", 1, 0, len(body), 0) + body
+
+        for body in (b'{"id": 2, "ok": true, "us": NaN}', '{"id": 2, "ok": true}'.encode("utf-16"),
+                     b'{"id": 2, "ok": true, "x": "a\x00"}'):
+            def script(conn, read, frame, body=body):
+                read()
+                conn.sendall(raw(body))
+                import time
+                time.sleep(0.3)
+
+            path = self.serve(script)
+            with client.Client(path, timeout=5) as c:
+                with self.assertRaisesRegex(client.ProtocolError, "not JSON"):
+                    c.ping()
+
+        def script(conn, read, frame):
+            req = read()
+            conn.sendall(frame({"id": req["id"], "ok": True, "fwd": {"rpc": "8"}}))
+
+        path = self.serve(script)
+        with client.Client(path, timeout=5) as c:
+            with self.assertRaisesRegex(client.ProtocolError, "fwd.rpc is not a whole number"):
+                c.tune("norm_modulate", 5376, "bf16")
+
+    def test_threads_take_turns(self):
+        """Two threads on one Client: each gets its own reply (before: the
+        frames interleaved, "not a kjit frame" on one, a timeout on the
+        other)."""
+        from kjit import client
+        import threading
+
+        def script(conn, read, frame):
+            for _ in range(40):
+                req = read()
+                conn.sendall(frame({"id": req["id"], "ok": True, "pad": "y" * 3000}))
+
+        path = self.serve(script)
+        errors = []
+        with client.Client(path, timeout=5) as c:
+            def work():
+                try:
+                    for _ in range(20):
+                        self.assertTrue(c.ping()["ok"])
+                except Exception as e:  # noqa: BLE001 - collected, then asserted
+                    errors.append(e)
+
+            ts = [threading.Thread(target=work) for _ in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(30)
+        self.assertEqual(errors, [])
+
     def test_a_hello_with_bad_limits_is_a_protocol_error(self):
         from kjit import client
         old = self.HELLO

@@ -22,6 +22,7 @@ import os
 import select
 import socket
 import struct
+import threading
 import time
 
 PROTO_VERSION = 1
@@ -67,6 +68,62 @@ def _non_finite(value, where):
             if got:
                 return got
     return None
+
+
+_MAX_JSON_DEPTH = 8  # the server's limit on a request's nesting (hello's limits.max_json_depth)
+_CLOSING = ("bad_frame", "busy", "timeout", "not_allowed")  # id-null errors after which the server closes
+
+
+def _request_problem(value, where, depth=1):
+    """What the server would refuse as bad_json in a request (a NUL in a
+    string or a key, nesting deeper than 8), as "path: why", or None."""
+    here = where or "the request"
+    if isinstance(value, str):
+        return f"{here}: a NUL character" if "\0" in value else None
+    if not isinstance(value, (dict, list, tuple)):
+        return None
+    if depth > _MAX_JSON_DEPTH:
+        return f"{here}: nested deeper than {_MAX_JSON_DEPTH} levels"
+    if isinstance(value, dict):
+        children = [(f"{where}.{k}" if where else str(k), k, v) for k, v in value.items()]
+    else:
+        children = [(f"{where}[{i}]", None, v) for i, v in enumerate(value)]
+    for path, key, v in children:
+        if isinstance(key, str) and "\0" in key:
+            return f"{here}: a key with a NUL character"
+        got = _request_problem(v, path, depth + 1)
+        if got:
+            return got
+    return None
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_tune_reply(reply):
+    """A tune reply's numbers as `kjit tune --json` has them: whole numbers
+    for the configs and counts, lists of numbers per row count."""
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    for obj, keys in (("fwd", ("rpc", "pf", "grid_per_sm")), ("bwd", ("bwd_pf", "accs")),
+                      ("default_fwd", ("rpc", "pf", "grid_per_sm")), ("default_bwd", ("bwd_pf", "accs"))):
+        o = reply.get(obj)
+        for k in keys:
+            if not isinstance(o, dict) or not whole(o.get(k)):
+                raise ProtocolError(f"a tune reply whose {obj}.{k} is not a whole number: {o!r}")
+    for k in ("fwd_candidates", "bwd_candidates"):
+        if not whole(reply.get(k)):
+            raise ProtocolError(f"a tune reply whose {k} is not a whole number: {reply.get(k)!r}")
+    rows = reply.get("rows", [])
+    if not isinstance(rows, list) or not all(whole(r) for r in rows):
+        raise ProtocolError(f"a tune reply whose rows are not whole numbers: {rows!r}")
+    for k in ("fwd_us_rows", "bwd_us_rows", "default_fwd_us_rows", "default_bwd_us_rows"):
+        v = reply.get(k, [])
+        if not isinstance(v, list) or len(v) != len(rows) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            raise ProtocolError(f"a tune reply whose {k} is not {len(rows)} numbers: {v!r}")
+    return reply
 
 
 def _with_cubins(reply, data):
@@ -180,7 +237,10 @@ class Client:
                 f"path: expected a socket path (or None: $KJIT_SERVER, else the default), got {path!r}")
         self.path = path or os.environ.get("KJIT_SERVER") or default_socket()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout or None)
+        self._timeout = timeout or None
+        self._sock.settimeout(self._timeout)
+        self._deadline = None  # the request's reply is due by (time.monotonic()), None: no bound
+        self._lock = threading.RLock()  # one request at a time on the stream, whatever the threads
         self._broken = None  # why the connection is out of step, once it is
         self._partial = False  # bytes of the frame being read have arrived
         self.hello = {}
@@ -200,8 +260,8 @@ class Client:
                 raise (type(exc)(exc.errno, msg) if exc.errno else type(exc)(msg)) from exc
             # The server must run as this user or as root: another user's
             # server (at a path they made first) could hand back any kernel.
-            _, uid, _ = struct.unpack("3i", self._sock.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            _, uid, _ = struct.unpack("iII", self._sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII")))
             if uid not in (os.geteuid(), 0):
                 raise PermissionError(f"the kjit server at {self.path} runs as uid {uid}, neither this "
                                       f"user (uid {os.geteuid()}) nor root: not used (another user's "
@@ -215,6 +275,7 @@ class Client:
 
     def close(self):
         """Closes the connection; the server then unmaps what run() shared."""
+        self._broken = self._broken or "closed by close()"
         self._sock.close()
         if self._event is not None:
             _libcuda().cuEventDestroy_v2(self._event[0])
@@ -229,13 +290,22 @@ class Client:
     def _read_exact(self, n):
         chunks = []
         while n:
+            if self._deadline is not None:
+                # One bound on the whole reply: a server trickling bytes, or
+                # sending only other requests' frames, is cut off at it.
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout(f"the kjit server at {self.path} did not answer in time")
+                self._sock.settimeout(left)
             try:
                 b = self._sock.recv(min(n, 1 << 20))
             except socket.timeout:
                 raise
             except OSError as exc:  # reset, broken pipe: the server went away
+                self._broken = "the server closed the connection"
                 raise ProtocolError(f"the kjit server at {self.path} closed the connection ({exc})") from exc
             if not b:
+                self._broken = "the server closed the connection"
                 raise ProtocolError("the kjit server at %s closed the connection" % self.path)
             self._partial = True
             chunks.append(b)
@@ -252,8 +322,12 @@ class Client:
                 raise ProtocolError("frame lengths out of range: JSON %d, payload %d" % (jlen, plen))
             raw = self._read_exact(jlen)
             try:
-                header = json.loads(raw)
-            except ValueError as exc:  # not JSON, or not UTF-8
+                if b"\0" in raw:
+                    raise ValueError("a NUL byte in it")
+                # UTF-8 only (json.loads of bytes would take UTF-16 or 32 too),
+                # no NaN or Infinity (not JSON), bounded recursion.
+                header = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+            except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, too deep
                 raise ProtocolError(f"the kjit server at {self.path} sent a frame that is not JSON ({exc})") from None
             if not isinstance(header, dict):
                 raise ProtocolError(f"the kjit server at {self.path} sent a frame that is not a JSON object")
@@ -269,7 +343,21 @@ class Client:
     def request(self, req, payload=b"", on_event=None, check=True):
         """Sends one request (a dict with a "type"; its id is set here) and
         returns (reply, payload bytes). Progress events go to on_event(dict).
-        check: raise ServerError on {"ok": false} instead of returning it."""
+        check: raise ServerError on {"ok": false} instead of returning it.
+        The client's timeout bounds the whole reply (a progress event starts
+        it anew). Requests of several threads on one Client take turns."""
+        with self._lock:
+            try:
+                return self._request(req, payload, on_event, check)
+            finally:
+                self._deadline = None
+                if self._broken is None:
+                    self._sock.settimeout(self._timeout)
+
+    def _arm(self):
+        self._deadline = None if self._timeout is None else time.monotonic() + self._timeout
+
+    def _request(self, req, payload, on_event, check):
         if self._broken:
             raise ProtocolError(f"the connection to the kjit server at {self.path} is out of step "
                                 f"({self._broken}): open a new Client")
@@ -278,12 +366,20 @@ class Client:
         bad = _non_finite(req, "")
         if bad:
             raise ValueError(f"{bad}: NaN and infinity cannot be sent (JSON has neither)")
+        bad = _request_problem(req, "")
+        if bad:
+            raise ValueError(f"{bad}: the server would refuse the request (bad_json)")
         rid = self._next_id
         self._next_id += 1
         # The id first, compact: a run repeated on the same buffers is then
         # the same text after its id, which the server keeps parsed.
         req = {"id": rid, **{k: v for k, v in req.items() if k != "id"}}
-        body = json.dumps(req, separators=(",", ":"), allow_nan=False).encode()
+        try:
+            # UTF-8 as it is (a lone surrogate fails here, not as the
+            # server's bad_json naming no field).
+            body = json.dumps(req, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"the request holds text that is not UTF-8 ({exc.reason})") from None
         # Past the server's limits it answers bad_frame and closes the
         # connection: refuse here and keep it.
         limits = self.hello.get("limits") or {}
@@ -293,8 +389,12 @@ class Client:
             if isinstance(cap, int) and size > cap:
                 raise ValueError(f"{req.get('type')}: the {what} is {size} bytes, the server takes at most {cap} "
                                  f"(hello's limits.{key})")
+        self._arm()
         try:
-            self._sock.sendall(_HEADER.pack(b"KJIT", PROTO_VERSION, 0, len(body), len(payload)) + body + payload)
+            # MSG_NOSIGNAL: a server gone away is an error here, not a
+            # SIGPIPE for a process that has restored its default action.
+            self._sock.sendall(_HEADER.pack(b"KJIT", PROTO_VERSION, 0, len(body), len(payload)) + body + payload,
+                               socket.MSG_NOSIGNAL)
         except socket.timeout:
             self._broken = "a timeout while sending a request"
             raise
@@ -309,10 +409,14 @@ class Client:
                 except (OSError, ProtocolError, ValueError):
                     self._broken = "the server closed the connection"
                     raise ProtocolError(f"the kjit server at {self.path} closed the connection ({e})") from e
-                if header.get("id") is None:
-                    if check and not header.get("ok"):
+                if "id" in header and header["id"] is None and header.get("ok") is False:
+                    self._broken = "the server closed the connection"
+                    if check:
                         raise ServerError(header) from None
                     return header, data
+        except OSError as e:  # a closed socket, ...: the connection is done
+            self._broken = f"sending failed ({e})"
+            raise ProtocolError(f"sending to the kjit server at {self.path} failed ({e})") from e
         if self._spin_s and req.get("type") == "run":
             # Only a run waits on purpose for the device: poll for its reply.
             end = time.perf_counter() + self._spin_s
@@ -320,12 +424,23 @@ class Client:
                 pass
         while True:
             header, data = self._read_frame()
-            if header.get("id") == rid and "event" in header:
+            hid = header.get("id", "missing")
+            mine = type(hid) is int and hid == rid
+            if mine and "event" in header:
+                self._arm()  # progress: the bound starts anew
                 if on_event:
                     on_event(header)
                 continue
-            # id null: an error about the connection itself (refused, bad frame).
-            if header.get("id") == rid or header.get("id") is None:
+            if hid is None and header.get("ok") is not False:
+                self._broken = "a reply without an id that is not an error"
+                raise ProtocolError(f"the kjit server at {self.path} sent a reply without an id that is not an "
+                                    "error")
+            # id null: an error about a frame whose id the server could not
+            # read, or about the connection itself (then it closes it).
+            if mine or hid is None:
+                err = header.get("error")
+                if hid is None and isinstance(err, dict) and err.get("code") in _CLOSING:
+                    self._broken = f"the server ended the connection ({err.get('code')})"
                 if check and not header.get("ok"):
                     raise ServerError(header)
                 return header, data
@@ -364,7 +479,7 @@ class Client:
         context uses the result from then on and stores it). The reply has
         `kjit tune --json`'s fields: fwd, bwd, fwd_us, default_fwd_us, ...
         Takes seconds; concurrent requests for one key share one tuning."""
-        return self.request({"type": "tune", "op": op, "hidden": hidden, "dtype": dtype})[0]
+        return _check_tune_reply(self.request({"type": "tune", "op": op, "hidden": hidden, "dtype": dtype})[0])
 
     def run_raw(self, req, handles=()):
         """A `run` request as the protocol has it: req the header (op, dir,
