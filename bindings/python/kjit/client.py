@@ -219,11 +219,13 @@ def default_socket():
 
 
 class Client:
-    """One connection; one request at a time (use one Client per thread).
+    """One connection; one request at a time (threads sharing a Client take
+    turns; one Client per thread lets their requests overlap).
 
     path: the socket (None: $KJIT_SERVER, else the default socket).
-    timeout: seconds to wait for each frame from the server (None or 0:
-    forever, as `kjit call --timeout 0`).
+    timeout: seconds the whole of each reply may take (a progress event of
+    the request starts it anew; None or 0: forever, as `kjit call --timeout
+    0`).
     """
 
     def __init__(self, path=None, timeout=600.0):
