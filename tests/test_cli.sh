@@ -94,6 +94,21 @@ echo "$out" | grep -q -- "--arch" && fail "prewarm without NVRTC blames --arch: 
 echo "$out" | grep -q "/nonexistent/libnvrtc.so" || fail "prewarm without NVRTC: $out"
 out=$(KJIT_TEMPLATE_DIR=/nonexistent "$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$T/c0" 2>&1)
 echo "$out" | grep -q "KJIT_TEMPLATE_DIR=/nonexistent" || fail "prewarm with a missing template dir: $out"
+# A template including a file that only the working directory holds: not
+# found (NVRTC searched the source's directory, the cwd for these names,
+# and such a file was not in the cache key: an edit to it went unseen).
+TPL_SRC=$(cd "$(dirname "$0")/../kernel_templates" && pwd)
+cp -r "$TPL_SRC" "$T/tpl"
+{ echo '#include "kjit_cwd_probe.cuh"'; cat "$TPL_SRC/timestep_sinusoid.cuh"; } >"$T/tpl/timestep_sinusoid.cuh"
+mkdir -p "$T/cwd" && echo '#define KJIT_CWD_PROBE 1' >"$T/cwd/kjit_cwd_probe.cuh"
+out=$(cd "$T/cwd" && KJIT_TEMPLATE_DIR=$T/tpl "$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32 \
+      --arch sm_90 --cache-dir "$T/c0" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "kjit_cwd_probe" || fail "a template's include from the cwd: rc $rc: $out"
+# A FIFO in a template's place: refused at once, naming it (an open without
+# O_NONBLOCK waited for a writer forever).
+cp -r "$TPL_SRC" "$T/tpl2" && rm "$T/tpl2/timestep_sinusoid.cuh" && mkfifo "$T/tpl2/timestep_sinusoid.cuh"
+out=$(KJIT_TEMPLATE_DIR=$T/tpl2 timeout 30 "$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --cache-dir "$T/c0" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "timestep_sinusoid.cuh: not a regular file" || fail "a FIFO template: rc $rc: $out"
 
 # Prewarm twice into an empty cache: second run all cached and >= 10x faster.
 C=$T/c1

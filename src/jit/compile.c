@@ -45,6 +45,11 @@ int kjit__jit_options(int sm, char buf[64], const char *opts[KJIT_MAX_OPTIONS])
     opts[n++] = "-std=c++17";
     opts[n++] = "-default-device";
     opts[n++] = "-DKJIT_NVRTC=1";
+    /* Includes come from the templates alone: without this NVRTC also
+     * searches the directory of the source, the process's working
+     * directory for our unrooted names, and a file found there is not in
+     * the cache key. */
+    opts[n++] = "-no-source-include";
     /* KJIT_LINEINFO=1: source lines in the cubin, for compute-sanitizer and
      * profilers. It is an option like the others, so it is part of the key. */
     int li = 0; /* (checked when a context is created; anything else: off) */
@@ -63,7 +68,11 @@ int kjit__jit_compile(const char *template_name, const char *name_expr, int sm,
     if (rc) return rc;
     const kjit_template_file *main_file = NULL;
     rc = kjit__template_find(template_name, &main_file);
-    if (rc) return rc;
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kjit_last_error());
+        return kjit__fail(rc, "%s for sm_%d: %s", name_expr, sm, why);
+    }
 
     /* Every other template is offered as an includable header. */
     const char **hdr = malloc(sizeof *hdr * (size_t)n_all * 2);
@@ -80,11 +89,13 @@ int kjit__jit_compile(const char *template_name, const char *name_expr, int sm,
     nvrtcResult r = nv->CreateProgram(&prog, main_file->text, main_file->name, n_hdr, hdr, hdr_names);
     free(hdr);
     if (r != NVRTC_SUCCESS)
-        return kjit__fail(KJIT_ECOMPILE, "%s: nvrtcCreateProgram: %s", name_expr, nv->GetErrorString(r));
+        return kjit__fail(KJIT_ECOMPILE, "%s for sm_%d (%s): nvrtcCreateProgram: %s", name_expr, sm, template_name,
+                          nv->GetErrorString(r));
     r = nv->AddNameExpression(prog, name_expr);
     if (r != NVRTC_SUCCESS) {
         nv->DestroyProgram(&prog);
-        return kjit__fail(KJIT_ECOMPILE, "%s: nvrtcAddNameExpression: %s", name_expr, nv->GetErrorString(r));
+        return kjit__fail(KJIT_ECOMPILE, "%s for sm_%d (%s): nvrtcAddNameExpression: %s", name_expr, sm,
+                          template_name, nv->GetErrorString(r));
     }
     char arch_buf[64];
     const char *opts[KJIT_MAX_OPTIONS];
@@ -92,12 +103,12 @@ int kjit__jit_compile(const char *template_name, const char *name_expr, int sm,
     r = nv->CompileProgram(prog, n_opts, opts);
     if (r != NVRTC_SUCCESS) {
         size_t log_size = 0;
-        nv->GetProgramLogSize(prog, &log_size);
-        char *log = malloc(log_size + 1);
-        if (log) {
-            log[0] = '\0';
-            nv->GetProgramLog(prog, log);
+        char *log = nv->GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS ? malloc(log_size + 1) : NULL;
+        if (log && nv->GetProgramLog(prog, log) == NVRTC_SUCCESS) {
             log[log_size] = '\0';
+        } else {
+            free(log);
+            log = NULL;
         }
         rc = kjit__fail(KJIT_ECOMPILE, "%s for sm_%d (%s): %s\n%s", name_expr, sm, template_name,
                         nv->GetErrorString(r), log ? log : "(no log)");
@@ -115,12 +126,16 @@ int kjit__jit_compile(const char *template_name, const char *name_expr, int sm,
     } else {
         *lowered = strdup(low);
         *cubin = malloc(size);
-        if (!*lowered || !*cubin || nv->GetCUBIN(prog, *cubin) != NVRTC_SUCCESS) {
+        nvrtcResult g = NVRTC_SUCCESS;
+        if (!*lowered || !*cubin || (g = nv->GetCUBIN(prog, *cubin)) != NVRTC_SUCCESS) {
             free(*lowered);
             free(*cubin);
             *lowered = NULL;
             *cubin = NULL;
-            rc = kjit__fail(KJIT_ENOMEM, "%s: could not copy the cubin", name_expr);
+            rc = g != NVRTC_SUCCESS ? kjit__fail(KJIT_ECOMPILE, "%s for sm_%d: nvrtcGetCUBIN: %s", name_expr, sm,
+                                                 nv->GetErrorString(g))
+                                    : kjit__fail(KJIT_ENOMEM, "%s for sm_%d: no memory for its %zu-byte cubin",
+                                                 name_expr, sm, size);
         } else {
             *cubin_len = size;
         }

@@ -59,17 +59,26 @@ static void load(void)
     }
     KJIT_NVRTC_FUNCS(KJIT_NVRTC_LOAD)
 #undef KJIT_NVRTC_LOAD
-    api.Version(&api.major, &api.minor);
+    /* A library that cannot say its version or its architectures is not
+     * usable: without the list every arch would be refused as unsupported. */
     int n = 0;
-    api.GetNumSupportedArchs(&n);
-    int *all = n > 0 ? calloc((size_t)n, sizeof *all) : NULL;
-    if (all && api.GetSupportedArchs(all) == NVRTC_SUCCESS) {
-        /* Keep the newest that fit: the list is ascending. */
-        const int cap = (int)(sizeof api.archs / sizeof api.archs[0]);
-        const int skip = n > cap ? n - cap : 0;
-        memcpy(api.archs, all + skip, sizeof *all * (size_t)(n - skip));
-        api.n_archs = n - skip;
+    nvrtcResult r = api.Version(&api.major, &api.minor);
+    const char *step = "nvrtcVersion";
+    if (r == NVRTC_SUCCESS) step = "nvrtcGetNumSupportedArchs", r = api.GetNumSupportedArchs(&n);
+    int *all = r == NVRTC_SUCCESS && n > 0 ? calloc((size_t)n, sizeof *all) : NULL;
+    if (r == NVRTC_SUCCESS && all) step = "nvrtcGetSupportedArchs", r = api.GetSupportedArchs(all);
+    if (r != NVRTC_SUCCESS || !all) {
+        load_status = KJIT_ENONVRTC;
+        snprintf(load_message, sizeof load_message, "%s: %s %s", api.path, step,
+                 r != NVRTC_SUCCESS ? "failed" : n > 0 ? "ran out of memory" : "lists no architecture");
+        free(all);
+        return;
     }
+    /* Keep the newest that fit: the list is ascending. */
+    const int cap = (int)(sizeof api.archs / sizeof api.archs[0]);
+    const int skip = n > cap ? n - cap : 0;
+    memcpy(api.archs, all + skip, sizeof *all * (size_t)(n - skip));
+    api.n_archs = n - skip;
     free(all);
 }
 

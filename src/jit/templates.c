@@ -1,10 +1,14 @@
 #include "templates.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 
@@ -16,39 +20,59 @@ static int load_status;
 static char load_message[4096 + 128];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static char *read_file(const char *path, size_t *len)
+/* The whole of a regular file, NUL-terminated; NULL with *why set
+ * otherwise. O_NONBLOCK: a FIFO in a template's place must not hang the
+ * open (inside pthread_once, every later caller would wait too). */
+static char *read_file(const char *path, size_t *len, const char **why)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf[n] = '\0';
-                *len = (size_t)n;
-            }
-        }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        *why = strerror(errno);
+        return NULL;
     }
-    fclose(f);
+    struct stat st;
+    char *buf = NULL;
+    if (fstat(fd, &st) < 0) *why = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) *why = "not a regular file";
+    else if (!(buf = malloc((size_t)st.st_size + 1))) *why = "out of memory";
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            *why = r < 0 ? strerror(errno) : "it shrank while being read";
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    if (buf) {
+        buf[got] = '\0';
+        *len = got;
+    }
     return buf;
 }
 
 static int load_dir(const char *dir)
 {
     files = calloc((size_t)kjit__embedded_template_count, sizeof *files);
-    if (!files) return KJIT_ENOMEM;
+    if (!files) {
+        snprintf(load_message, sizeof load_message, "out of memory reading the templates of KJIT_TEMPLATE_DIR");
+        return KJIT_ENOMEM;
+    }
     for (int i = 0; i < kjit__embedded_template_count; ++i) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, kjit__embedded_templates[i].name);
         size_t len = 0;
-        char *text = read_file(path, &len);
+        const char *why = "";
+        char *text = read_file(path, &len, &why);
         if (!text) {
-            snprintf(load_message, sizeof load_message,
-                     "KJIT_TEMPLATE_DIR=%s: cannot read %s", dir, path);
+            snprintf(load_message, sizeof load_message, "KJIT_TEMPLATE_DIR=%s: cannot read %s: %s", dir, path, why);
+            for (int k = 0; k < i; ++k) free((char *)files[k].text);
+            free(files);
+            files = NULL;
             return KJIT_EIO;
         }
         files[i].name = kjit__embedded_templates[i].name;
