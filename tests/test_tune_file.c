@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/ctx.h"
+#include "core/tune_json.h"
 #include "test_util.h"
 #include "tune/config.h"
 #include "tune/tune.h"
@@ -792,6 +793,22 @@ static void test_unreadable(const char *dir)
     unlink(p);
 }
 
+/* kjit_tune's KJIT_EIO means "tuned, not saved" only with a tuned config:
+ * an EIO before the tuning ended (an unreadable template directory) leaves
+ * the result zeroed, and the CLI and the server must report a failure, not
+ * a result of zeros. */
+static void test_tuned_or_not(void)
+{
+    kjit_tune_result r;
+    memset(&r, 0, sizeof r);
+    CHECK_EQ_INT(kjit__tune_result_tuned(KJIT_EIO, &r), 0);
+    CHECK_EQ_INT(kjit__tune_result_tuned(KJIT_EINVAL, &r), 0);
+    CHECK_EQ_INT(kjit__tune_result_tuned(KJIT_OK, &r), 1);
+    r.config.source = KJIT_CONFIG_TUNED;
+    CHECK_EQ_INT(kjit__tune_result_tuned(KJIT_EIO, &r), 1);
+    CHECK_EQ_INT(kjit__tune_result_tuned(KJIT_ECUDA, &r), 0);
+}
+
 static void test_other_versions(const char *dir)
 {
     write_file(dir, KJIT_TUNE_FILE,
@@ -987,6 +1004,7 @@ int main(void)
     test_table_many_keys();
     test_too_big(sub[2]);
     test_cap_exact(sub[2]);
+    test_tuned_or_not();
     test_unreadable(sub[1]);
     kjit_test_rmtree(dir);
     free(dir);
