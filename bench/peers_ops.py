@@ -264,7 +264,9 @@ def main():
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"# torch {torch.__version__}, {date}, {torch.cuda.get_device_name()}; H={H} bf16, int32 index, R={R}, "
           f"table = chunk(6) views of (R, 6H)")
-    print(f"# CUDA events per iteration, each after a ~5 ms hold of the stream (no host gap timed), median of "
+    hold = ("each after a ~5 ms hold of the stream (no host gap timed)" if hasattr(torch.cuda, "_sleep")
+            else "no hold of the stream (torch.cuda._sleep missing: host gaps may be timed)")
+    print(f"# CUDA events per iteration, {hold}, median of "
           f"{ITERS} after {WARM} warm-up; rotating buffer sets > 3x the "
           f"{L2_BYTES / 1048576:.0f} MB L2; floor = bytes / {PEAK_BW / 1e12:.2f} TB/s")
     print(f"{'op':<54s} {'rows':>6s} {'fwd_us':>10s} {'fwd_bwd_us':>10s} {'fwd_MB':>10s} {'bwd_MB':>10s} "

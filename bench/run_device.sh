@@ -65,7 +65,7 @@ fi
 # benchmark binaries are removed first: on a warm machine a failed build
 # would otherwise leave the last call's, whose numbers would pass for this
 # tree's.
-rm -f $B/bench/bench_ops $B/bench/bench_jit
+[ -d $B/bench ] && find $B/bench -maxdepth 1 -type f -perm -u+x -delete
 build_ok=1
 cmake --build $B -j"$(nproc)" -- -k >"$OUT/build.log" 2>&1 || { build_ok=0; grep -E "error" "$OUT/build.log" | head -20; }
 summary=()

@@ -21,7 +21,7 @@
 #include "test_util.h"
 
 enum mode { TRICKLE, OTHER_IDS, NULL_OK, IDLE_CLOSE, COUNT, NOT_JSON, TUNE_GARBAGE, TRAILING, BAD_JSON_NULL,
-            TUNE_MISSING, SLOW_HALF };
+            TUNE_MISSING, SLOW_HALF, TUNE_ROWS };
 
 typedef struct fake {
     enum mode mode;
@@ -144,6 +144,20 @@ static void *serve(void *arg)
         if (q >= 0) {
             char t[64];
             snprintf(t, sizeof t, "{\"id\":%lld,\"ok\":true}", q);
+            send_frame(fd, t, 0);
+        }
+        break;
+    }
+    case TUNE_ROWS: { /* hello, then a tune reply whose per-row times do not match its row counts */
+        send_frame(fd, reply, 0);
+        const long long q = read_request(fd);
+        if (q >= 0) {
+            char t[480];
+            snprintf(t, sizeof t,
+                     "{\"id\":%lld,\"ok\":true,\"fwd\":{\"rpc\":1,\"pf\":0,\"grid_per_sm\":0},\"bwd\":{\"bwd_pf\":1,"
+                     "\"accs\":0},\"default_fwd\":{\"rpc\":1,\"pf\":0,\"grid_per_sm\":0},\"default_bwd\":{\"bwd_pf\":1,"
+                     "\"accs\":0},\"fwd_candidates\":3,\"bwd_candidates\":2,\"rows\":[1024,2048],\"fwd_us_rows\":[1.5]}",
+                     q);
             send_frame(fd, t, 0);
         }
         break;
@@ -323,6 +337,19 @@ int main(void)
         CHECK_STATUS(kjit_client_tune(c, "norm_modulate", 5376, KJIT_BF16, &tm), KJIT_EIO);
         CHECK(strstr(kjit_last_error(), "rpc is missing") != NULL);
         CHECK(tm.config.rpc == 0 && tm.config.source == 0 && tm.n_rows == 0);
+    }
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* A tune reply with one forward time for two row counts: KJIT_EIO naming it. */
+    fake_start(&f, dir, TUNE_ROWS);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    {
+        kjit_tune_result tm;
+        CHECK_STATUS(kjit_client_tune(c, "norm_modulate", 5376, KJIT_BF16, &tm), KJIT_EIO);
+        CHECK(strstr(kjit_last_error(), "1 fwd_us_rows for 2 row counts") != NULL);
+        CHECK(tm.config.rpc == 0 && tm.n_rows == 0);
     }
     kjit_client_close(c);
     fake_stop(&f);

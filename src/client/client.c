@@ -265,11 +265,11 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     if (!c || !json || !reply || (payload_len && !payload))
         return kjit__fail(KJIT_EINVAL, "kjit_client_request: %s", !c ? "client is NULL" : !json ? "json is NULL"
                                                                   : !reply ? "reply is NULL" : "payload is NULL");
+    memset(reply, 0, sizeof *reply);
     if (c->broken) return kjit__fail(KJIT_EIO, "this connection to %s failed earlier: reconnect", c->path);
     if (payload_len > KJIT_MAX_REQUEST_PAYLOAD)
         return kjit__fail(KJIT_EINVAL, "payload of %zu bytes: requests carry at most %u", payload_len,
                           KJIT_MAX_REQUEST_PAYLOAD);
-    memset(reply, 0, sizeof *reply);
     const size_t json_len = strlen(json);
     const int again = sent_last(c, json, json_len);
     /* What the server would refuse as bad_json is refused here, naming it,
@@ -379,8 +379,8 @@ static int request_frames(kjit_client *c, char *text, size_t len, const void *pa
              * server cannot be relied on to send. */
             free(rj);
             free(rp);
-            return broken(c, "the kjit server at %s sent a frame that is not one JSON object (trailing bytes, a NUL, "
-                          "bad UTF-8 or too deep)%s", "");
+            return broken(c, "the kjit server at %s sent a frame that is not one JSON object (not JSON, bytes after "
+                          "it, or a NUL)%s", "");
         }
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(r, "id");
         int mine = cJSON_IsNumber(rid) && rid->valuedouble == (double)id;
@@ -873,8 +873,15 @@ int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtyp
                                                "default_bwd_us_rows"};
         double *const per_row_out[4] = {out->fwd_us_rows, out->bwd_us_rows, out->default_fwd_us_rows,
                                         out->default_bwd_us_rows};
-        for (int k = 0; !bad && k < 4; ++k)
-            if (doubles_of(c, root, per_row[k], per_row_out[k]) < 0) bad = 1;
+        for (int k = 0; !bad && k < 4; ++k) {
+            const int m = doubles_of(c, root, per_row[k], per_row_out[k]);
+            if (m >= 0 && m != out->n_rows) {
+                c->broken = 1;
+                kjit__fail(KJIT_EIO, "the kjit server at %s sent a tune reply with %d %s for %d row counts", c->path,
+                           m, per_row[k], out->n_rows);
+            }
+            if (m != out->n_rows) bad = 1;
+        }
         for (int i = 0; !bad && i < out->n_rows; ++i) {
             char name[24];
             snprintf(name, sizeof name, "rows[%d]", i);

@@ -365,6 +365,10 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
         else if (s == KJIT_TUNE_FILE_UNREADABLE)
             kjit__log("tuning file %s: out of memory while reading it: ignored, left as it is", path);
     }
+    if (s == KJIT_TUNE_FILE_UNREADABLE) { /* ignored: none of what was read before the failure is used */
+        kjit__tune_list_free(out);
+        memset(out, 0, sizeof *out);
+    }
     free(buf);
     return s;
 }

@@ -597,6 +597,7 @@ int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_res
 int kjit_tune(kjit_ctx *ctx, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out)
 {
     kjit__clear_error();
+    if (out) memset(out, 0, sizeof *out); /* zeroed whatever fails (kjit.h) */
     if (!ctx) return kjit__fail(KJIT_EINVAL, "kjit_tune: ctx is NULL");
     int mode, rc = kjit__tune_key_check("kjit_tune", op, hidden, dtype, &mode);
     if (rc) return rc;

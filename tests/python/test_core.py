@@ -429,6 +429,28 @@ class ClientEdges(unittest.TestCase):
             with self.assertRaisesRegex(client.ProtocolError, "fwd.rpc is not a whole number"):
                 c.tune("norm_modulate", 5376, "bf16")
 
+    def test_a_request_from_an_event_callback_is_refused(self):
+        """on_event calling back into the same Client would take the outer
+        request's frames for another's: a RuntimeError, and the outer
+        request still gets its reply."""
+        from kjit import client
+
+        def script(conn, read, frame):
+            req = read()
+            conn.sendall(frame({"id": req["id"], "event": "progress", "done": 1}))
+            conn.sendall(frame({"id": req["id"], "ok": True, "done": 2}))
+
+        path = self.serve(script)
+        seen = []
+        with client.Client(path, timeout=5) as c:
+            def on_event(ev):
+                with self.assertRaisesRegex(RuntimeError, "inside a request of the same Client"):
+                    c.ping()
+                seen.append(ev["done"])
+
+            reply = c.prewarm(["timestep_sinusoid"], [256], ["bf16"], on_event=on_event)
+        self.assertEqual((seen, reply.get("done")), ([1], 2))
+
     def test_threads_take_turns(self):
         """Two threads on one Client: each gets its own reply (before: the
         frames interleaved, "not a kjit frame" on one, a timeout on the

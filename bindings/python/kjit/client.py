@@ -243,6 +243,7 @@ class Client:
         self._sock.settimeout(self._timeout)
         self._deadline = None  # the request's reply is due by (time.monotonic()), None: no bound
         self._lock = threading.RLock()  # one request at a time on the stream, whatever the threads
+        self._in_request = False  # a request of this Client is being exchanged (re-entry is refused)
         self._broken = None  # why the connection is out of step, once it is
         self._partial = False  # bytes of the frame being read have arrived
         self.hello = {}
@@ -349,9 +350,16 @@ class Client:
         The client's timeout bounds the whole reply (a progress event starts
         it anew). Requests of several threads on one Client take turns."""
         with self._lock:
+            if self._in_request:
+                # From an on_event callback: the inner request would take the
+                # outer one's frames for another request's and drop them.
+                raise RuntimeError("Client.request called from inside a request of the same Client (an on_event "
+                                   "callback?): use another Client")
+            self._in_request = True
             try:
                 return self._request(req, payload, on_event, check)
             finally:
+                self._in_request = False
                 self._deadline = None
                 if self._broken is None:
                     self._sock.settimeout(self._timeout)
@@ -532,6 +540,14 @@ class Client:
 
         if stream is None:
             stream = torch.cuda.current_stream()
+        # The shared event, the IPC handles and last_order belong to one run
+        # at a time: threads sharing this Client take turns for the whole
+        # of it (the event recorded by one must not be re-recorded by
+        # another before the server has waited on it).
+        with self._lock:
+            return self._run_locked(op, buffers, dir, stream, order, fields, torch)
+
+    def _run_locked(self, op, buffers, dir, stream, order, fields, torch):
         if order == "auto":
             order = "event" if self._mps(stream.device.index) else "host"
         self.last_order = order
