@@ -74,6 +74,19 @@ static int send_frame(int fd, const char *json, int byte_by_byte)
     return 0;
 }
 
+/* Answers the next request with fmt (its %lld the request's id), then,
+ * with drain, counts what else arrives until the client goes. */
+static void answer_next(fake *f, int fd, const char *fmt, int drain)
+{
+    const long long q = read_request(fd);
+    if (q < 0) return;
+    f->requests++;
+    char t[480];
+    snprintf(t, sizeof t, fmt, q);
+    send_frame(fd, t, 0);
+    while (drain && read_request(fd) >= 0) f->requests++;
+}
+
 static void *serve(void *arg)
 {
     fake *f = arg;
@@ -82,6 +95,7 @@ static void *serve(void *arg)
     long long id = read_request(fd);
     char reply[256];
     snprintf(reply, sizeof reply, "{\"id\":%lld,\"ok\":true,\"version\":1}", id);
+    if (f->mode >= TUNE_GARBAGE) send_frame(fd, reply, 0); /* the hello, for every mode from here on */
     switch (f->mode) {
     case TRICKLE: /* the hello reply at 20 bytes a second: ~3 s */
         send_frame(fd, reply, 1);
@@ -111,59 +125,27 @@ static void *serve(void *arg)
             while (read_request(fd) >= 0) f->requests++;
         }
         break;
-    case TRAILING: { /* hello, then a reply with a second object after it */
-        send_frame(fd, reply, 0);
-        const long long q = read_request(fd);
-        if (q >= 0) {
-            f->requests++;
-            char t[128];
-            snprintf(t, sizeof t, "{\"id\":%lld,\"ok\":true} {\"junk\":1}", q);
-            send_frame(fd, t, 0);
-            while (read_request(fd) >= 0) f->requests++;
-        }
+    case TRAILING: /* a reply with a second object after it */
+        answer_next(f, fd, "{\"id\":%lld,\"ok\":true} {\"junk\":1}", 1);
         break;
-    }
-    case BAD_JSON_NULL: { /* hello; bad_json with a null id (the connection stays); then a plain answer */
-        send_frame(fd, reply, 0);
+    case BAD_JSON_NULL: /* bad_json with a null id (the connection stays); then a plain answer */
         if (read_request(fd) >= 0) {
             f->requests++;
             send_frame(fd, "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"bad_json\",\"message\":\"x\"}}", 0);
-            const long long q = read_request(fd);
-            if (q >= 0) {
-                f->requests++;
-                char t[64];
-                snprintf(t, sizeof t, "{\"id\":%lld,\"ok\":true}", q);
-                send_frame(fd, t, 0);
-            }
+            answer_next(f, fd, "{\"id\":%lld,\"ok\":true}", 0);
         }
         break;
-    }
-    case TUNE_MISSING: { /* hello, then a tune reply with no config at all */
-        send_frame(fd, reply, 0);
-        const long long q = read_request(fd);
-        if (q >= 0) {
-            char t[64];
-            snprintf(t, sizeof t, "{\"id\":%lld,\"ok\":true}", q);
-            send_frame(fd, t, 0);
-        }
+    case TUNE_MISSING: /* a tune reply with no config at all */
+        answer_next(f, fd, "{\"id\":%lld,\"ok\":true}", 0);
         break;
-    }
-    case TUNE_ROWS: { /* hello, then a tune reply whose per-row times do not match its row counts */
-        send_frame(fd, reply, 0);
-        const long long q = read_request(fd);
-        if (q >= 0) {
-            char t[480];
-            snprintf(t, sizeof t,
-                     "{\"id\":%lld,\"ok\":true,\"fwd\":{\"rpc\":1,\"pf\":0,\"grid_per_sm\":0},\"bwd\":{\"bwd_pf\":1,"
-                     "\"accs\":0},\"default_fwd\":{\"rpc\":1,\"pf\":0,\"grid_per_sm\":0},\"default_bwd\":{\"bwd_pf\":1,"
-                     "\"accs\":0},\"fwd_candidates\":3,\"bwd_candidates\":2,\"rows\":[1024,2048],\"fwd_us_rows\":[1.5]}",
-                     q);
-            send_frame(fd, t, 0);
-        }
+    case TUNE_ROWS: /* a tune reply whose per-row times do not match its row counts */
+        answer_next(f, fd,
+                    "{\"id\":%lld,\"ok\":true,\"fwd\":{\"rpc\":1,\"pf\":0,\"grid_per_sm\":0},\"bwd\":{\"bwd_pf\":1,"
+                    "\"accs\":0},\"default_fwd\":{\"rpc\":1,\"pf\":0,\"grid_per_sm\":0},\"default_bwd\":{\"bwd_pf\":1,"
+                    "\"accs\":0},\"fwd_candidates\":3,\"bwd_candidates\":2,\"rows\":[1024,2048],\"fwd_us_rows\":[1.5]}",
+                    0);
         break;
-    }
-    case SLOW_HALF: /* hello, then one byte of a frame just before half the client's 1 s timeout */
-        send_frame(fd, reply, 0);
+    case SLOW_HALF: /* one byte of a frame just before half the client's 1 s timeout */
         if (read_request(fd) >= 0) {
             usleep(490000);
             (void)!send(fd, "K", 1, MSG_NOSIGNAL);
@@ -171,18 +153,12 @@ static void *serve(void *arg)
             }
         }
         break;
-    case TUNE_GARBAGE: { /* hello, then a tune reply whose numbers no int holds */
-        send_frame(fd, reply, 0);
-        const long long tid = read_request(fd);
-        if (tid >= 0) {
-            char t[400];
-            snprintf(t, sizeof t,
-                     "{\"id\":%lld,\"ok\":true,\"fwd\":{\"rpc\":1e300,\"pf\":1,\"grid_per_sm\":1},"
-                     "\"bwd\":{\"bwd_pf\":1,\"accs\":0},\"fwd_candidates\":1e20,\"rows\":[1e300,-1e300,3]}", tid);
-            send_frame(fd, t, 0);
-        }
+    case TUNE_GARBAGE: /* a tune reply whose numbers no int holds */
+        answer_next(f, fd,
+                    "{\"id\":%lld,\"ok\":true,\"fwd\":{\"rpc\":1e300,\"pf\":1,\"grid_per_sm\":1},"
+                    "\"bwd\":{\"bwd_pf\":1,\"accs\":0},\"fwd_candidates\":1e20,\"rows\":[1e300,-1e300,3]}",
+                    0);
         break;
-    }
     }
     close(fd);
     return NULL;
@@ -222,6 +198,23 @@ static void test_deadline(const char *dir, enum mode m, const char *what)
         fprintf(stderr, "%s: connect with a 500 ms timeout took %.2f s\n", what, took);
         kjit_test_failures++;
     }
+    kjit_client_close(c);
+    fake_stop(&f);
+}
+
+/* A ping to the fake server of mode m fails with KJIT_EIO, its message
+ * holding want, and hands back no reply. */
+static void ping_refused(const char *dir, enum mode m, int timeout_ms, const char *want)
+{
+    fake f;
+    fake_start(&f, dir, m);
+    kjit_client *c = NULL;
+    kjit_client_reply r;
+    memset(&r, 0x5a, sizeof r);
+    CHECK_STATUS(kjit_client_connect(&c, f.path, timeout_ms), KJIT_OK);
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), want) != NULL);
+    CHECK(r.json == NULL && r.payload == NULL); /* zeroed on entry, nothing handed back */
     kjit_client_close(c);
     fake_stop(&f);
 }
@@ -286,24 +279,10 @@ int main(void)
 
     /* A frame that is not a JSON object: an error at once (it was skipped
      * as another request's, and the call waited for the deadline). */
-    fake_start(&f, dir, NOT_JSON);
-    c = NULL;
-    CHECK_STATUS(kjit_client_connect(&c, f.path, 0), KJIT_OK); /* 0: no timeout at all */
-    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EIO);
-    CHECK(strstr(kjit_last_error(), "not one JSON object") != NULL);
-    kjit_client_close(c);
-    fake_stop(&f);
-
+    ping_refused(dir, NOT_JSON, 0 /* no timeout at all */, "not one JSON object");
     /* A reply with bytes after its object: an error, not the first object
      * taken for the reply. */
-    fake_start(&f, dir, TRAILING);
-    c = NULL;
-    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
-    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EIO);
-    CHECK(strstr(kjit_last_error(), "not one JSON object") != NULL);
-    CHECK(r.json == NULL); /* zeroed on entry, nothing handed back */
-    kjit_client_close(c);
-    fake_stop(&f);
+    ping_refused(dir, TRAILING, 5000, "not one JSON object");
 
     /* bad_json with a null id (a frame the server could not read an id
      * from) is the answer, and the connection stays usable; requests the
