@@ -34,6 +34,7 @@
 
 #include "gpu_util.h"
 #include "kjit.h"
+#include "core/spin.h"
 #include "ref.h"
 #include "tune/config.h"
 #include "tune/tune.h"
@@ -287,24 +288,17 @@ static double events_median_us(int n, double per)
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-static double wall_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Median us of one iteration (forward, or forward then backward), rotating
  * sets. Warm-up: WARM iterations at least, and at least 20 ms of them, so
  * that the clocks have left their idle state (a 4097-row forward is ~30 us:
  * ten are 0.3 ms). */
 static double time_op(int op, int bwd, int64_t n, const bset *sets, int nsets)
 {
-    const double t0 = wall_s();
+    const double t0 = kjit__now_us();
     do {
         for (int i = 0; i < WARM; ++i) run(op, bwd, n, &sets[i % nsets]);
         CU_CHECK(cu->StreamSynchronize(stream));
-    } while (wall_s() - t0 < 0.02);
+    } while (kjit__now_us() - t0 < 20000.0);
     for (int i = 0; i < ITERS; ++i) {
         CU_CHECK(cu->EventRecord(ev_start[i], stream));
         run(op, bwd, n, &sets[(i + WARM) % nsets]);

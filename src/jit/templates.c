@@ -1,16 +1,13 @@
 #include "templates.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 static kjit_template_file *files;
 static int n_files;
@@ -19,41 +16,6 @@ static size_t bundle_len;
 static int load_status;
 static char load_message[4096 + 128];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-/* The whole of a regular file, NUL-terminated; NULL with *why set
- * otherwise. O_NONBLOCK: a FIFO in a template's place must not hang the
- * open (inside pthread_once, every later caller would wait too). */
-static char *read_file(const char *path, size_t *len, const char **why)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        *why = strerror(errno);
-        return NULL;
-    }
-    struct stat st;
-    char *buf = NULL;
-    if (fstat(fd, &st) < 0) *why = strerror(errno);
-    else if (!S_ISREG(st.st_mode)) *why = "not a regular file";
-    else if (!(buf = malloc((size_t)st.st_size + 1))) *why = "out of memory";
-    size_t got = 0;
-    while (buf && got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            *why = r < 0 ? strerror(errno) : "it shrank while being read";
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    if (buf) {
-        buf[got] = '\0';
-        *len = got;
-    }
-    return buf;
-}
 
 static int load_dir(const char *dir)
 {
@@ -66,10 +28,12 @@ static int load_dir(const char *dir)
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, kjit__embedded_templates[i].name);
         size_t len = 0;
-        const char *why = "";
-        char *text = read_file(path, &len, &why);
-        if (!text) {
-            snprintf(load_message, sizeof load_message, "KJIT_TEMPLATE_DIR=%s: cannot read %s: %s", dir, path, why);
+        char why[256], *text = NULL;
+        int err;
+        /* (a FIFO in a template's place is refused, not waited on: inside
+         * pthread_once every later caller would wait too) */
+        if (kjit__file_read(path, 0, (size_t)1 << 30, &text, &len, why, sizeof why, &err) != KJIT_FILE_READ_OK) {
+            snprintf(load_message, sizeof load_message, "KJIT_TEMPLATE_DIR=%.1500s: cannot read %.2300s: %s", dir, path, why);
             for (int k = 0; k < i; ++k) free((char *)files[k].text);
             free(files);
             files = NULL;

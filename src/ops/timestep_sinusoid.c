@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "ops/op.h"
 #include "ops/overlap.h"
+#include "ops/rows.h"
 
 #define SINUSOID_MAX_D 65536
 
@@ -69,24 +70,17 @@ int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, int d, void
         return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: n * out_stride overflows (n = %lld, out_stride = %lld)",
                           (long long)n, (long long)out_stride);
     if (n == 0) return KJIT_OK;
-    if (!t) return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: t is NULL");
-    if (!out) return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: out is NULL");
-    if ((uintptr_t)t % 4) return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: t is not 4-byte aligned");
-    if ((uintptr_t)out % esize)
-        return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: out is not %zu-byte aligned", esize);
-    /* Both within the address space, as every op's rows: past its end the
-     * device's addresses wrap to low ones, which the overlap check below
-     * (exact integers) would not see. The extent is < INT64_MAX here. */
-    if ((uint64_t)n > (UINTPTR_MAX - (uintptr_t)t) / 4)
-        return kjit__fail(KJIT_EINVAL, "timestep_sinusoid: t: %lld values from %p run past the end of the address space",
-                          (long long)n, (const void *)t);
-    if (((uint64_t)(n - 1) * (uint64_t)out_stride + (uint64_t)d) * esize > UINTPTR_MAX - (uintptr_t)out)
-        return kjit__fail(KJIT_EINVAL,
-                          "timestep_sinusoid: out: %lld rows of stride %lld from %p run past the end of the address "
-                          "space", (long long)n, (long long)out_stride, out);
+    /* Each non-NULL, aligned to its elements and within the address space
+     * (past its end the device's addresses wrap to low ones, which the
+     * overlap check below would not see), as every op's rows: t as n rows
+     * of one value. */
+    int vec = 1; /* (the sinusoid has no vector path to choose) */
+    int rc = kjit__check_rows("timestep_sinusoid", "t", t, 1, n, 1, KJIT_F32, &vec);
+    if (!rc) rc = kjit__check_rows("timestep_sinusoid", "out", out, out_stride, n, d, out_dtype, &vec);
+    if (rc) return rc;
     const kjit_span sp[2] = {kjit__span_bytes("t", t, (size_t)n * 4, 0),
                              kjit__span_rows("out", out, out_stride, n, d, esize, 1)};
-    int rc = kjit__spans_check("timestep_sinusoid", sp, 2);
+    rc = kjit__spans_check("timestep_sinusoid", sp, 2);
     if (rc) return rc;
 
     kjit_kernel_spec spec;

@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 /* An entry is ~0.5 KB: 4 MiB holds thousands of (device, op, hidden,
  * dtype) results, and bounds what a damaged or hostile file costs (the
@@ -319,34 +320,22 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
                   sizeof path - 1);
         return KJIT_TUNE_FILE_MISSING;
     }
-    /* O_NONBLOCK: a FIFO in its place must not hang the open (it is then
-     * refused below as not a regular file). */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT) return KJIT_TUNE_FILE_MISSING;
+    char *buf = NULL;
+    size_t got = 0;
+    char why_read[256];
+    int err = 0;
+    const kjit_file_read_state rs =
+        kjit__file_read(path, O_NOFOLLOW, MAX_FILE_BYTES, &buf, &got, why_read, sizeof why_read, &err);
+    if (rs == KJIT_FILE_READ_NOT_OPENED) {
+        if (err == ENOENT) return KJIT_TUNE_FILE_MISSING;
         /* A symbolic link in its place (ELOOP) is damaged: a save replaces
          * the link. Anything else (permissions, too many open files, I/O)
          * says nothing of the file's content: it is left as it is. */
-        const int err = errno;
-        kjit__log("tuning file %s: cannot open (%s): ignored", path, strerror(err));
+        kjit__log("tuning file %s: cannot open (%s): ignored", path, why_read);
         return err == ELOOP ? KJIT_TUNE_FILE_DAMAGED : KJIT_TUNE_FILE_UNREADABLE;
     }
-    struct stat st;
-    char *buf = NULL;
-    size_t got = 0;
-    const char *problem = NULL, *failure = NULL;
-    if (fstat(fd, &st) < 0) failure = strerror(errno);
-    else if (!S_ISREG(st.st_mode)) problem = "not a regular file";
-    else if ((unsigned long long)st.st_size > MAX_FILE_BYTES) problem = "larger than 4 MiB";
-    else if (!(buf = malloc((size_t)st.st_size + 1))) failure = "out of memory";
-    while (!problem && !failure && got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) failure = strerror(errno);
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
+    const char *failure = rs == KJIT_FILE_READ_FAILED ? why_read : NULL;
+    const char *problem = rs == KJIT_FILE_READ_BAD ? why_read : NULL;
     kjit_tune_file_state s;
     if (failure) {
         kjit__log("tuning file %s: cannot be read (%s): ignored, left as it is", path, failure);
@@ -355,7 +344,6 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
         kjit__log("tuning file %s: %s: ignored, rebuilt on the next save", path, problem);
         s = KJIT_TUNE_FILE_DAMAGED;
     } else {
-        buf[got] = '\0';
         char why[512];
         s = kjit__tune_parse(buf, got, out, n_bad, why, sizeof why);
         if (s == KJIT_TUNE_FILE_DAMAGED)

@@ -52,45 +52,31 @@ class ProtocolError(Exception):
     interrupt left in the middle of a frame: open a new Client."""
 
 
-def _non_finite(value, where):
-    """The path of the first NaN or infinity in a request, or None (JSON has
-    neither; the server would answer bad_json naming no field)."""
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
-        return where
-    if isinstance(value, dict):
-        for k, v in value.items():
-            got = _non_finite(v, f"{where}.{k}" if where else str(k))
-            if got:
-                return got
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            got = _non_finite(v, f"{where}[{i}]")
-            if got:
-                return got
-    return None
-
-
 _MAX_JSON_DEPTH = 8  # the server's limit on a request's nesting (hello's limits.max_json_depth)
 _CLOSING = ("bad_frame", "busy", "timeout", "not_allowed")  # id-null errors after which the server closes
 
 
 def _request_problem(value, where, depth=1):
-    """What the server would refuse as bad_json in a request (a NUL in a
-    string or a key, nesting deeper than 8), as "path: why", or None."""
+    """What a request must not hold, as "path: why", or None: NaN or
+    infinity (JSON has neither), and what the server would refuse as
+    bad_json naming no field (a NUL in a string or a key, nesting deeper
+    than 8)."""
     here = where or "the request"
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f"{here}: NaN and infinity cannot be sent (JSON has neither)"
     if isinstance(value, str):
-        return f"{here}: a NUL character" if "\0" in value else None
+        return f"{here}: a NUL character (the server would refuse the request as bad_json)" if "\0" in value else None
     if not isinstance(value, (dict, list, tuple)):
         return None
     if depth > _MAX_JSON_DEPTH:
-        return f"{here}: nested deeper than {_MAX_JSON_DEPTH} levels"
+        return f"{here}: nested deeper than {_MAX_JSON_DEPTH} levels (the server would refuse the request as bad_json)"
     if isinstance(value, dict):
         children = [(f"{where}.{k}" if where else str(k), k, v) for k, v in value.items()]
     else:
         children = [(f"{where}[{i}]", None, v) for i, v in enumerate(value)]
     for path, key, v in children:
         if isinstance(key, str) and "\0" in key:
-            return f"{here}: a key with a NUL character"
+            return f"{here}: a key with a NUL character (the server would refuse the request as bad_json)"
         got = _request_problem(v, path, depth + 1)
         if got:
             return got
@@ -373,12 +359,9 @@ class Client:
                                 f"({self._broken}): open a new Client")
         if not isinstance(req, dict):
             raise TypeError(f"req: expected a dict, got {type(req).__name__}")
-        bad = _non_finite(req, "")
-        if bad:
-            raise ValueError(f"{bad}: NaN and infinity cannot be sent (JSON has neither)")
         bad = _request_problem(req, "")
         if bad:
-            raise ValueError(f"{bad}: the server would refuse the request (bad_json)")
+            raise ValueError(bad)
         rid = self._next_id
         self._next_id += 1
         # The id first, compact: a run repeated on the same buffers is then
