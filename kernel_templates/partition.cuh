@@ -158,7 +158,10 @@ template <class TI>
 __device__ __forceinline__ int part_key(const TI *ix, long long n, long long n1, long long r, bool &bad)
 {
     if (n >= n1) return -1;
-    const long long v = (long long)ix[n];
+    // Through the L2 (.cg): kjit_part_beside reads the index before its
+    // griddepcontrol.wait, and a line another grid left in this SM's L1
+    // must not answer it; the L2 holds what the index's writer completed.
+    const long long v = (long long)__ldcg(ix + n);
     if (v < 0 || v >= r) {
         bad = true;
         return -1;
@@ -596,7 +599,7 @@ __device__ __noinline__ void part_small_build_call(const kjit_index_arg &ixa, co
 } // namespace kjit
 
 template <class TI>
-__global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p)
+__global__ void __launch_bounds__(1024) kjit_part_small(const __grid_constant__ kjit_part_build_params p)
 {
     kjit::grid_dep_sync();
     extern __shared__ int kjit_part_smem[];
@@ -615,13 +618,13 @@ __global__ void kjit_part_small(const __grid_constant__ kjit_part_build_params p
 // what follows: this grid completes after the forward, so a grid that waits
 // for this one sees the forward's writes too. Launched without the
 // attribute (or before sm_90), it runs after the forward, as any launch.
-// Its index loads are plain loads made without a wait: they rely on the
-// index's last writer having completed before this grid launched, which
-// the CUDA documents order but do not state makes the writes visible to a
-// grid that has not waited (griddepcontrol.wait is what they document).
-// test_adaln's two training steps on one stream, the index rewritten between
-// them, would show a stale read; loads through the L2 (ld.global.cg) would
-// not rely on it.
+// Its index loads are made without a wait: they rely on the index's last
+// writer having completed before this grid launched, which the CUDA
+// documents order but do not state makes the writes visible to a grid that
+// has not waited (griddepcontrol.wait is what they document). So they go
+// through the L2 (ld.global.cg, part_key), where a completed grid's writes
+// are, never a line left in this SM's L1. test_adaln's two training steps
+// on one stream, the index rewritten between them, would show a stale read.
 template <class TI>
 __global__ void __launch_bounds__(1024) kjit_part_beside(const __grid_constant__ kjit_part_build_params p)
 {

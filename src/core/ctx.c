@@ -275,6 +275,8 @@ typedef struct build_arg {
     const char *template_file, *label, *name_expr;
     int sm;
     char key[33];
+    const char *const *opts; /* the options the key hashed */
+    int n_opts;
 } build_arg;
 
 /* A miss of memory and disk, under the cache's lock on the key: the server
@@ -306,7 +308,7 @@ static int build_cb(void *arg, char **lowered, void **image, size_t *len)
                   ctx->server, this_kernel ? "" : " (not asked again for a while)", kjit_last_error());
         kjit__clear_error();
     }
-    return kjit__jit_compile(b->template_file, b->name_expr, b->sm, lowered, image, len);
+    return kjit__jit_compile_with(b->template_file, b->name_expr, b->sm, b->opts, b->n_opts, lowered, image, len);
 }
 
 /* "adaln" for "adaln.cuh" or "dir/adaln.cuh". */
@@ -340,7 +342,7 @@ static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *lab
         .options = opts, .n_options = n_opts, .arch = arch,
         .nvrtc_major = nv->major, .nvrtc_minor = nv->minor, .format = KJIT_CACHE_FORMAT,
     };
-    build_arg b = {ctx, template_file, label, name_expr, sm, ""};
+    build_arg b = {ctx, template_file, label, name_expr, sm, "", opts, n_opts};
     kjit_cache_key key = kjit__cache_key(&f);
     kjit__cache_key_hex(key, b.key);
     if (key_out) *key_out = key;

@@ -61,6 +61,15 @@ int kjit__jit_options(int sm, char buf[64], const char *opts[KJIT_MAX_OPTIONS])
 int kjit__jit_compile(const char *template_name, const char *name_expr, int sm,
                       char **lowered, void **cubin, size_t *cubin_len)
 {
+    char arch_buf[64];
+    const char *opts[KJIT_MAX_OPTIONS];
+    const int n_opts = kjit__jit_options(sm, arch_buf, opts);
+    return kjit__jit_compile_with(template_name, name_expr, sm, opts, n_opts, lowered, cubin, cubin_len);
+}
+
+int kjit__jit_compile_with(const char *template_name, const char *name_expr, int sm, const char *const *opts,
+                           int n_opts, char **lowered, void **cubin, size_t *cubin_len)
+{
     const kjit_nvrtc_api *nv = kjit__nvrtc();
     if (!nv) return KJIT_ENONVRTC;
     const kjit_template_file *all;
@@ -97,10 +106,7 @@ int kjit__jit_compile(const char *template_name, const char *name_expr, int sm,
         return kjit__fail(KJIT_ECOMPILE, "%s for sm_%d (%s): nvrtcAddNameExpression: %s", name_expr, sm,
                           template_name, nv->GetErrorString(r));
     }
-    char arch_buf[64];
-    const char *opts[KJIT_MAX_OPTIONS];
-    int n_opts = kjit__jit_options(sm, arch_buf, opts);
-    r = nv->CompileProgram(prog, n_opts, opts);
+    r = nv->CompileProgram(prog, n_opts, (const char **)opts);
     if (r != NVRTC_SUCCESS) {
         size_t log_size = 0;
         char *log = nv->GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS ? malloc(log_size + 1) : NULL;

@@ -20,4 +20,10 @@ int kjit__jit_options(int sm, char buf[64], const char *opts[KJIT_MAX_OPTIONS]);
 int kjit__jit_compile(const char *template_name, const char *name_expr, int sm,
                       char **lowered, void **cubin, size_t *cubin_len);
 
+/* The same with the options given (opts[0] the arch option for sm): the
+ * cache builds with the very options its key hashed, not a second reading
+ * of the environment's switches. */
+int kjit__jit_compile_with(const char *template_name, const char *name_expr, int sm, const char *const *opts,
+                           int n_opts, char **lowered, void **cubin, size_t *cubin_len);
+
 #endif

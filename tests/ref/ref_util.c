@@ -127,7 +127,7 @@ double ref_rel_err(const double *out, const double *ref, size_t n)
 {
     ref_acc num = {0, 0}, den = {0, 0};
     for (size_t i = 0; i < n; i++) {
-        if (!isfinite(out[i]))
+        if (!isfinite(out[i]) || !isfinite(ref[i])) /* a broken reference fails too */
             return INFINITY;
         ref_acc_add(&num, (out[i] - ref[i]) * (out[i] - ref[i]));
         ref_acc_add(&den, ref[i] * ref[i]);
@@ -140,7 +140,7 @@ double ref_max_abs_err(const double *out, const double *ref, size_t n)
 {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!isfinite(out[i]))
+        if (!isfinite(out[i]) || !isfinite(ref[i]))
             return INFINITY;
         m = fmax(m, fabs(out[i] - ref[i]));
     }

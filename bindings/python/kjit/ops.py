@@ -212,9 +212,7 @@ def _tables(fn, named, hidden, device):
         _rows_layout(fn, name, t, rows, hidden, first)
         if rows is None:
             rows, first = t.shape[0], name
-            if not 1 <= rows <= _MAX_TABLE_ROWS:
-                raise ValueError(f"{fn}: {name} has {rows} rows; kjit takes 1..{_MAX_TABLE_ROWS} "
-                                 "table rows")
+            _check_table_rows(fn, rows, f"{name} has {rows} rows")
 
 
 def _activations(fn, named, allowed=_ACT):
@@ -265,9 +263,11 @@ def _check_dweight(fn, weight, need_dweight):
         raise ValueError(f"{fn}: need_dweight is True but weight is None")
 
 
-def _check_table_rows(fn, rows):
+def _check_table_rows(fn, rows, what=None):
+    """R within 1.._MAX_TABLE_ROWS; what names it in the message."""
     if not 1 <= rows <= _MAX_TABLE_ROWS:
-        raise ValueError(f"{fn}: rows {rows}; kjit takes 1..{_MAX_TABLE_ROWS} table rows")
+        raise ValueError(f"{fn}: {what or f'rows {rows}'}; kjit takes 1..{_MAX_TABLE_ROWS} "
+                         "table rows")
 
 
 # ---- helpers of the implementations ----------------------------------------------
