@@ -599,7 +599,7 @@ __device__ __noinline__ void part_small_build_call(const kjit_index_arg &ixa, co
 } // namespace kjit
 
 template <class TI>
-__global__ void __launch_bounds__(1024) kjit_part_small(const __grid_constant__ kjit_part_build_params p)
+__global__ void __launch_bounds__(1024, 1) kjit_part_small(const __grid_constant__ kjit_part_build_params p)
 {
     kjit::grid_dep_sync();
     extern __shared__ int kjit_part_smem[];
@@ -626,7 +626,7 @@ __global__ void __launch_bounds__(1024) kjit_part_small(const __grid_constant__ 
 // are, never a line left in this SM's L1. test_adaln's two training steps
 // on one stream, the index rewritten between them, would show a stale read.
 template <class TI>
-__global__ void __launch_bounds__(1024) kjit_part_beside(const __grid_constant__ kjit_part_build_params p)
+__global__ void __launch_bounds__(1024, 1) kjit_part_beside(const __grid_constant__ kjit_part_build_params p)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
