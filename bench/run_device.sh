@@ -87,8 +87,12 @@ for s in $stages; do
     # "N: " prefixes); test_tune, whose tuning must take under 5 s, is
     # RUN_SERIAL (tests/CMakeLists.txt): ctest runs it alone.
     # Line-buffered: a test cut off by a time limit still shows how far it got.
+    # The Python gpu tests (label python) are the python stage's, unless
+    # KJIT_CTEST_REGEX names tests.
+    not_py=(-LE python)
+    [ -z "${KJIT_CTEST_REGEX:-}" ] || not_py=()
     section ctest; stdbuf -oL -eL ctest --test-dir $B -L gpu -V -j"${KJIT_CTEST_JOBS:-1}" ${KJIT_CTEST_REGEX:+-R "$KJIT_CTEST_REGEX"} \
-      ${KJIT_CTEST_EXCLUDE:+-E "$KJIT_CTEST_EXCLUDE"} >>"$LOG" 2>&1
+      ${not_py[@]+"${not_py[@]}"} ${KJIT_CTEST_EXCLUDE:+-E "$KJIT_CTEST_EXCLUDE"} >>"$LOG" 2>&1
     summary+=("gpu tests rc=$?")
     # The server suites (no GPU needed) on this many-core host too: libnvrtc
     # and the driver start threads (and hold descriptors) here that a 2-core
