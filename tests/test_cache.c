@@ -767,6 +767,47 @@ static int test_temp_leftover_warm(const char *dir)
     return verify_clean(dir, 1);
 }
 
+/* A temp file its writer holds (an OFD lock from create to rename) is a
+ * write in progress however old its mtime says it is (a stopped writer, a
+ * file system clock behind ours): verify, a cache's open and clear leave
+ * it. Once no one holds it, it is a leftover, and so is an unheld one
+ * whose mtime lies far in the future. */
+static int test_temp_held(const char *dir)
+{
+    char held[512], future[512];
+    CHECK(make_temp_file(dir, ".tmp.op.Held01", time(NULL) - 11 * 60, held, sizeof held));
+    CHECK(make_temp_file(dir, ".tmp.op.Futur1", time(NULL) + 3600, future, sizeof future));
+    int hfd = open(held, O_WRONLY);
+    ASSERT_TRUE(hfd >= 0);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    ASSERT_EQ_INT(fcntl(hfd, F_OFD_SETLK, &fl), 0);
+    seen s;
+    memset(&s, 0, sizeof s);
+    int n_bad = -1;
+    ASSERT_OK(kjit__cache_list(dir, 1, seen_visit, &s, &n_bad));
+    ASSERT_EQ_INT(n_bad, 1);
+    ASSERT_STR_EQ(s.files[0], ".tmp.op.Futur1");
+    ASSERT_EQ_INT(s.ok[0], 0);
+    ASSERT_STR_EQ(s.files[1], ".tmp.op.Held01");
+    ASSERT_EQ_INT(s.ok[1], 1);
+    kjit_cache *c;
+    ASSERT_OK(kjit__cache_open(&c, dir, 0));
+    kjit__cache_close(c);
+    ASSERT_TRUE(path_exists(held));
+    ASSERT_TRUE(!path_exists(future));
+    uint64_t removed = 0, spared = 0;
+    ASSERT_OK(kjit__cache_clear(dir, &removed, &spared));
+    ASSERT_EQ_U64(removed, 0);
+    ASSERT_EQ_U64(spared, 1);
+    ASSERT_TRUE(path_exists(held));
+    close(hfd); /* the writer is gone */
+    ASSERT_OK(kjit__cache_clear(dir, &removed, &spared));
+    ASSERT_EQ_U64(removed, 1);
+    ASSERT_EQ_U64(spared, 0);
+    ASSERT_TRUE(!path_exists(held));
+    return verify_clean(dir, 0);
+}
+
 static int test_list_verify_clear(const char *dir)
 {
     kjit_cache *c;
@@ -1229,6 +1270,7 @@ int main(int argc, char **argv)
         {"bad_fifo", test_bad_fifo},
         {"temp_leftover", test_temp_leftover},
         {"temp_leftover_warm", test_temp_leftover_warm},
+        {"temp_held", test_temp_held},
         {"list_verify_clear", test_list_verify_clear},
         {"evict_lru", test_evict_lru},
         {"evict_larger_than_cap", test_evict_larger_than_cap},

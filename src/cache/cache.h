@@ -113,6 +113,8 @@ int kjit__cache_make_key(const kjit_cache_fields *f, kjit_cache_key *out);
 kjit_cache_key kjit__cache_key(const kjit_cache_fields *f);
 /* 32 lowercase hex digits + NUL. */
 void kjit__cache_key_hex(kjit_cache_key k, char out[33]);
+/* Parses the key out of an entry's file name; 0 if the name has no such shape. */
+int kjit__cache_parse_name(const char *name, kjit_cache_key *key);
 
 /* Memory, then disk, then build (under the cross-process lock). label is a
  * readable file-name prefix (the op name; characters outside [A-Za-z0-9_-]
@@ -144,7 +146,8 @@ typedef struct kjit_cache_entry_info {
     const char *problem;/* verify: why it is bad, else NULL */
     int temp;           /* 1: a .tmp.* file (a write in progress, or the
                            leftover of a killed writer), not an entry; verify
-                           counts it bad only once older than 10 minutes */
+                           counts it bad only once no writer holds it and
+                           its mtime is over 10 minutes from now */
     int regular;        /* 0: not a regular file (a directory or link named
                            like an entry), which no lookup takes */
     int owned;          /* 0: a *.cubin whose name is not the shape kjit
@@ -160,8 +163,8 @@ typedef struct kjit_cache_entry_info {
  * bad ones. */
 typedef void (*kjit_cache_visit_fn)(void *arg, const kjit_cache_entry_info *e);
 int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *arg, int *n_bad);
-/* Removes entries, temp files older than 10 minutes (a younger one is a
- * write in progress) and the lock files of builds not in progress;
+/* Removes entries, temp files of no write in progress (one its writer
+ * holds, or with an mtime within 10 minutes of now, is spared) and the lock files of builds not in progress;
  * *removed counts the entries and temp files removed, also when one could
  * not be (the call then fails naming it); *spared (may be NULL) the temp
  * files left as writes in progress. A directory named like an entry

@@ -277,9 +277,23 @@ static int is_temp_name(const char *name)
     return strncmp(name, KJIT__TMP_PREFIX, strlen(KJIT__TMP_PREFIX)) == 0;
 }
 
-static int stale(const struct stat *st, time_t now)
+/* A temp file left by a writer that is gone: no one holds its lock (every
+ * writer holds one from its create to its rename, kjit__entry_publish), and
+ * its mtime is more than KJIT__TMP_STALE_S from now either way. The age
+ * alone would take a stopped writer's file, or a live one's on a file
+ * system whose clock runs behind; the lock alone, a file whose writer has
+ * created it and not yet locked it. */
+static int stale(int dfd, const char *name, const struct stat *st, time_t now)
 {
-    return st->st_mtime < now - KJIT__TMP_STALE_S;
+    if (st->st_mtime >= now - KJIT__TMP_STALE_S && st->st_mtime <= now + KJIT__TMP_STALE_S)
+        return 0;
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0; /* gone, or not ours to read: left alone */
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    const int held = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    close(fd);
+    return !held;
 }
 
 static void free_items(item *v, size_t n)
@@ -378,7 +392,7 @@ int kjit__cache_scan(int dfd, const char *dir, int tidy, uint64_t max_bytes, con
     size_t m = 0; /* regular entries, compacted to the front of v */
     for (size_t i = 0; i < n; i++) {
         if (v[i].temp) {
-            if (tidy && S_ISREG(v[i].st.st_mode) && stale(&v[i].st, now) &&
+            if (tidy && S_ISREG(v[i].st.st_mode) && stale(dfd, v[i].name, &v[i].st, now) &&
                 unlinkat(dfd, v[i].name, 0) == 0)
                 kjit__log("cache: removed %s/%s, left by a writer killed mid-write", dir, v[i].name);
             free(v[i].name);
@@ -470,9 +484,10 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
         char why[256];
         kjit_cache_key key;
         if (verify && v[i].temp) {
-            if (stale(&v[i].st, now)) {
+            if (stale(dfd, v[i].name, &v[i].st, now)) {
                 e.ok = 0;
-                e.problem = "temp file older than 10 minutes, left by a writer killed mid-write";
+                e.problem = "temp file older than 10 minutes that no writer holds, left by a writer killed "
+                            "mid-write";
             }
         } else if (verify && (!v[i].owned || !kjit__cache_parse_name(v[i].name, &key))) {
             e.ok = 0;
@@ -550,12 +565,13 @@ int kjit__cache_clear(const char *dir, uint64_t *removed, uint64_t *spared)
     const time_t now = time(NULL);
     for (size_t i = 0; i < n; i++) {
         /* A directory named like an entry, or a *.cubin of a name kjit
-         * does not write, is not kjit's: left alone. A temp file younger
-         * than the stale age is a write in progress (its writer renames it
-         * next, and would fail): spared, as held locks are. */
+         * does not write, is not kjit's: left alone. A temp file its
+         * writer holds, or younger than the stale age, is a write in
+         * progress (its writer renames it next, and would fail): spared,
+         * as held locks are. */
         if (S_ISDIR(v[i].st.st_mode) || !v[i].owned)
             continue;
-        if (v[i].temp && !stale(&v[i].st, now)) {
+        if (v[i].temp && !stale(dfd, v[i].name, &v[i].st, now)) {
             kept++;
             continue;
         }

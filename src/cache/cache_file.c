@@ -330,7 +330,16 @@ static int make_temp(int dfd, const char *label, char out[KJIT__FILE_NAME_MAX])
         suffix[6] = '\0';
         snprintf(out, KJIT__FILE_NAME_MAX, KJIT__TMP_PREFIX "%s.%s", lab, suffix);
         int fd = openat(dfd, out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd >= 0 || errno != EEXIST)
+        if (fd >= 0) {
+            /* Held until the rename: what tells a tidying scan that this is a
+             * write in progress whatever the file's age (a stopped writer, a
+             * clock that differs from the file system's). A file system
+             * without OFD locks leaves the age alone to tell. */
+            struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+            (void)fcntl(fd, F_OFD_SETLK, &fl);
+            return fd;
+        }
+        if (errno != EEXIST)
             return fd;
     }
     errno = EEXIST;
@@ -375,14 +384,14 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
     step = "fsync";
     if (fsync(fd) < 0)
         goto fail_unlink;
-    step = "close";
-    int rc = close(fd);
-    fd = -1;
-    if (rc < 0)
-        goto fail_unlink;
+    /* Renamed while open, so the temp file's lock covers it until its name
+     * is gone; the data is already on disk (fsync), and a reader checks the
+     * checksum whatever a late close says. */
     step = "rename";
     if (renameat(dfd, tmp, dfd, name) < 0)
         goto fail_unlink;
+    if (close(fd) < 0)
+        kjit__log("cache: close of %s/%s after its fsync failed: %s", dir, name, strerror(errno));
     /* The entry is in place for every process; this only makes the rename
      * itself survive a crash, so a failure is worth a log line, no more. */
     if (fsync(dfd) < 0)

@@ -39,8 +39,6 @@ int kjit__cache_arch_ok(const char *arch);
 /* Writes "<label>.<hex>.<arch>.v<format>.cubin"; the label is sanitized. */
 void kjit__cache_entry_name(char out[KJIT__FILE_NAME_MAX], const char *label, kjit_cache_key key,
                             const char *arch);
-/* Parses the key out of an entry's file name; 0 if the name has no such shape. */
-int kjit__cache_parse_name(const char *name, kjit_cache_key *key);
 /* 1 when name has the whole shape kjit__cache_entry_name writes: only such
  * files (and kjit's temp files) are counted, evicted or cleared; any other
  * *.cubin in the directory is someone else's and left alone. */

@@ -18,7 +18,8 @@ static const char help[] =
     "  ls       every entry: file, bytes, last use (temp files and non-files marked)\n"
     "  verify   check every entry's header and checksum; exit 1 naming each bad one\n"
     "  clear    remove every entry, and the temp files and locks of no write in\n"
-    "           progress (temp files younger than 10 minutes are spared)\n"
+    "           progress (temp files a writer holds or younger than 10 minutes\n"
+    "           are spared)\n"
     "\n"
     "  --cache-dir DIR  default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit\n"
     "  --json           machine-readable output\n";
@@ -139,7 +140,7 @@ static int cache_run(const char *path, const char *sub, int json, int is_stats, 
         } else {
             printf("removed %llu files from %s", (unsigned long long)removed, path);
             if (spared)
-                printf(" (spared %llu temp file%s younger than 10 minutes: writes in progress)",
+                printf(" (spared %llu temp file%s of writes in progress)",
                        (unsigned long long)spared, spared == 1 ? "" : "s");
             putchar('\n');
         }

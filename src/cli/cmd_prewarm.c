@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/cache.h"
 #include "cli/cli.h"
 #include "jit/compile.h"
 #include "kjit.h"
@@ -45,6 +46,8 @@ typedef struct job {
     char arch[16];
     int result; /* 0 compiled, 1 cached, <0 status */
     char *error;
+    char key[33]; /* the cache key (hex) once built */
+    int on_disk;  /* set by present_on_disk */
 } job;
 
 typedef struct pool {
@@ -63,15 +66,16 @@ static void *worker(void *arg)
         long i = atomic_fetch_add(&p->next, 1);
         if (i >= p->n_jobs) return NULL;
         job *j = &p->jobs[i];
-        int cached = 0;
-        int rc = kjit_kernel_build(p->ctx, &j->spec, j->arch, &cached);
+        kjit_kernel_image img;
+        int rc = kjit_kernel_fetch(p->ctx, &j->spec, j->arch, &img);
         if (rc) {
             j->result = rc;
             j->error = strdup(kjit_last_error());
             atomic_fetch_add(&p->failed, 1);
         } else {
-            j->result = cached;
-            atomic_fetch_add(cached ? &p->cached : &p->compiled, 1);
+            j->result = img.cached;
+            memcpy(j->key, img.key, sizeof j->key);
+            atomic_fetch_add(img.cached ? &p->cached : &p->compiled, 1);
         }
         /* Counted under the lock that draws it: frames in order, the last
          * one total/total. */
@@ -97,6 +101,46 @@ static int add_jobs(job **jobs, long *n, long *cap, const kjit_kernel_spec *spec
         snprintf(j->arch, sizeof j->arch, "%s", arch);
     }
     return 0;
+}
+
+/* The built jobs whose entry is missing from the cache directory at the
+ * end. The size cap evicts the oldest entries first, other processes'
+ * publishes included, so a run whose set (or whose set with a concurrent
+ * run's) is larger than the cap can end with some of its own kernels
+ * gone. -1: the directory could not be listed. */
+static int by_key(const void *a, const void *b)
+{
+    return strcmp((*(job *const *)a)->key, (*(job *const *)b)->key);
+}
+typedef struct { job **sorted; long n; } present_arg;
+static void present_visit(void *arg, const kjit_cache_entry_info *e)
+{
+    present_arg *a = arg;
+    kjit_cache_key key;
+    if (e->temp || !e->regular || !e->owned || !kjit__cache_parse_name(e->file, &key)) return;
+    job probe, *pp = &probe;
+    kjit__cache_key_hex(key, probe.key);
+    job **hit = bsearch(&pp, a->sorted, (size_t)a->n, sizeof *a->sorted, by_key);
+    if (!hit) return;
+    for (job **q = hit; q >= a->sorted && !strcmp((*q)->key, probe.key); --q) (*q)->on_disk = 1;
+    for (job **q = hit + 1; q < a->sorted + a->n && !strcmp((*q)->key, probe.key); ++q) (*q)->on_disk = 1;
+}
+static long missing_on_disk(const char *dir, job *jobs, long n)
+{
+    job **sorted = malloc(sizeof *sorted * (size_t)(n ? n : 1));
+    if (!sorted) return -1;
+    long m = 0;
+    for (long i = 0; i < n; ++i)
+        if (jobs[i].result >= 0) sorted[m++] = &jobs[i];
+    qsort(sorted, (size_t)m, sizeof *sorted, by_key);
+    present_arg a = {sorted, m};
+    int n_bad = 0;
+    const int rc = kjit__cache_list(dir, 0, present_visit, &a, &n_bad);
+    free(sorted);
+    if (rc != KJIT_OK) return -1;
+    long missing = 0;
+    for (long i = 0; i < n; ++i) missing += jobs[i].result >= 0 && !jobs[i].on_disk;
+    return missing;
 }
 
 /* The compiled image a job makes: 0 when two jobs make the same one. */
@@ -341,11 +385,16 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     kjit_cache_counters cc;
     memset(&cc, 0, sizeof cc);
     kjit_ctx_cache_counters(ctx, &cc);
+    /* Built, yet not in the directory at the end: not stored, or evicted
+     * by the size cap (this run's publishes or a concurrent run's). */
+    const char *cdir = kjit_ctx_cache_dir(ctx);
+    const long missing = cdir ? missing_on_disk(cdir, jobs, n_jobs) : 0;
+    const int ok = !failed && !cc.store_failures && missing == 0;
     if (json) {
         cJSON *o_ = cJSON_CreateObject();
         /* ok: the exit status's answer (a failed compile or a kernel not
          * stored), as the objects of a command that fails early have it. */
-        cJSON_AddBoolToObject(o_, "ok", !failed && !cc.store_failures);
+        cJSON_AddBoolToObject(o_, "ok", ok);
         cJSON_AddNumberToObject(o_, "kernels", (double)n_jobs);
         cJSON_AddNumberToObject(o_, "compiled", (double)atomic_load(&p.compiled));
         cJSON_AddNumberToObject(o_, "cached", (double)atomic_load(&p.cached));
@@ -353,6 +402,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         cJSON_AddNumberToObject(o_, "not_stored", (double)cc.store_failures);
         cJSON_AddNumberToObject(o_, "bad_entries", (double)cc.bad_entries);
         cJSON_AddNumberToObject(o_, "evicted", (double)cc.evictions);
+        cJSON_AddNumberToObject(o_, "missing", (double)missing);
         cJSON_AddNumberToObject(o_, "seconds", secs);
         cJSON_AddNumberToObject(o_, "jobs", (double)jobs_n);
         cJSON_AddStringToObject(o_, "cache_dir", kjit_ctx_cache_dir(ctx));
@@ -389,15 +439,23 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         fprintf(stderr, "kjit prewarm: note: %llu damaged cache entr%s removed, and compiled again where this run "
                 "needs %s (KJIT_LOG=1 names them)\n", (unsigned long long)cc.bad_entries,
                 cc.bad_entries == 1 ? "y was" : "ies were", cc.bad_entries == 1 ? "it" : "them");
-    /* A note, not a failure: the scan evicts the oldest entries first,
-     * usually earlier runs' in a full cache, not this run's. */
-    if (cc.evictions)
+    /* Evictions of other entries are a note; this run's own kernels gone
+     * from the directory at its end are a failure: the cache does not
+     * hold what was asked for. */
+    if (missing < 0)
+        fprintf(stderr, "kjit prewarm: cannot list %s to check that this run's kernels are there: %s\n", cdir,
+                kjit_last_error());
+    else if (missing > 0)
+        fprintf(stderr, "kjit prewarm: %ld of this run's kernels are not in %s at its end: not stored (above), or "
+                "evicted by the cache's size cap (KJIT_CACHE_MAX_MB), by this run or a concurrent one; raise the "
+                "cap or prewarm fewer kernels at once\n", missing, cdir);
+    else if (cc.evictions)
         fprintf(stderr, "kjit prewarm: note: the cache's size cap (KJIT_CACHE_MAX_MB) evicted %llu older entr%s "
-                "during the run; if this set is larger than the cap, some of its kernels are among them\n",
+                "during the run (none of this run's)\n",
                 (unsigned long long)cc.evictions, cc.evictions == 1 ? "y" : "ies");
     for (long i = 0; i < n_jobs; ++i) free(jobs[i].error);
     free(jobs);
     pthread_mutex_destroy(&p.lock);
     kjit_ctx_destroy(ctx);
-    return failed || cc.store_failures ? KJIT_EXIT_FAIL : 0;
+    return ok && missing >= 0 ? 0 : KJIT_EXIT_FAIL;
 }
