@@ -50,11 +50,14 @@ typedef struct kjit_cli_stop {
 int kjit_cli_stop_begin(kjit_cli_stop *s, const char *cmd);
 void kjit_cli_stop_end(kjit_cli_stop *s);
 
-/* A progress bar on stderr, drawn only when stderr is a terminal. */
+/* A progress bar on stderr when stderr is a terminal; otherwise a plain
+ * "label: done/total" line every KJIT_PROGRESS_LINE_S seconds of a run. */
+#define KJIT_PROGRESS_LINE_S 10.0
 typedef struct kjit_progress {
-    int enabled;
+    int enabled; /* 1: the bar (a terminal) */
     long total;
     const char *label;
+    double last_line; /* monotonic seconds of the last plain line (or the start) */
 } kjit_progress;
 void kjit_progress_init(kjit_progress *p, const char *label, long total);
 void kjit_progress_update(kjit_progress *p, long done, long failed);

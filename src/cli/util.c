@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -123,16 +124,36 @@ int kjit_cli_usage_error(const char *cmd, const char *fmt, ...)
     return KJIT_EXIT_USAGE;
 }
 
+static double progress_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 void kjit_progress_init(kjit_progress *p, const char *label, long total)
 {
     p->enabled = isatty(STDERR_FILENO) && total > 0;
     p->total = total;
     p->label = label;
+    p->last_line = progress_now();
 }
 
 void kjit_progress_update(kjit_progress *p, long done, long failed)
 {
-    if (!p->enabled) return;
+    if (!p->enabled) {
+        /* Not a terminal (a pipe, a log file, CI): a plain line every
+         * KJIT_PROGRESS_LINE_S while work remains, so a long run shows it
+         * is moving; a run shorter than that prints none. */
+        const double now = progress_now();
+        if (p->total <= 0 || done >= p->total || now - p->last_line < KJIT_PROGRESS_LINE_S) return;
+        p->last_line = now;
+        fprintf(stderr, "%s: %ld/%ld", p->label, done, p->total);
+        if (failed) fprintf(stderr, " (%ld failed)", failed);
+        fputc('\n', stderr);
+        fflush(stderr);
+        return;
+    }
     const int width = 32;
     int fill = (int)(done * width / p->total);
     char bar[64];
