@@ -416,6 +416,24 @@ while True:
         time.sleep(0.2)
 assert c.stats()["accept_pauses"] >= 1, c.stats()
 c.close()
+# No descriptor free even for the listener's duplicate when the pause ends
+# (the soft limit below every descriptor the server holds): the relisten
+# tries again until one is. It gave up after the first try before, and
+# the server never accepted again.
+import resource
+soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, hard))
+try:
+    x = socket.socket(socket.AF_UNIX)
+    x.settimeout(5)
+    x.connect(sys.argv[2])
+    time.sleep(0.5)
+finally:
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+x.close()
+c = m.Client(sys.argv[2], timeout=10)
+assert c.stats()["accept_pauses"] >= 2, c.stats()
+c.close()
 PY
 kill -TERM $P7; wait $P7
 mkdir -m 777 "$T/d777"; chmod 777 "$T/d777"

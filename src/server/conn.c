@@ -376,10 +376,16 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 static void on_spare_close(uv_handle_t *h) { ((kjit_server *)h->data)->spare_busy = 0; }
 
 /* Out of memory for a connection: take it off the backlog with the spare
- * handle and drop it. Not accepting would stop libuv polling the listener. */
+ * handle and drop it. Not accepting would stop libuv polling the listener
+ * for good; with the spare still closing (a second failure in one turn of
+ * the loop), the listener pauses instead: its close drops the connection
+ * libuv holds, and it reopens RELISTEN_MS later. */
 static void drop(kjit_server *s, uv_stream_t *listener)
 {
-    if (s->spare_busy || uv_pipe_init(&s->loop, &s->spare, 0)) return;
+    if (s->spare_busy || uv_pipe_init(&s->loop, &s->spare, 0)) {
+        kjit__listen_pause(s, "out of memory for a connection");
+        return;
+    }
     s->spare_busy = 1;
     s->spare.data = s;
     uv_accept(listener, (uv_stream_t *)&s->spare);
@@ -393,9 +399,11 @@ void kjit__conn_accept(uv_stream_t *listener, int status)
     kjit_server *s = listener->data;
     if (status) {
         /* libuv retries the accept at once, in a loop this callback alone
-         * can end: out of descriptors, nothing would ever be freed (no
-         * read, close or signal runs), so the listener pauses. */
+         * can end: out of descriptors (or kernel memory: ENOBUFS, ENOMEM),
+         * nothing would ever be freed (no read, close or signal runs), so
+         * the listener pauses, whatever the error. */
         if (status == UV_EMFILE || status == UV_ENFILE) kjit__listen_pause(s, "out of file descriptors");
+        else kjit__listen_pause(s, uv_strerror(status));
         return;
     }
     accept_one(s, listener); /* libuv has accepted it: answered, even "busy" */

@@ -113,9 +113,11 @@ static int take_path(kjit_server *s)
 static void on_listener_closed(uv_handle_t *h);
 
 /* The listener handle on a duplicate of listen_fd, accepting: 0, or a
- * libuv error (the handle closed with on_fail, or never opened). */
-static int accept_on(kjit_server *s, uv_close_cb on_fail)
+ * libuv error: the handle then closes with on_fail (*closing = 1), or was
+ * never opened (no descriptor for the duplicate; *closing = 0). */
+static int accept_on(kjit_server *s, uv_close_cb on_fail, int *closing)
 {
+    *closing = 0;
     const int fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return uv_translate_sys_error(errno);
     uv_pipe_init(&s->loop, &s->listener, 0); /* fails only on a bad argument */
@@ -125,6 +127,7 @@ static int accept_on(kjit_server *s, uv_close_cb on_fail)
     else r = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, kjit__conn_accept);
     if (r) {
         uv_close((uv_handle_t *)&s->listener, on_fail);
+        *closing = 1;
         return r;
     }
     s->listener_open = 1;
@@ -175,7 +178,8 @@ int kjit__listen_open(kjit_server *s)
     if (r) return kjit__fail(KJIT_EIO, "uv_timer_init: %s", uv_strerror(r));
     s->relisten_open = 1;
     s->relisten.data = s;
-    if ((r = accept_on(s, NULL)))
+    int closing;
+    if ((r = accept_on(s, NULL, &closing)))
         return kjit__fail(KJIT_EIO, "cannot listen on %s: %s", s->socket_path, uv_strerror(r));
     return KJIT_OK;
 }
@@ -191,7 +195,12 @@ int kjit__listen_open(kjit_server *s)
 static void on_relisten(uv_timer_t *t)
 {
     kjit_server *s = t->data;
-    if (s->listen_paused && !accept_on(s, on_listener_closed)) s->listen_paused = 0;
+    if (!s->listen_paused) return;
+    int closing;
+    if (!accept_on(s, on_listener_closed, &closing))
+        s->listen_paused = 0;
+    else if (!closing && s->relisten_open) /* no descriptor even for the duplicate: wait again */
+        uv_timer_start(&s->relisten, on_relisten, RELISTEN_MS, 0);
 }
 
 static void on_listener_closed(uv_handle_t *h)
