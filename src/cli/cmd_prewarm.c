@@ -47,7 +47,7 @@ typedef struct job {
     int result; /* 0 compiled, 1 cached, <0 status */
     char *error;
     char key[33]; /* the cache key (hex) once built */
-    int on_disk;  /* set by present_on_disk */
+    int on_disk;  /* its entry is in the directory at the end (missing_on_disk) */
 } job;
 
 typedef struct pool {
@@ -388,7 +388,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     /* Built, yet not in the directory at the end: not stored, or evicted
      * by the size cap (this run's publishes or a concurrent run's). */
     const char *cdir = kjit_ctx_cache_dir(ctx);
-    const long missing = cdir ? missing_on_disk(cdir, jobs, n_jobs) : 0;
+    const long missing = cdir && *cdir ? missing_on_disk(cdir, jobs, n_jobs) : 0;
     const int ok = !failed && !cc.store_failures && missing == 0;
     if (json) {
         cJSON *o_ = cJSON_CreateObject();
