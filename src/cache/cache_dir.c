@@ -288,12 +288,18 @@ static int stale(int dfd, const char *name, const struct stat *st, time_t now)
     if (st->st_mtime >= now - KJIT__TMP_STALE_S && st->st_mtime <= now + KJIT__TMP_STALE_S)
         return 0;
     int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return 0; /* gone, or not ours to read: left alone */
+    if (fd < 0) /* gone; else a link or a file we cannot read: no writer's (they make regular 0600 files) */
+        return errno != ENOENT;
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    const int held = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+        /* No OFD locks on this file system: its writers hold none either,
+         * so the age alone, and only a past one (a clock ahead of the file
+         * system's would take live writes). */
+        close(fd);
+        return st->st_mtime < now - KJIT__TMP_STALE_S;
+    }
     close(fd);
-    return !held;
+    return fl.l_type == F_UNLCK;
 }
 
 static void free_items(item *v, size_t n)

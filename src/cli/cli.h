@@ -51,15 +51,18 @@ int kjit_cli_stop_begin(kjit_cli_stop *s, const char *cmd);
 void kjit_cli_stop_end(kjit_cli_stop *s);
 
 /* A progress bar on stderr when stderr is a terminal; otherwise a plain
- * "label: done/total" line every KJIT_PROGRESS_LINE_S seconds of a run. */
+ * "label: done/total" line every KJIT_PROGRESS_LINE_S seconds of a run,
+ * except under --json (json != 0), whose callers may read stdout and
+ * stderr as one stream. */
 #define KJIT_PROGRESS_LINE_S 10.0
 typedef struct kjit_progress {
     int enabled; /* 1: the bar (a terminal) */
+    int plain;   /* 1: the plain lines */
     long total;
     const char *label;
     double last_line; /* monotonic seconds of the last plain line (or the start) */
 } kjit_progress;
-void kjit_progress_init(kjit_progress *p, const char *label, long total);
+void kjit_progress_init(kjit_progress *p, const char *label, long total, int json);
 void kjit_progress_update(kjit_progress *p, long done, long failed);
 void kjit_progress_done(kjit_progress *p);
 

@@ -366,7 +366,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     clock_gettime(CLOCK_MONOTONIC, &t0);
     pool p = {.ctx = ctx, .jobs = jobs, .n_jobs = n_jobs};
     pthread_mutex_init(&p.lock, NULL);
-    kjit_progress_init(&p.progress, "prewarm", n_jobs);
+    kjit_progress_init(&p.progress, "prewarm", n_jobs, json);
     if (jobs_n > n_jobs) jobs_n = n_jobs ? n_jobs : 1;
     pthread_t *threads = calloc((size_t)jobs_n, sizeof *threads);
     long started = 0;

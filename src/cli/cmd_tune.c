@@ -266,7 +266,7 @@ static int tune(const char **op_names, int n_op_names, const long *hidden, int n
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     kjit_progress progress;
-    kjit_progress_init(&progress, "tune", n_run);
+    kjit_progress_init(&progress, "tune", n_run, json);
     long failed = 0;
     for (long i = 0; i < n_run; ++i) {
         job *j = &jobs[i];

@@ -131,9 +131,10 @@ static double progress_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-void kjit_progress_init(kjit_progress *p, const char *label, long total)
+void kjit_progress_init(kjit_progress *p, const char *label, long total, int json)
 {
     p->enabled = isatty(STDERR_FILENO) && total > 0;
+    p->plain = !p->enabled && !json;
     p->total = total;
     p->label = label;
     p->last_line = progress_now();
@@ -146,7 +147,7 @@ void kjit_progress_update(kjit_progress *p, long done, long failed)
          * KJIT_PROGRESS_LINE_S while work remains, so a long run shows it
          * is moving; a run shorter than that prints none. */
         const double now = progress_now();
-        if (p->total <= 0 || done >= p->total || now - p->last_line < KJIT_PROGRESS_LINE_S) return;
+        if (!p->plain || p->total <= 0 || done >= p->total || now - p->last_line < KJIT_PROGRESS_LINE_S) return;
         p->last_line = now;
         fprintf(stderr, "%s: %ld/%ld", p->label, done, p->total);
         if (failed) fprintf(stderr, " (%ld failed)", failed);
