@@ -2,10 +2,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/spin.h"
 
 #include <cjson/cJSON.h>
 
@@ -124,20 +124,13 @@ int kjit_cli_usage_error(const char *cmd, const char *fmt, ...)
     return KJIT_EXIT_USAGE;
 }
 
-static double progress_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 void kjit_progress_init(kjit_progress *p, const char *label, long total, int json)
 {
     p->enabled = isatty(STDERR_FILENO) && total > 0;
     p->plain = !p->enabled && !json;
     p->total = total;
     p->label = label;
-    p->last_line = progress_now();
+    p->last_line = kjit__now_us() * 1e-6;
 }
 
 void kjit_progress_update(kjit_progress *p, long done, long failed)
@@ -146,7 +139,7 @@ void kjit_progress_update(kjit_progress *p, long done, long failed)
         /* Not a terminal (a pipe, a log file, CI): a plain line every
          * KJIT_PROGRESS_LINE_S while work remains, so a long run shows it
          * is moving; a run shorter than that prints none. */
-        const double now = progress_now();
+        const double now = kjit__now_us() * 1e-6;
         if (!p->plain || p->total <= 0 || done >= p->total || now - p->last_line < KJIT_PROGRESS_LINE_S) return;
         p->last_line = now;
         fprintf(stderr, "%s: %ld/%ld", p->label, done, p->total);

@@ -159,6 +159,18 @@ class ClientEdges(unittest.TestCase):
         self.addCleanup(t.join, 5)
         return path
 
+    def serve_once(self, reply):
+        """serve() with a script that reads one request, answers it with
+        reply (raw bytes, or an object framed as the server frames it) and
+        holds the connection a moment; returns the socket path."""
+        def script(conn, read, frame):
+            read()
+            conn.sendall(reply if isinstance(reply, bytes) else frame(reply))
+            import time
+            time.sleep(0.3)
+
+        return self.serve(script)
+
     def test_a_server_gone_is_a_protocol_error(self):
         from kjit import client
         path = self.serve(lambda conn, read, frame: None)  # closes after hello
@@ -274,13 +286,7 @@ class ClientEdges(unittest.TestCase):
             (raw(b'{"id": 2, "ok": true, "x": "\xff\xfe"}'), "not JSON"),
         ]
         for body, want in cases:
-            def script(conn, read, frame, body=body):
-                read()
-                conn.sendall(body)
-                import time
-                time.sleep(0.3)
-
-            path = self.serve(script)
+            path = self.serve_once(body)
             with client.Client(path, timeout=5) as c:
                 with self.assertRaisesRegex(client.ProtocolError, want):
                     c.ping()
@@ -360,13 +366,7 @@ class ClientEdges(unittest.TestCase):
             with self.assertRaisesRegex(client.ProtocolError, r"out of step .*ended the connection \(timeout\)"):
                 c.ping()
         for reply in ({"ok": True}, {"id": None, "ok": True}):
-            def script(conn, read, frame, reply=reply):
-                read()
-                conn.sendall(frame(reply))
-                import time
-                time.sleep(0.3)
-
-            path = self.serve(script)
+            path = self.serve_once(reply)
             with client.Client(path, timeout=5) as c:
                 with self.assertRaisesRegex(client.ProtocolError, "without an id|closed the connection"):
                     c.ping()
@@ -409,13 +409,7 @@ class ClientEdges(unittest.TestCase):
 
         for body in (b'{"id": 2, "ok": true, "us": NaN}', '{"id": 2, "ok": true}'.encode("utf-16"),
                      b'{"id": 2, "ok": true, "x": "a\x00"}'):
-            def script(conn, read, frame, body=body):
-                read()
-                conn.sendall(raw(body))
-                import time
-                time.sleep(0.3)
-
-            path = self.serve(script)
+            path = self.serve_once(raw(body))
             with client.Client(path, timeout=5) as c:
                 with self.assertRaisesRegex(client.ProtocolError, "not JSON"):
                     c.ping()
