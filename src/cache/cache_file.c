@@ -309,34 +309,45 @@ done:
 
 #undef BAD
 
-/* mkstemp's job relative to dfd (the directory checked at open, whatever its
- * path names now). The name only has to be unique, not secret: the directory
- * is 0700 and O_EXCL refuses any name that exists. */
-static int make_temp(int dfd, const char *label, char out[KJIT__FILE_NAME_MAX])
+/* A fresh temp name in out: unique, not secret (the directory is 0700, and
+ * O_EXCL or linkat refuses a name that exists, so a caller retries). */
+static void temp_name(const char *label, char out[KJIT__FILE_NAME_MAX])
 {
     static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     static atomic_ulong counter;
     char lab[KJIT__LABEL_MAX + 1];
     sanitize_label(label, lab);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t seed[4] = {(uint64_t)getpid(), atomic_fetch_add(&counter, 1), (uint64_t)ts.tv_sec,
+                        (uint64_t)ts.tv_nsec};
+    uint64_t r = XXH3_64bits(seed, sizeof seed);
+    char suffix[7];
+    for (int i = 0; i < 6; i++, r /= 62)
+        suffix[i] = digits[r % 62];
+    suffix[6] = '\0';
+    snprintf(out, KJIT__FILE_NAME_MAX, KJIT__TMP_PREFIX "%s.%s", lab, suffix);
+}
+
+/* Held until the rename: what tells a tidying scan that a temp file is a
+ * write in progress whatever its age (a stopped writer, a clock that
+ * differs from the file system's). A file system without OFD locks leaves
+ * the age alone to tell. */
+static void hold(int fd)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    (void)fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* A named temp file, created and locked: mkstemp's job relative to dfd (the
+ * directory checked at open, whatever its path names now). */
+static int make_temp(int dfd, const char *label, char out[KJIT__FILE_NAME_MAX])
+{
     for (int attempt = 0; attempt < 100; attempt++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t seed[4] = {(uint64_t)getpid(), atomic_fetch_add(&counter, 1), (uint64_t)ts.tv_sec,
-                            (uint64_t)ts.tv_nsec};
-        uint64_t r = XXH3_64bits(seed, sizeof seed);
-        char suffix[7];
-        for (int i = 0; i < 6; i++, r /= 62)
-            suffix[i] = digits[r % 62];
-        suffix[6] = '\0';
-        snprintf(out, KJIT__FILE_NAME_MAX, KJIT__TMP_PREFIX "%s.%s", lab, suffix);
+        temp_name(label, out);
         int fd = openat(dfd, out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0) {
-            /* Held until the rename: what tells a tidying scan that this is a
-             * write in progress whatever the file's age (a stopped writer, a
-             * clock that differs from the file system's). A file system
-             * without OFD locks leaves the age alone to tell. */
-            struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-            (void)fcntl(fd, F_OFD_SETLK, &fl);
+            hold(fd);
             return fd;
         }
         if (errno != EEXIST)
@@ -344,6 +355,31 @@ static int make_temp(int dfd, const char *label, char out[KJIT__FILE_NAME_MAX])
     }
     errno = EEXIST;
     return -1;
+}
+
+/* Gives the unnamed file fd (O_TMPFILE) a temp name in dfd, through
+ * /proc/self/fd (linkat's AT_EMPTY_PATH would need a capability). */
+static int link_temp(int fd, int dfd, const char *label, char out[KJIT__FILE_NAME_MAX])
+{
+    char self[40];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        temp_name(label, out);
+        if (linkat(AT_FDCWD, self, dfd, out, AT_SYMLINK_FOLLOW) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -1;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+static int write_entry(int fd, const uint8_t *h, const kjit__image *img, size_t name_len)
+{
+    return write_full(fd, h, KJIT__HDR_SIZE) < 0 || write_full(fd, img->lowered, name_len) < 0 ||
+                   write_full(fd, img->image, img->image_len) < 0
+               ? -1
+               : 0;
 }
 
 int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *label,
@@ -372,18 +408,33 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
 
     char tmp[KJIT__FILE_NAME_MAX];
     const char *step = "create a temp file";
-    int fd = make_temp(dfd, label, tmp);
-    if (fd < 0)
-        goto fail;
-    step = "write";
-    if (write_full(fd, h, sizeof h) < 0 || write_full(fd, img->lowered, name_len) < 0 ||
-        write_full(fd, img->image, img->image_len) < 0)
-        goto fail_unlink;
-    /* The data must be on disk before the name is: after a crash the name
-     * either is absent or names the whole file. */
-    step = "fsync";
-    if (fsync(fd) < 0)
-        goto fail_unlink;
+    /* First an unnamed file (O_TMPFILE), named only once its bytes are on
+     * disk: a writer killed before that leaves nothing in the directory.
+     * Where the file system has no O_TMPFILE, or the link fails (no
+     * /proc), a named temp file from the start, which a killed writer
+     * leaves for a tidying scan. */
+    int named = 0;
+    int fd = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        hold(fd);
+        if (write_entry(fd, h, img, name_len) == 0 && fsync(fd) == 0 && link_temp(fd, dfd, label, tmp) == 0)
+            named = 1;
+        else
+            close(fd); /* the file goes with its last descriptor */
+    }
+    if (!named) {
+        fd = make_temp(dfd, label, tmp);
+        if (fd < 0)
+            goto fail;
+        step = "write";
+        if (write_entry(fd, h, img, name_len) < 0)
+            goto fail_unlink;
+        /* The data must be on disk before the name is: after a crash the
+         * name either is absent or names the whole file. */
+        step = "fsync";
+        if (fsync(fd) < 0)
+            goto fail_unlink;
+    }
     /* Renamed while open, so the temp file's lock covers it until its name
      * is gone; the data is already on disk (fsync), and a reader checks the
      * checksum whatever a late close says. */

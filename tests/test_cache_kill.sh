@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A cache writer killed mid-write leaves nothing in the directory: its bytes
+# go to an unnamed file (O_TMPFILE) that is named only after its fsync.
+# `kjit prewarm` under a preload that kills it at its first fsync
+# (tests/util/kill_probe.c); then the directory holds no temp file, and a
+# second prewarm stores every kernel. Skipped (77) where the file system
+# has no O_TMPFILE (the named temp file is then the fallback, and a tidying
+# scan removes it later). Usage: test_cache_kill.sh KJIT PROBE_LIB
+set -u
+KJIT=$1 LIB=$2
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+mkdir -m 700 "$T/c"
+python3 - "$T/c" <<'PY' || { echo "skip: no O_TMPFILE in $T"; exit 77; }
+import os, sys
+os.close(os.open(sys.argv[1], os.O_TMPFILE | os.O_WRONLY, 0o600))
+PY
+args=(prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32,bf16 --arch sm_90 --cache-dir "$T/c")
+# A sanitizer build wants its runtime first; the preload comes after it.
+KILL_PROBE=1 LD_PRELOAD=$LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+  "$KJIT" "${args[@]}" >"$T/out.txt" 2>&1
+rc=$?
+[ $rc -eq 137 ] || fail "want the prewarm killed (rc 137), got rc $rc: $(cat "$T/out.txt")"
+left=$(ls -A "$T/c" | grep -v '^locks$')
+[ -z "$left" ] || fail "the killed writer left in the cache directory: $left"
+"$KJIT" "${args[@]}" >"$T/out2.txt" 2>&1 || fail "second prewarm: $(cat "$T/out2.txt")"
+n=$(ls "$T/c" | grep -c '\.cubin$')
+[ "$n" -eq 2 ] || fail "want 2 entries after the second prewarm, found $n: $(ls -A "$T/c")"
+"$KJIT" cache verify --cache-dir "$T/c" >"$T/v.txt" 2>&1 || fail "verify: $(cat "$T/v.txt")"
+echo "ok: the killed writer left nothing; then $n entries stored and verified"
