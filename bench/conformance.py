@@ -6,7 +6,8 @@ RL-Kernel) and in their JSON schema.
 
     KJIT_LIBRARY=build-gpu/libkjit.so python3 bench/conformance.py [--quick] [--ops a,b]
 
-Checks, all bitwise with torch.equal:
+Checks, all bitwise (the bits compared, so -0 differs from +0 and a NaN
+equals itself; torch.equal would take neither):
   all_rows             every row computed alone vs inside full batches of 64,
                        257 and 2048 rows (forward and row gradients);
   full_vs_sub_batches  a 131072-row batch (8192 for the sinusoid) vs
@@ -16,9 +17,10 @@ Checks, all bitwise with torch.equal:
                        whole batch reversed;
   params_repeatable    parameter and table gradients of the same batch,
                        run after run (5 runs).
-kjit goes through them with the reports' three input seeds; peers with one
-(their counts are in the report), which keeps the whole run near 6 minutes
-on an H200.
+Every candidate goes through them with the reports' three input seeds;
+--peer-seeds 1 gives the peers one (a third of the rows; kjit keeps three;
+the counts are in each report), which keeps the whole run near 6 minutes on
+an H200, as bench/run_device.sh does.
 accuracy_latency: max|err|/max|ref| vs the float64 computation on the same
 inputs (forward, and each gradient under the same upstream gradient); fwd_us
 and fwd_bwd_us the median of CUDA-event samples of device time (the L2 cache
@@ -196,7 +198,8 @@ def _compiled(fn, rows):
     return call
 
 
-def candidates(op, spec, use_compile):
+def candidates(op, spec, use_compile, peer_seeds=len(SEEDS)):
+    peers = SEEDS[:peer_seeds]
     diffusers = spec["ops"](ref)
     sources = {
         "timestep_sinusoid": "diffusers get_timestep_embedding (op-for-op replay)",
@@ -208,24 +211,36 @@ def candidates(op, spec, use_compile):
     }
     out = [dict(spec, name="kjit", source=f"kjit {kjit.__version__} ({kjit.core.library_path()})",
                 fn=spec["ops"](kjit), seeds=SEEDS),
-           dict(spec, name="diffusers", source=sources[op], fn=diffusers, seeds=SEEDS[:1])]
+           dict(spec, name="diffusers", source=sources[op], fn=diffusers, seeds=peers)]
     if use_compile:
         out.append(dict(spec, name="diffusers_compiled",
                         source=f"torch.compile ({torch.__version__}) of the diffusers composition",
-                        fn=_compiled(diffusers, spec["rows"]), seeds=SEEDS[:1]))
+                        fn=_compiled(diffusers, spec["rows"]), seeds=peers))
     if op == "norm_modulate":
         def norm_make(s, n):
             d = spec["make"](s, n)
             return {"x": d["x"], "w": d["w"]}
         out.append(dict(spec, name="torch_rms_norm", source="torch F.rms_norm (no modulation)",
                         make=norm_make, rows=("x",), grads=("x", "w"),
-                        views={"x": None, "w": None}, seeds=SEEDS[:1],
+                        views={"x": None, "w": None}, seeds=peers,
                         fn=lambda x, w: F.rms_norm(x, (H,), w, EPS),
                         ref=lambda x, w: F.rms_norm(x, (H,), w, EPS)))
     return out
 
 
 # ---- running a candidate ----------------------------------------------------------------
+
+
+_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _same(a, b):
+    """Bitwise equality: shapes, dtypes and every bit."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point:
+        a, b = a.contiguous().view(_BITS[a.element_size()]), b.contiguous().view(_BITS[b.element_size()])
+    return torch.equal(a, b)
 
 
 def _flat(out):
@@ -264,8 +279,8 @@ class Case:
 
 
 def _same_rows(outs, grads, full_outs, full_grads, case, idx):
-    fwd = all(torch.equal(o, f.index_select(0, idx)) for o, f in zip(outs, full_outs))
-    grd = all(torch.equal(grads[k], full_grads[k].index_select(0, idx)) for k in case.row_grads())
+    fwd = all(_same(o, f.index_select(0, idx)) for o, f in zip(outs, full_outs))
+    grd = all(_same(grads[k], full_grads[k].index_select(0, idx)) for k in case.row_grads())
     return fwd, grd
 
 
@@ -291,7 +306,7 @@ def batch_invariance(cand, quick):
             if params:
                 for _ in range(4):   # with the run above: 5 runs of the same batch
                     _, again = case.run()
-                    repeat &= all(torch.equal(again[k], fg[k]) for k in params)
+                    repeat &= all(_same(again[k], fg[k]) for k in params)
         res["all_rows"][str(n)] = {"rows": len(seeds) * n, "fwd_differ": fwd, "rowgrad_differ": grd}
         ok &= fwd == 0 and grd == 0
     if params:
@@ -332,8 +347,8 @@ def batch_invariance(cand, quick):
             nonlocal compared, failed
             o, gr = case.run(rows.to(DEV))
             ao, ag = alone[r]
-            good = all(torch.equal(a[pos], b[0]) for a, b in zip(o, ao))
-            good &= all(torch.equal(gr[k][pos], ag[k][0]) for k in case.row_grads())
+            good = all(_same(a[pos], b[0]) for a, b in zip(o, ao))
+            good &= all(_same(gr[k][pos], ag[k][0]) for k in case.row_grads())
             compared += 1
             if not good:
                 failed += 1
@@ -512,6 +527,7 @@ def environment():
         "python": platform.python_version(),
         "tf32": torch.backends.cuda.matmul.allow_tf32,
         "libraries": {name: _version(name) for name in LIBS},
+        "megatron_source_commit": None,
         "kjit": {"version": kjit.__version__, "library": kjit.core.library_path(),
                  "arch": ctx.arch, "nvrtc": rt["nvrtc"], "driver_version": rt["driver_version"],
                  "index_check": ctx.index_check, "eager": kjit.ops._EAGER},
@@ -619,6 +635,9 @@ def main():
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "reports")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test, not a report")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
+    ap.add_argument("--peer-seeds", type=int, default=len(SEEDS), choices=range(1, len(SEEDS) + 1),
+                    metavar="N", help=f"input seeds for the peers, 1..{len(SEEDS)} (default {len(SEEDS)}, "
+                    "as the prior-art reports; kjit always runs all)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("conformance.py needs a CUDA device")
@@ -639,7 +658,7 @@ def main():
     for op in ops:
         spec = specs[op]
         results = {}
-        for cand in candidates(op, spec, not args.no_compile):
+        for cand in candidates(op, spec, not args.no_compile, args.peer_seeds):
             t0 = time.time()
             entry = {"source": cand["source"], "has_backward": bool(cand["grads"])}
             entry["batch_invariance"] = batch_invariance(cand, args.quick)
@@ -649,13 +668,18 @@ def main():
                   f"{entry['batch_invariance']['batch_invariant']} ({time.time() - t0:.0f} s)",
                   flush=True)
             torch.cuda.empty_cache()
-        report = {"kind": "kjit_conformance", "op": op, "kjit_commit": commit,
-                  "tracked_tree_dirty": None if dirty is None else bool(dirty),
-                  "environment": env, "quick": args.quick, "results": {"plain": results},
-                  "copy_floor": _floor(spec, args.quick)}
-        (args.out / f"{op}.json").write_text(json.dumps(report, indent=2) + "\n")
         seeds_path = ROOT / "bench" / "prior_art" / f"{op}.json"
         seeds_report = json.loads(seeds_path.read_text()) if seeds_path.exists() else None
+        # The prior-art reports' keys, then kjit's own: rfc names the checks'
+        # definition (the prior-art reports'), rl_kernel_commit is theirs.
+        report = {"kind": "kjit_conformance",
+                  "rfc": (seeds_report or {}).get("rfc", "RL-Align/RL-Kernel#420"), "op": op,
+                  "rl_kernel_commit": None, "kjit_commit": commit,
+                  "tracked_tree_dirty": None if dirty is None else bool(dirty),
+                  "environment": env, "quick": args.quick, "results": {"plain": results},
+                  "input_seeds": {"kjit": list(SEEDS), "peers": list(SEEDS[:args.peer_seeds])},
+                  "copy_floor": _floor(spec, args.quick)}
+        (args.out / f"{op}.json").write_text(json.dumps(report, indent=2) + "\n")
         print_table(op, report, seeds_report)
         failed += kjit_verdict(op, report)
     print(f"\nreports in {args.out} ({time.time() - t_all:.0f} s)")
