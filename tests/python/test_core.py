@@ -4,6 +4,7 @@ checks, and (when torch is importable) the torch layer's refusals and fake
 implementations. Needs no GPU. KJIT_LIBRARY points at the built library."""
 
 import ctypes
+import math
 import os
 import shutil
 import subprocess
@@ -968,8 +969,8 @@ class TorchFakes(unittest.TestCase):
 
     def test_fake_autograd_shapes(self):
         # Under FakeTensorMode on CUDA tensors (as torch.compile traces; meta
-        # tensors are refused as every non-CUDA one is): the backward ops'
-        # fakes give each gradient its shape, and a frozen gate none.
+        # tensors: TorchMeta): the backward ops' fakes give each gradient its
+        # shape, and a frozen gate none.
         from torch._subclasses.fake_tensor import FakeTensorMode
         try:  # a CUDA build of torch on a machine without a GPU cannot
             with FakeTensorMode():  # run any backward on fake CUDA tensors
@@ -999,6 +1000,80 @@ class TorchFakes(unittest.TestCase):
             for need_gate, dgate_shape in ((True, (self.R, self.H)), (False, (0,))):
                 dy, dgate = torch.ops.kjit.gated_residual_bwd(dout, y, gate, idx, need_gate)
                 self.assertEqual((tuple(dy.shape), tuple(dgate.shape)), ((self.N, self.H), dgate_shape))
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class TorchMeta(unittest.TestCase):
+    """Without a GPU: the ops on meta tensors (shape inference, a model built
+    on the meta device) through torch.compile, forward and backward, and the
+    fakes refusing what the library refuses."""
+
+    H, R = 64, 4
+
+    def step(self, n):
+        m = "meta"
+
+        def block(x, res, proj, w, idx, t):
+            ch = proj.chunk(6, dim=1)
+            emb = kjit.timestep_sinusoid(t, 256, flip_sin_to_cos=True, downscale_freq_shift=0.0)
+            g = kjit.adaln_row_gather(list(ch), idx)
+            y = kjit.norm_modulate(x, w, ch[0], ch[1], idx)
+            r2 = kjit.gated_residual(res, y, ch[2], idx)
+            h, o = kjit.gated_residual_norm_modulate(r2, y, ch[5], None, ch[3], ch[4], idx)
+            return h.float().sum() + o.float().sum() + g[0].sum() + emb.sum()
+
+        H, R = self.H, self.R
+        # x a strided view (row stride 2H), the tables fp32 beside bf16 rows
+        x = torch.empty(n, 2 * H, device=m, dtype=torch.bfloat16)[:, :H].requires_grad_()
+        res = torch.empty(n, H, device=m, dtype=torch.bfloat16, requires_grad=True)
+        proj = torch.empty(R, 6 * H, device=m, requires_grad=True)
+        w = torch.empty(H, device=m, requires_grad=True)
+        idx = torch.empty(n, dtype=torch.int64, device=m)
+        t = torch.empty(n, device=m)
+        torch._dynamo.reset()
+        loss = torch.compile(block, fullgraph=True, backend="aot_eager")(x, res, proj, w, idx, t)
+        loss.backward()
+        return x, res, proj, w
+
+    def test_compiled_step(self):
+        # n = 0: out.sum()'s gradient comes expanded with zero strides, which
+        # an empty tensor's .contiguous() keeps and the backward ops refuse.
+        for n in (5, 0):
+            with self.subTest(n=n):
+                x, res, proj, w = self.step(n)
+                self.assertEqual([tuple(p.grad.shape) for p in (x, res, proj, w)],
+                                 [(n, self.H), (n, self.H), (self.R, 6 * self.H), (self.H,)])
+                self.assertEqual([p.grad.dtype for p in (x, res, proj, w)],
+                                 [torch.bfloat16, torch.bfloat16, torch.float32, torch.float32])
+
+    def test_sinusoid_fake_refuses(self):
+        t = torch.empty(4, device="meta")
+        op = torch.ops.kjit.timestep_sinusoid
+        for args, err, msg in (((0, False, 1.0, 1.0, 1e4, torch.float32), ValueError, "dim"),
+                               ((8, False, 4.0, 1.0, 1e4, torch.float32), ValueError, "shift"),
+                               ((8, False, 1.0, 1.0, -1.0, torch.float32), ValueError, "max_period"),
+                               ((8, False, 1.0, math.inf, 1e4, torch.float32), ValueError, "scale"),
+                               ((8, False, 1.0, 1.0, 1e4, torch.float64), TypeError, "out_dtype")):
+            with self.subTest(args=args), self.assertRaisesRegex(err, msg):
+                op(t, *args)
+        self.assertEqual(tuple(op(t, 8, False, 1.0, 1.0, 1e4, torch.bfloat16).shape), (4, 8))
+
+    def test_rows_limit(self):
+        n = 2**31
+        x = torch.empty(n, 8, device="meta", dtype=torch.bfloat16)
+        tab = torch.empty(2, 8, device="meta", dtype=torch.bfloat16)
+        idx = torch.empty(n, dtype=torch.int32, device="meta")
+        with self.assertRaisesRegex(ValueError, "2147483648 rows"):
+            torch.ops.kjit.norm_modulate(x, None, tab, tab, idx, 1e-5)
+        with self.assertRaisesRegex(ValueError, "index has 2147483648 rows"):
+            torch.ops.kjit.adaln_row_gather([tab], idx)
+        self.assertEqual(tuple(torch.ops.kjit.norm_modulate(x[:-1], None, tab, tab, idx[:-1], 1e-5).shape),
+                         (n - 1, 8))
+
+    def test_cpu_refused(self):
+        with self.assertRaisesRegex(ValueError, "x is on cpu; kjit runs on CUDA tensors"):
+            kjit.norm_modulate(torch.empty(2, 8), None, torch.empty(2, 8), torch.empty(2, 8),
+                               torch.zeros(2, dtype=torch.int32))
 
 
 @unittest.skipIf(torch is None, "torch is not installed")

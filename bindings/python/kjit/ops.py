@@ -62,6 +62,7 @@ _PLAIN = (Tensor, torch.nn.Parameter)
 # no rows and traced calls refuse what the library would.
 _MAX_HIDDEN = 65536
 _MAX_TABLE_ROWS = 65535
+_MAX_ROWS = 2**31 - 1  # KJIT_MAX_ROWS: row ids are int32 in the partition
 
 
 def _direct(t):
@@ -142,11 +143,19 @@ def context(device=None):
 
 
 def _tensor(fn, name, t):
+    """A CUDA tensor, or a meta one: those reach only the ops' fake
+    implementations (shape inference, e.g. a model built on the meta
+    device), never a kernel (_direct is false for them)."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_cuda:
+    if not t.is_cuda and not t.is_meta:
         raise ValueError(f"{fn}: {name} is on {t.device}; kjit runs on CUDA tensors")
     return t
+
+
+def _check_rows(fn, name, n):
+    if n > _MAX_ROWS:
+        raise ValueError(f"{fn}: {name} has {n} rows; kjit takes at most {_MAX_ROWS} (2^31 - 1)")
 
 
 def _dtype(fn, name, t, allowed):
@@ -186,6 +195,7 @@ def _index(fn, index, n, device):
     if index.dim() != 1 or (n is not None and index.shape[0] != n):
         raise ValueError(f"{fn}: index must be 1-D with one entry per row"
                          + ("" if n is None else f" ({n})") + f", got shape {tuple(index.shape)}")
+    _check_rows(fn, "index", index.shape[0])
     if index.shape[0] > 1 and index.stride(0) != 1:
         raise ValueError(f"{fn}: index must be contiguous, got stride {index.stride(0)}")
     if index.device != device:
@@ -222,6 +232,7 @@ def _activations(fn, named, allowed=_ACT):
     _tensor(fn, first_name, first)
     _dtype(fn, first_name, first, allowed)
     _rows_layout(fn, first_name, first)
+    _check_rows(fn, first_name, first.shape[0])
     if not 1 <= first.shape[1] <= _MAX_HIDDEN:
         raise ValueError(f"{fn}: {first_name} has hidden size {first.shape[1]}; kjit takes "
                          f"1..{_MAX_HIDDEN}")
@@ -349,9 +360,12 @@ _BWD_FN = {op: f"kjit_{op}_bwd" for op in _OP_CODE}
 
 
 def _row_major(g):
-    """Incoming gradients can be expanded or transposed (e.g. out.sum()'s)."""
+    """Incoming gradients can be expanded or transposed (e.g. out.sum()'s).
+    A clone, not .contiguous(): an empty tensor counts as contiguous, so
+    .contiguous() would keep an expanded one's zero strides, which the
+    backward ops' checks refuse (N = 0 under torch.compile)."""
     ok = (g.shape[1] <= 1 or g.stride(1) == 1) and (g.shape[0] <= 1 or g.stride(0) >= g.shape[1])
-    return g if ok else g.contiguous()
+    return g if ok else g.clone(memory_format=torch.contiguous_format)
 
 
 def _param_grad(like, n, *size):
@@ -425,10 +439,35 @@ def _check_out_dtype(fn, out_dtype):
         raise TypeError(f"{fn}: out_dtype {out_dtype}; expected torch.float32, bfloat16 or float16")
 
 
+def _check_sinusoid_args(fn, dim, downscale_freq_shift, scale, max_period):
+    """The library's checks of the plain arguments, here too so that a traced
+    call (the op's fake) refuses what the library would. Returns them as
+    int and floats."""
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+        raise TypeError(f"{fn}: dim must be an int, got {type(dim).__name__}")
+    dim = dim.__index__()
+    if not 1 <= dim <= 65536:
+        raise ValueError(f"{fn}: dim must be in 1..65536, got {dim}")
+
+    def finite(name, v):
+        v = _real(fn, name, v)
+        if not (-math.inf < v < math.inf):
+            raise ValueError(f"{fn}: {name} {v} must be finite")
+        return v
+
+    downscale_freq_shift = finite("downscale_freq_shift", downscale_freq_shift)
+    scale, max_period = finite("scale", scale), finite("max_period", max_period)
+    if max_period <= 0:
+        raise ValueError(f"{fn}: max_period {max_period} must be > 0")
+    if dim // 2 - downscale_freq_shift == 0:
+        raise ValueError(f"{fn}: dim // 2 - downscale_freq_shift is 0 (dim {dim}, shift "
+                         f"{downscale_freq_shift}): the frequencies are undefined")
+    return dim, downscale_freq_shift, scale, max_period
+
+
 def _sinusoid_op(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shift: float,
                  scale: float, max_period: float, out_dtype: torch.dtype) -> Tensor:
-    # The other arguments are plain values the library checks (dim,
-    # out_dtype, the floats), each named in its message.
+    # The library checks the plain values again, each named in its message.
     _check_t("kjit.timestep_sinusoid", t)
     _check_out_dtype("kjit.timestep_sinusoid", out_dtype)
     return _sinusoid_impl(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype)
@@ -439,7 +478,10 @@ _sinusoid = torch.library.custom_op("kjit::timestep_sinusoid", mutates_args=(),
 
 @_sinusoid.register_fake
 def _(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype):
-    _check_t("kjit.timestep_sinusoid", t)
+    fn = "kjit.timestep_sinusoid"
+    _check_t(fn, t)
+    _check_out_dtype(fn, out_dtype)
+    _check_sinusoid_args(fn, dim, downscale_freq_shift, scale, max_period)
     return t.new_empty((t.shape[0], dim), dtype=out_dtype)
 
 
@@ -456,25 +498,8 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
         raise ValueError(f"{fn}: t requires grad, but the op has no backward (timesteps are not "
                          "differentiated); pass t.detach()")
     _check_out_dtype(fn, out_dtype)
-    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
-        raise TypeError(f"{fn}: dim must be an int, got {type(dim).__name__}")
-    dim = dim.__index__()
-    if not 1 <= dim <= 65536:
-        raise ValueError(f"{fn}: dim must be in 1..65536, got {dim}")
-    def finite(name, v):
-        v = _real(fn, name, v)
-        if not (-math.inf < v < math.inf):
-            raise ValueError(f"{fn}: {name} {v} must be finite")
-        return v
-
-    downscale_freq_shift = finite("downscale_freq_shift", downscale_freq_shift)
-    scale, max_period = finite("scale", scale), finite("max_period", max_period)
-    if max_period <= 0:
-        raise ValueError(f"{fn}: max_period {max_period} must be > 0")
-    half = dim // 2
-    if half - downscale_freq_shift == 0:
-        raise ValueError(f"{fn}: dim // 2 - downscale_freq_shift is 0 (dim {dim}, shift "
-                         f"{downscale_freq_shift}): the frequencies are undefined")
+    dim, downscale_freq_shift, scale, max_period = _check_sinusoid_args(
+        fn, dim, downscale_freq_shift, scale, max_period)
     call = _sinusoid_impl if _function_path(t) else _sinusoid
     return call(t, dim, bool(flip_sin_to_cos), downscale_freq_shift, scale, max_period, out_dtype)
 
