@@ -3,7 +3,8 @@
 # go to an unnamed file (O_TMPFILE) that is named only after its fsync.
 # `kjit prewarm` under a preload that kills it at its first fsync
 # (tests/util/kill_probe.c); then the directory holds no temp file, and a
-# second prewarm stores every kernel. Skipped (77) where the file system
+# second prewarm stores every kernel, each written once and linked from its
+# unnamed file (the probe logs the fsyncs and links). Skipped (77) where the file system
 # has no O_TMPFILE (the named temp file is then the fallback, and a tidying
 # scan removes it later). Usage: test_cache_kill.sh KJIT PROBE_LIB
 set -u
@@ -24,8 +25,15 @@ rc=$?
 [ $rc -eq 137 ] || fail "want the prewarm killed (rc 137), got rc $rc: $(cat "$T/out.txt")"
 left=$(ls -A "$T/c" | grep -v '^locks$')
 [ -z "$left" ] || fail "the killed writer left in the cache directory: $left"
-"$KJIT" "${args[@]}" >"$T/out2.txt" 2>&1 || fail "second prewarm: $(cat "$T/out2.txt")"
+# The second prewarm under the probe's log: each entry written and fsync'd
+# once, in an unnamed file that is then linked (not through the fallback).
+PROBE_OUT=$T/probe.txt LD_PRELOAD=$LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+  "$KJIT" "${args[@]}" >"$T/out2.txt" 2>&1 || fail "second prewarm: $(cat "$T/out2.txt")"
 n=$(ls "$T/c" | grep -c '\.cubin$')
 [ "$n" -eq 2 ] || fail "want 2 entries after the second prewarm, found $n: $(ls -A "$T/c")"
+links=$(grep -c '^link \.tmp\.' "$T/probe.txt")
+syncs=$(grep -c '^fsync$' "$T/probe.txt")
+[ "$links" -eq 2 ] && [ "$syncs" -eq 2 ] ||
+  fail "want 2 unnamed files linked and 2 fsyncs, the probe saw $links and $syncs: $(cat "$T/probe.txt")"
 "$KJIT" cache verify --cache-dir "$T/c" >"$T/v.txt" 2>&1 || fail "verify: $(cat "$T/v.txt")"
 echo "ok: the killed writer left nothing; then $n entries stored and verified"

@@ -358,15 +358,27 @@ static int make_temp(int dfd, const char *label, char out[KJIT__FILE_NAME_MAX])
 }
 
 /* Gives the unnamed file fd (O_TMPFILE) a temp name in dfd, through
- * /proc/self/fd (linkat's AT_EMPTY_PATH would need a capability). */
+ * /proc/thread-self/fd (linkat's AT_EMPTY_PATH would need a capability;
+ * /proc/self/fd is the thread-group leader's table, not this thread's if
+ * it has unshared its descriptors). The name is checked to be fd's inode
+ * before it is used. */
 static int link_temp(int fd, int dfd, const char *label, char out[KJIT__FILE_NAME_MAX])
 {
-    char self[40];
-    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    char self[48];
+    snprintf(self, sizeof self, "/proc/thread-self/fd/%d", fd);
+    struct stat mine, linked;
+    if (fstat(fd, &mine) < 0)
+        return -1;
     for (int attempt = 0; attempt < 100; attempt++) {
         temp_name(label, out);
-        if (linkat(AT_FDCWD, self, dfd, out, AT_SYMLINK_FOLLOW) == 0)
-            return 0;
+        if (linkat(AT_FDCWD, self, dfd, out, AT_SYMLINK_FOLLOW) == 0) {
+            if (fstatat(dfd, out, &linked, AT_SYMLINK_NOFOLLOW) == 0 && linked.st_dev == mine.st_dev &&
+                linked.st_ino == mine.st_ino)
+                return 0;
+            unlinkat(dfd, out, 0);
+            errno = ESTALE;
+            return -1;
+        }
         if (errno != EEXIST)
             return -1;
     }
@@ -410,16 +422,23 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
     const char *step = "create a temp file";
     /* First an unnamed file (O_TMPFILE), named only once its bytes are on
      * disk: a writer killed before that leaves nothing in the directory.
-     * Where the file system has no O_TMPFILE, or the link fails (no
-     * /proc), a named temp file from the start, which a killed writer
-     * leaves for a tidying scan. */
+     * Where the file system has no O_TMPFILE, a named temp file from the
+     * start, which a killed writer leaves for a tidying scan. A link that
+     * fails (no /proc mounted, a sandbox) cost the written file: it is
+     * logged once, and this process writes named temp files from then on. */
+    static atomic_int no_link;
     int named = 0;
-    int fd = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    int fd = atomic_load(&no_link) ? -1 : openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (fd >= 0) {
         hold(fd);
-        if (write_entry(fd, h, img, name_len) == 0 && fsync(fd) == 0 && link_temp(fd, dfd, label, tmp) == 0)
-            named = 1;
-        else
+        if (write_entry(fd, h, img, name_len) == 0 && fsync(fd) == 0) {
+            if (link_temp(fd, dfd, label, tmp) == 0)
+                named = 1;
+            else if (!atomic_exchange(&no_link, 1))
+                kjit__log("cache: cannot name an unnamed file in %s (%s); writing named temp files instead",
+                          dir, strerror(errno));
+        }
+        if (!named)
             close(fd); /* the file goes with its last descriptor */
     }
     if (!named) {

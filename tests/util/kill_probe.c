@@ -1,20 +1,50 @@
-/* A preload for test_cache_kill.sh: wraps fsync and, when $KILL_PROBE is
- * set, kills the process (SIGKILL) at its first fsync of a regular file:
- * a cache writer killed with its entry's bytes written and not yet named. */
+/* A preload for test_cache_kill.sh. Wraps fsync: when $KILL_PROBE is set,
+ * kills the process (SIGKILL) at its first fsync of a regular file (a
+ * cache writer killed with its entry's bytes written and not yet named).
+ * When $PROBE_OUT is set, appends "fsync" for each fsync of a regular file
+ * and "link NAME" for each successful linkat, a line each, to that file:
+ * what shows that a writer names its unnamed file, and writes it once. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static void note(const char *what, const char *name)
+{
+    const char *out = getenv("PROBE_OUT");
+    FILE *f = out ? fopen(out, "a") : NULL;
+    if (f) {
+        fprintf(f, "%s%s%s\n", what, name ? " " : "", name ? name : "");
+        fclose(f);
+    }
+}
 
 int fsync(int fd)
 {
     struct stat st;
-    if (getenv("KILL_PROBE") && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
-        raise(SIGKILL);
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        if (getenv("KILL_PROBE"))
+            raise(SIGKILL);
+        note("fsync", NULL);
+    }
     int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
     return real ? real(fd) : -1;
+}
+
+int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
+{
+    int (*real)(int, const char *, int, const char *, int) =
+        (int (*)(int, const char *, int, const char *, int))dlsym(RTLD_NEXT, "linkat");
+    const int rc = real ? real(olddirfd, oldpath, newdirfd, newpath, flags) : -1;
+    if (rc == 0) {
+        const char *base = strrchr(newpath, '/');
+        note("link", base ? base + 1 : newpath);
+    }
+    return rc;
 }
