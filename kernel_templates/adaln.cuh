@@ -815,6 +815,17 @@ struct seg_state {
     bool first, last;
 };
 
+// KJIT_BWD_BEGIN_EARLY 1: bwd_fast starts its first table row's segment
+// (the index, start[], the scale/weight/gate rows) right after the
+// prologue issues its first rows' loads, so those loads' latency overlaps
+// the wait for the first staged row instead of following it; process()
+// then finds the segment begun. The same operations on the same CTA (the
+// same bits); measured with run_device.sh ab
+// (KJIT_AB_MACRO=KJIT_BWD_BEGIN_EARLY).
+#ifndef KJIT_BWD_BEGIN_EARLY
+#define KJIT_BWD_BEGIN_EARLY 0
+#endif
+
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>
 __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
 {
@@ -1086,6 +1097,8 @@ __device__ __forceinline__ void bwd_fast(const kjit_adaln_bwd_params &p)
         if (b + s < e) issue(s, b + s);
         cp_commit();
     }
+    if constexpr (KJIT_BWD_BEGIN_EARLY != 0 && PF >= 1)
+        begin(rix[0]); // b < e: issue(0, b) has run
     for (long long base = b; base < e; base += RING) {
 #pragma unroll
         for (int s = 0; s < RING; ++s) {
