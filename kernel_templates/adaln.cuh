@@ -815,15 +815,19 @@ struct seg_state {
     bool first, last;
 };
 
-// KJIT_BWD_BEGIN_EARLY 1: bwd_fast starts its first table row's segment
-// (the index, start[], the scale/weight/gate rows) right after the
+// KJIT_BWD_BEGIN_EARLY 1 (default): bwd_fast starts its first table row's
+// segment (the index, start[], the scale/weight/gate rows) right after the
 // prologue issues its first rows' loads, so those loads' latency overlaps
 // the wait for the first staged row instead of following it; process()
-// then finds the segment begun. The same operations on the same CTA (the
-// same bits); measured with run_device.sh ab
-// (KJIT_AB_MACRO=KJIT_BWD_BEGIN_EARLY).
+// then finds the segment begun. 0: the segment begins in process(), after
+// that wait. The same operations on the same CTA (the same bits: bench/
+// bits_hash.py's 14 cases equal); H100, 4097 rows, bf16 H = 5376, three
+// rounds (run_device.sh ab, KJIT_AB_MACRO=KJIT_BWD_BEGIN_EARLY, 2026-12-06):
+// forward + backward inside a graph 94.1 -> 93.5 us (norm_modulate), 166.3
+// -> 164.9 (the fused op), gated_residual and 32768 rows unchanged
+// (docs/PERF_NOTES.md).
 #ifndef KJIT_BWD_BEGIN_EARLY
-#define KJIT_BWD_BEGIN_EARLY 0
+#define KJIT_BWD_BEGIN_EARLY 1
 #endif
 
 template <int MODE, class TA, class TP, class TI, int H, int TPR, int PF, int ACCS>
