@@ -13,10 +13,24 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 mkdir -m 700 "$T/c"
-python3 - "$T/c" <<'PY' || { echo "skip: no O_TMPFILE in $T"; exit 77; }
+command -v python3 >/dev/null || { echo "skip: no python3 to probe for O_TMPFILE"; exit 77; }
+# What the writer needs: an unnamed file in the directory, and a name for it
+# through /proc/thread-self (else the library writes named temp files).
+why=$(python3 - "$T/c" 2>&1 <<'PY'
 import os, sys
-os.close(os.open(sys.argv[1], os.O_TMPFILE | os.O_WRONLY, 0o600))
+d = sys.argv[1]
+try:
+    fd = os.open(d, os.O_TMPFILE | os.O_WRONLY, 0o600)
+except OSError as e:
+    sys.exit(f"no O_TMPFILE in {d}: {e}")
+try:  # a dst_dir_fd makes it linkat(AT_SYMLINK_FOLLOW), as the writer's; plain link() does not follow
+    dfd = os.open(d, os.O_RDONLY)
+    os.link(f"/proc/thread-self/fd/{fd}", "probe", dst_dir_fd=dfd, follow_symlinks=True)
+    os.unlink("probe", dir_fd=dfd)
+except OSError as e:
+    sys.exit(f"no link through /proc/thread-self: {e}")
 PY
+) || { echo "skip: $why"; exit 77; }
 args=(prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32,bf16 --arch sm_90 --cache-dir "$T/c")
 # A sanitizer build wants its runtime first; the preload comes after it.
 KILL_PROBE=1 LD_PRELOAD=$LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \

@@ -5,8 +5,9 @@
  *     <label>.<32 hex key>.<arch>.v<format>.cubin
  * holding a header (magic "KJITCBN\0", format version, key, lowered-name
  * length, payload length, XXH3-64 checksum of name+payload), the lowered
- * kernel name and the cubin. Files are published by temp file in the cache
- * directory + fsync + rename; readers take no lock. A compile miss takes an
+ * kernel name and the cubin. Files are written to an unnamed file in the
+ * cache directory (O_TMPFILE; a named temp file where there is none), fsync'd,
+ * given a temp name and renamed into place; readers take no lock. A compile miss takes an
  * fcntl OFD lock on <dir>/locks/<key>.lock and re-checks, so N processes
  * asking for one key compile it once; a killed holder releases its lock,
  * and a stopped or hung one is waited for at most KJIT_CACHE_LOCK_WAIT_S

@@ -423,21 +423,27 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
     /* First an unnamed file (O_TMPFILE), named only once its bytes are on
      * disk: a writer killed before that leaves nothing in the directory.
      * Where the file system has no O_TMPFILE, a named temp file from the
-     * start, which a killed writer leaves for a tidying scan. A link that
-     * fails (no /proc mounted, a sandbox) cost the written file: it is
-     * logged once, and this process writes named temp files from then on. */
+     * start, which a killed writer leaves for a tidying scan. Any failure
+     * of the unnamed file falls back to a named one, which logs its own
+     * failure; a link that cannot work here (no /proc mounted, a sandbox,
+     * a link that is not the file) is logged once, and this process writes
+     * named temp files from then on. */
     static atomic_int no_link;
     int named = 0;
     int fd = atomic_load(&no_link) ? -1 : openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (fd >= 0) {
         hold(fd);
-        if (write_entry(fd, h, img, name_len) == 0 && fsync(fd) == 0) {
-            if (link_temp(fd, dfd, label, tmp) == 0)
-                named = 1;
-            else if (!atomic_exchange(&no_link, 1))
-                kjit__log("cache: cannot name an unnamed file in %s (%s); writing named temp files instead",
-                          dir, strerror(errno));
-        }
+        if (write_entry(fd, h, img, name_len) < 0 || fsync(fd) < 0)
+            kjit__log("cache: could not write an unnamed file for %s/%s: %s; trying a named one", dir, name,
+                      strerror(errno));
+        else if (link_temp(fd, dfd, label, tmp) == 0)
+            named = 1;
+        else if (errno == ENOSPC || errno == EDQUOT || errno == EMLINK || errno == EIO || errno == EEXIST)
+            kjit__log("cache: could not name an unnamed file for %s/%s: %s; trying a named one", dir, name,
+                      strerror(errno));
+        else if (!atomic_exchange(&no_link, 1))
+            kjit__log("cache: cannot name an unnamed file in %s (%s); writing named temp files instead", dir,
+                      strerror(errno));
         if (!named)
             close(fd); /* the file goes with its last descriptor */
     }

@@ -50,8 +50,9 @@ int kjit__cache_is_entry_name(const char *name);
  * statuses (KJIT_EIO, KJIT_ENOMEM): why[] says why, the file is left alone. */
 int kjit__entry_load(int dfd, const char *name, kjit_cache_key key, int touch, kjit__image *out,
                      struct stat *st, char *why, size_t why_len);
-/* Writes img as entry `name` through a temp file + fsync + rename + fsync of
- * the directory. Returns 0, or -1 after logging why (nothing is left). */
+/* Writes img as entry `name` through an unnamed file (O_TMPFILE; else a named
+ * temp file) + fsync + a temp name + rename + fsync of the directory.
+ * Returns 0, or -1 after logging why (nothing is left). */
 int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *label,
                         kjit_cache_key key, const kjit__image *img);
 /* Unlinks `name` only if it still is the file *st describes, so that an
