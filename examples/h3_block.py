@@ -133,6 +133,8 @@ def main():
     ap.add_argument("--rows", type=int, default=4096, help="packed sequence rows (default 4096)")
     ap.add_argument("--iters", type=int, default=20, help="timed steps per block (default 20)")
     args = ap.parse_args()
+    if args.iters < 1:
+        ap.error(f"--iters must be at least 1, got {args.iters}")
     if not torch.cuda.is_available():
         raise SystemExit("h3_block.py needs a CUDA device")
     if args.rows < 9:

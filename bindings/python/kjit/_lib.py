@@ -262,8 +262,10 @@ def load():
                     raise LibraryError("libkjit found but could not be loaded:\n  " + "\n  ".join(found)
                                        + "\n(a missing dependency is installed with the packages "
                                        "README.md lists, or found via LD_LIBRARY_PATH)")
+                here = os.path.dirname(os.path.abspath(__file__))
                 raise LibraryError("libkjit not found; tried\n  " + "\n  ".join(tried) +
+                                   f"\n  (and next to the package: no libkjit.so in {here})"
                                    "\nBuild it (cmake -S . -B build && cmake --build build) and set "
                                    "KJIT_LIBRARY=/path/to/build/libkjit.so, copy it next to the kjit "
-                                   "package, or install it on the loader path")
+                                   "package, or install it on the loader path (then run ldconfig)")
         return _library
