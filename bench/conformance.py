@@ -69,6 +69,9 @@ import torch.nn.functional as F  # noqa: E402
 import kjit  # noqa: E402
 from kjit import reference as ref  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+import report_table  # noqa: E402  (the table's cells, shared with the README's table)
+
 DEV = "cuda"
 H, R, EPS, D_SIN = 5376, 9, 1e-5, 256
 COPY_TBPS = 4.25
@@ -568,30 +571,21 @@ def print_table(op, report, seeds_report):
         rows += [(f"B200 report: {name}", e) for name, e in seeds_report["results"]["plain"].items()
                  if "accuracy_latency" in e]
     floor = report["copy_floor"]
-    sizes = [s for s in floor if s != "bandwidth_TBps"]
-    sizes = sizes if len(sizes) <= 2 else [sizes[3], sizes[-1]]
+    sizes = report_table.sizes_of(report)
     head = f"{'candidate':<34}{'inv':>5}{'rep':>5}{'fwd_err':>9}{'grad_err':>9}"
     for s in sizes:
         head += f"{'fwd@' + s:>11}{'fwdbwd@' + s:>13}{'floor%':>8}"
     print(f"\n== {op}  ({report['environment']['gpu']}, {report['environment']['date_utc']})")
     print(head)
     for name, e in rows:
-        bi = e["batch_invariance"]
-        al = e["accuracy_latency"]
-        first = al.get(sizes[0], {})
-        gerr = max(first["grad_rel_err"].values()) if first.get("grad_rel_err") else None
-        line = (f"{name:<34}{'yes' if bi['batch_invariant'] else 'NO':>5}"
-                f"{ {True: 'yes', False: 'NO', None: '-'}[bi['params_repeatable']]:>5}"
-                f"{_fmt(first.get('fwd_rel_err'), 'err'):>9}{_fmt(gerr, 'err'):>9}")
-        for s in sizes:
-            a = al.get(s, {})
-            fl = floor.get(s, {})
-            t = a.get("fwd_bwd_us") or a.get("fwd_us")
-            t_floor = fl.get("fwd_bwd_us") or fl.get("fwd_us")
-            frac = f"{100 * t_floor / t:.0f}" if t and t_floor and not name.startswith("B200") \
-                else "-"
-            line += (f"{_fmt(a.get('fwd_us'), 'us'):>11}{_fmt(a.get('fwd_bwd_us'), 'us'):>13}"
-                     f"{frac:>8}")
+        inv, rep, fwd_err, gerr, per_size = report_table.summary(
+            e, sizes, None if name.startswith("B200") else floor)
+        line = (f"{name:<34}{'yes' if inv else 'NO':>5}"
+                f"{ {True: 'yes', False: 'NO', None: '-'}[rep]:>5}"
+                f"{_fmt(fwd_err, 'err'):>9}{_fmt(gerr, 'err'):>9}")
+        for fwd, fwd_bwd, pct in per_size:
+            frac = "-" if pct is None else f"{pct:.0f}"
+            line += f"{_fmt(fwd, 'us'):>11}{_fmt(fwd_bwd, 'us'):>13}{frac:>8}"
         print(line)
     for name, e in rows:
         al = e["accuracy_latency"]

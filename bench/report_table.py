@@ -37,25 +37,37 @@ def us(v):
 
 
 def sizes_of(report):
+    """The sizes a table shows: both, or the sinusoid's 64 and 2048 of six."""
     s = [k for k in report["copy_floor"] if k != "bandwidth_TBps"]
     return s if len(s) <= 2 else [s[3], s[-1]]
 
 
-def row(label, name, e, sizes, floor):
+def summary(e, sizes, floor):
+    """A candidate's table cells as values (bench/conformance.py prints the
+    same): batch_invariant, params_repeatable, the forward's and the worst
+    gradient's error at the first size, and per size (fwd_us, fwd_bwd_us,
+    the copy floor's percentage of fwd_bwd, or of fwd without a backward;
+    None without a floor)."""
     bi, al = e["batch_invariance"], e["accuracy_latency"]
     first = al.get(sizes[0], {})
     grads = first.get("grad_rel_err")
-    cells = [label, name, "yes" if bi["batch_invariant"] else "NO",
-             {True: "yes", False: "NO", None: "–"}[bi["params_repeatable"]],
-             err(first.get("fwd_rel_err")), err(max(grads.values()) if grads else None)]
+    per_size = []
     for s in sizes:
         a = al.get(s, {})
-        cells += [us(a.get("fwd_us")), us(a.get("fwd_bwd_us"))]
         t = a.get("fwd_bwd_us") or a.get("fwd_us")
         f = floor.get(s, {}) if floor else {}
         t_floor = f.get("fwd_bwd_us") or f.get("fwd_us")
-        pct = 100 * t_floor / t if t and t_floor else None
-        cells.append("–" if pct is None else "<1" if pct < 1 else f"{pct:.0f}")
+        per_size.append((a.get("fwd_us"), a.get("fwd_bwd_us"), 100 * t_floor / t if t and t_floor else None))
+    return (bi["batch_invariant"], bi["params_repeatable"], first.get("fwd_rel_err"),
+            max(grads.values()) if grads else None, per_size)
+
+
+def row(label, name, e, sizes, floor):
+    inv, rep, fwd_err, grad_err, per_size = summary(e, sizes, floor)
+    cells = [label, name, "yes" if inv else "NO", {True: "yes", False: "NO", None: "–"}[rep],
+             err(fwd_err), err(grad_err)]
+    for fwd, fwd_bwd, pct in per_size:
+        cells += [us(fwd), us(fwd_bwd), "–" if pct is None else "<1" if pct < 1 else f"{pct:.0f}"]
     return "| " + " | ".join(cells) + " |"
 
 
