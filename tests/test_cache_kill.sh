@@ -31,7 +31,8 @@ except OSError as e:
     sys.exit(f"no link through /proc/thread-self: {e}")
 PY
 ) || { echo "skip: $why"; exit 77; }
-args=(prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32,bf16 --arch sm_90 --cache-dir "$T/c")
+base=(prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32,bf16 --arch sm_90)
+args=("${base[@]}" --cache-dir "$T/c")
 # A sanitizer build wants its runtime first; the preload comes after it.
 KILL_PROBE=1 LD_PRELOAD=$LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
   "$KJIT" "${args[@]}" >"$T/out.txt" 2>&1
@@ -50,4 +51,24 @@ syncs=$(grep -c '^fsync$' "$T/probe.txt")
 [ "$links" -eq 2 ] && [ "$syncs" -eq 2 ] ||
   fail "want 2 unnamed files linked and 2 fsyncs, the probe saw $links and $syncs: $(cat "$T/probe.txt")"
 "$KJIT" cache verify --cache-dir "$T/c" >"$T/v.txt" 2>&1 || fail "verify: $(cat "$T/v.txt")"
-echo "ok: the killed writer left nothing; then $n entries stored and verified"
+# The fallbacks, one writer at a time: every entry still stored and whole,
+# the reason logged, no temp file left. $1: the probe's switch; $2: the log
+# line wanted once; $3: the links from an unnamed file wanted.
+fallback() {
+  local d=$T/$1
+  mkdir -m 700 "$d"
+  env "$1=1" PROBE_OUT="$d.probe" KJIT_LOG=1 LD_PRELOAD=$LIB \
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    "$KJIT" "${base[@]}" --cache-dir "$d" --jobs 1 >"$d.out" 2>&1 || fail "$1: prewarm: $(cat "$d.out")"
+  [ "$(grep -c "$2" "$d.out")" -eq 1 ] || fail "$1: want one log line '$2': $(cat "$d.out")"
+  [ "$(ls "$d" | grep -c '\.cubin$')" -eq 2 ] || fail "$1: want 2 entries: $(ls -A "$d")"
+  [ -z "$(ls -A "$d" | grep '^\.tmp\.')" ] || fail "$1: temp files left: $(ls -A "$d")"
+  [ "$(grep -c '^link ' "$d.probe")" -eq "$3" ] || fail "$1: want $3 links: $(cat "$d.probe")"
+  "$KJIT" cache verify --cache-dir "$d" >"$d.v" 2>&1 || fail "$1: verify: $(cat "$d.v")"
+}
+# No link from /proc: logged once, both entries through named temp files.
+fallback LINK_FAIL "cannot name an unnamed file" 0
+# The unnamed file's fsync fails: that entry through a named temp file, the
+# next one unnamed again.
+fallback FSYNC_FAIL_FIRST "could not write an unnamed file" 1
+echo "ok: the killed writer left nothing; then $n entries stored and verified; both fallbacks stored every entry"

@@ -13,4 +13,9 @@ head=$(head -n 1 "$T/want.md")
 awk -v h="$head" '$0 == h {on = 1} on && $0 == "" {exit} on {print}' "$S/README.md" >"$T/got.md"
 [ -s "$T/got.md" ] || { echo "FAIL: the README has no table headed: $head" >&2; exit 1; }
 diff -u "$T/want.md" "$T/got.md" >&2 || { echo "FAIL: the README's table differs from report_table.py (above)" >&2; exit 1; }
+# No report: exit 1 naming the directory, nothing on stdout.
+python3 "$S/bench/report_table.py" --reports "$T/none" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -eq 1 ] && [ ! -s "$T/out" ] && grep -q "no report in $T/none" "$T/err" ||
+  { echo "FAIL: report_table.py without reports: rc $rc, stdout '$(cat "$T/out")', stderr '$(cat "$T/err")'" >&2; exit 1; }
 echo "ok: the README's table is report_table.py's ($(wc -l <"$T/want.md") lines)"

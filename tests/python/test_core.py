@@ -59,6 +59,23 @@ class Loading(unittest.TestCase):
         self.assertIn("/nonexistent/libkjit.so", out)
         self.assertIn("KJIT_LIBRARY", out)
 
+    def test_missing_library_without_kjit_library(self):
+        # No KJIT_LIBRARY, no copy beside the package, none on the loader
+        # path: the message names the package directory and ldconfig.
+        code = ("import kjit\n"
+                "try:\n    kjit.core.op_names()\n"
+                "except kjit.LibraryError as e:\n    print('LibraryError', e)\n")
+        env = {k: v for k, v in os.environ.items() if k not in ("KJIT_LIBRARY", "LD_LIBRARY_PATH")}
+        env["PYTHONPATH"] = str(ROOT / "bindings" / "python")
+        if any(os.path.exists(ROOT / "bindings" / "python" / "kjit" / n) for n in ("libkjit.so", "libkjit.so.0")):
+            self.skipTest("a libkjit copy lies beside the package")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        if "LibraryError" not in out:
+            self.skipTest("a libkjit is installed on the loader path")
+        self.assertIn(f"no libkjit.so in {ROOT / 'bindings' / 'python' / 'kjit'}", out)
+        self.assertIn("ldconfig", out)
+
     def test_a_library_that_does_not_load_is_not_missing(self):
         code = ("import kjit\n"
                 "try:\n    kjit.core.op_names()\n"
@@ -1069,6 +1086,14 @@ class TorchMeta(unittest.TestCase):
             torch.ops.kjit.adaln_row_gather([tab], idx)
         self.assertEqual(tuple(torch.ops.kjit.norm_modulate(x[:-1], None, tab, tab, idx[:-1], 1e-5).shape),
                          (n - 1, 8))
+
+    def test_h3_block_refuses_no_iterations(self):
+        # Refused before any GPU work: runs without a GPU.
+        r = subprocess.run([sys.executable, str(ROOT / "examples" / "h3_block.py"), "--iters", "0"],
+                           capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT / "bindings" / "python")))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--iters must be at least 1, got 0", r.stderr)
 
     def test_cpu_refused(self):
         with self.assertRaisesRegex(ValueError, "x is on cpu; kjit runs on CUDA tensors"):
