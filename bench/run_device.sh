@@ -7,7 +7,8 @@
 #   bash bench/run_device.sh [STAGE...]
 # (where the dependencies are unpacked .deb trees rather than installed
 # packages, source their env.sh first: `source .debs/env.sh; bash ...`)
-# Stages (default: tests bench): tests, bench, python, bits (the norm ops'
+# Stages (default: tests bench): tests, bench, python, h3 (examples/h3_block.py
+# alone, both eager modes), bits (the norm ops'
 # outputs and gradients hashed; KJIT_BITS_REF=DIR compares another tree's
 # build bit for bit), fuzz (random shapes
 # through the Python API: KJIT_FUZZ_SECONDS, KJIT_FUZZ_SEED), apicheck
@@ -167,9 +168,17 @@ for s in $stages; do
     summary+=("python gpu tests (KJIT_EAGER=custom_op) rc=$?")
     section test_client_gpu; KJIT_BIN=$PWD/$B/kjit python3 tests/python/test_client_gpu.py 2>&1 | tee -a "$LOG" | tail -n 8
     summary+=("python client run test rc=${PIPESTATUS[0]}")
-    section h3_block; python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 15
+    section h3_block; python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 35
     summary+=("h3_block rc=${PIPESTATUS[0]}")
     section profile_binding; python3 bench/profile_binding.py 2>&1 | tee -a "$LOG" | tail -n 30 ;;
+  h3)
+    # examples/h3_block.py alone, in both eager modes of the binding.
+    python_env
+    for mode in function custom_op; do
+      section "h3_block, KJIT_EAGER=$mode"
+      KJIT_EAGER=$mode python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 35
+      summary+=("h3_block KJIT_EAGER=$mode rc=${PIPESTATUS[0]}")
+    done ;;
   bits)
     # Every output and gradient of the norm ops on seeded inputs, hashed
     # (bench/bits_hash.py); with KJIT_BITS_REF=DIR (another kjit tree inside
