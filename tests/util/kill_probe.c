@@ -6,10 +6,14 @@
  * ENOENT (as without /proc mounted). When $PROBE_OUT is set, appends
  * "fsync" for each fsync of a regular file and "link NAME" for each
  * successful linkat, a line each, to that file: what shows that a writer
- * names its unnamed file, and writes it once. */
+ * names its unnamed file, and writes it once. Wraps fdopendir (how the
+ * cache lists its directory): logs "fdopendir" for each call; when
+ * $LIST_FAIL_FROM is N, the N-th call and every later one fail with EIO (a
+ * listing that fails at a chosen point, e.g. a prewarm's final check). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
@@ -62,4 +66,18 @@ int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
         note("link", base ? base + 1 : newpath);
     }
     return rc;
+}
+
+DIR *fdopendir(int fd)
+{
+    static atomic_long calls;
+    const long n = atomic_fetch_add(&calls, 1) + 1;
+    note("fdopendir", NULL);
+    const char *from = getenv("LIST_FAIL_FROM");
+    if (from && n >= atol(from)) {
+        errno = EIO;
+        return NULL;
+    }
+    DIR *(*real)(int) = (DIR * (*)(int)) dlsym(RTLD_NEXT, "fdopendir");
+    return real ? real(fd) : NULL;
 }
