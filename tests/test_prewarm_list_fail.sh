@@ -25,14 +25,15 @@ grep -q "kjit prewarm: cannot list $T/b to check that this run's kernels are the
   fail "the message does not name the directory and the error: $(cat "$T/b.txt")"
 n=$(ls "$T/b" | grep -c '\.cubin$')
 [ "$n" -eq 2 ] || fail "want both kernels stored, found $n: $(ls -A "$T/b")"
-# --json: ok false, missing -1 (not counted)
+# --json: ok false, missing -1 (not counted), the reason in list_error
 mkdir -m 700 "$T/c"
 LIST_FAIL_FROM=$calls probe "$KJIT" "${base[@]}" --cache-dir "$T/c" --json >"$T/c.txt" 2>"$T/c.err"
 rc=$?
 [ $rc -eq 1 ] || fail "--json: want exit 1, got $rc: $(cat "$T/c.txt" "$T/c.err")"
-python3 - "$T/c.txt" <<'PY' || fail "--json: $(cat "$T/c.txt")"
+python3 - "$T/c.txt" "$T/c" <<'PY' || fail "--json: $(cat "$T/c.txt")"
 import json, sys
 o = json.loads(open(sys.argv[1]).read())
 assert o["ok"] is False and o["missing"] == -1 and o["compiled"] == 2, o
+assert o["list_error"].endswith("Input/output error") and sys.argv[2] in o["list_error"], o
 PY
 echo "ok: the final listing's failure (call $calls of fdopendir) reported, exit 1, both kernels stored"

@@ -125,9 +125,10 @@ static void present_visit(void *arg, const kjit_cache_entry_info *e)
     for (job **q = hit; q >= a->sorted && !strcmp((*q)->key, probe.key); --q) (*q)->on_disk = 1;
     for (job **q = hit + 1; q < a->sorted + a->n && !strcmp((*q)->key, probe.key); ++q) (*q)->on_disk = 1;
 }
-static long missing_on_disk(const char *dir, job *jobs, long n)
+static long missing_on_disk(const char *dir, job *jobs, long n, char *why, size_t why_size)
 {
     job **sorted = malloc(sizeof *sorted * (size_t)(n ? n : 1));
+    snprintf(why, why_size, "out of memory");
     if (!sorted) return -1;
     long m = 0;
     for (long i = 0; i < n; ++i)
@@ -137,6 +138,7 @@ static long missing_on_disk(const char *dir, job *jobs, long n)
     int n_bad = 0;
     const int rc = kjit__cache_list(dir, 0, present_visit, &a, &n_bad);
     free(sorted);
+    snprintf(why, why_size, "%s", kjit_last_error());
     if (rc != KJIT_OK) return -1;
     long missing = 0;
     for (long i = 0; i < n; ++i) missing += jobs[i].result >= 0 && !jobs[i].on_disk;
@@ -388,7 +390,8 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     /* Built, yet not in the directory at the end: not stored, or evicted
      * by the size cap (this run's publishes or a concurrent run's). */
     const char *cdir = kjit_ctx_cache_dir(ctx);
-    const long missing = cdir && *cdir ? missing_on_disk(cdir, jobs, n_jobs) : 0;
+    char list_why[512] = "";
+    const long missing = cdir && *cdir ? missing_on_disk(cdir, jobs, n_jobs, list_why, sizeof list_why) : 0;
     const int ok = !failed && !cc.store_failures && missing == 0;
     if (json) {
         cJSON *o_ = cJSON_CreateObject();
@@ -402,7 +405,8 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         cJSON_AddNumberToObject(o_, "not_stored", (double)cc.store_failures);
         cJSON_AddNumberToObject(o_, "bad_entries", (double)cc.bad_entries);
         cJSON_AddNumberToObject(o_, "evicted", (double)cc.evictions);
-        cJSON_AddNumberToObject(o_, "missing", (double)missing);
+        cJSON_AddNumberToObject(o_, "missing", (double)missing); /* -1: the directory could not be listed */
+        if (missing < 0) cJSON_AddStringToObject(o_, "list_error", list_why);
         cJSON_AddNumberToObject(o_, "seconds", secs);
         cJSON_AddNumberToObject(o_, "jobs", (double)jobs_n);
         cJSON_AddStringToObject(o_, "cache_dir", kjit_ctx_cache_dir(ctx));
@@ -444,7 +448,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
      * hold what was asked for. */
     if (missing < 0)
         fprintf(stderr, "kjit prewarm: cannot list %s to check that this run's kernels are there: %s\n", cdir,
-                kjit_last_error());
+                list_why);
     else if (missing > 0)
         fprintf(stderr, "kjit prewarm: %ld of this run's kernels are not in %s at its end: not stored (above), or "
                 "evicted by the cache's size cap (KJIT_CACHE_MAX_MB), by this run or a concurrent one; raise the "
