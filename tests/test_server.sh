@@ -326,6 +326,9 @@ mkdir -m 700 "$T/x"; touch "$T/x/kjit.sock"
 out=$("$KJIT" serve --socket "$T/x/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "not a socket" || fail "serve over a regular file: $rc $out"
 [ -f "$T/x/kjit.sock" ] || fail "the regular file was removed"
+# ... and nothing is made beside it (a FILE.lock beside e.g. /etc/passwd is
+# another program's lock file).
+[ "$(ls -A "$T/x")" = kjit.sock ] || fail "the refused server left beside the file: $(ls -A "$T/x")"
 # A directory that exists keeps its mode (the server never chmods what it
 # did not create); one writable by others without the sticky bit is refused.
 mkdir -m 755 "$T/d755"

@@ -95,11 +95,15 @@ static int take_path(kjit_server *s)
     const char *path = s->socket_path;
     char lock[sizeof s->socket_path + 8];
     snprintf(lock, sizeof lock, "%s.lock", path);
+    struct stat st;
+    /* Refused before the lock file is made: PATH.lock beside a file that is
+     * not a socket may be another program's (e.g. /etc/passwd.lock). */
+    if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+        return kjit__fail(KJIT_EPERM, "%s exists and is not a socket: not replacing it", path);
     s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (s->lock_fd < 0) return kjit__fail(KJIT_EIO, "cannot open %s: %s", lock, strerror(errno));
     if (flock(s->lock_fd, LOCK_EX | LOCK_NB))
         return kjit__fail(KJIT_EPERM, "another kjit serve is already serving %s (it holds %s)", path, lock);
-    struct stat st;
     if (lstat(path, &st)) return KJIT_OK;
     if (!S_ISSOCK(st.st_mode))
         return kjit__fail(KJIT_EPERM, "%s exists and is not a socket: not replacing it", path);
