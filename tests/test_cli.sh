@@ -416,6 +416,30 @@ if [ -n "$want" ] && [ "$want" != "No such file or directory" ]; then
   [ $rc = 1 ] && echo "$out" | grep -q "cannot create cache directory.*: $want" || fail "mkdir failure: $rc $out (want $want)"
 fi
 
+# An existing cache directory this user cannot write to: refused before
+# any compile (every kernel was compiled and then thrown away). As root, as
+# nobody where setpriv exists (root writes through the mode bits).
+as_user=()
+ro=$T/ro-cache
+if [ "$(id -u)" = 0 ]; then
+  if command -v setpriv >/dev/null; then
+    ro=$(mktemp -d /tmp/kjit-ro.XXXXXX); chmod 755 "$ro"; mkdir "$ro/c"; chown 65534:65534 "$ro/c"; ro=$ro/c
+    as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+  else
+    ro=
+  fi
+else
+  mkdir "$ro"
+fi
+if [ -n "$ro" ]; then
+  chmod 500 "$ro"
+  out=$(HOME=/nonexistent "${as_user[@]}" "$KJIT" prewarm $OPS --cache-dir "$ro" --json 2>/dev/null); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q '"ok":false' &&
+    echo "$out" | grep -q "cannot write to the cache directory $ro: Permission denied (nothing compiled)" ||
+    fail "prewarm into an unwritable cache directory: $rc $out"
+  [ "$(id -u)" = 0 ] && rm -rf "$(dirname "$ro")"
+fi
+
 # An option's value is never the next option; numbers are plain digits.
 for args in "prewarm --cache-dir --json|--cache-dir needs a value" "prewarm --ops --hidden 256|--ops needs a value" \
             "prewarm --hidden +256|'+256' is not a size" "prewarm --hidden _256|' 256' is not a size" \

@@ -1,5 +1,7 @@
 /* kjit prewarm: compile every kernel of a set of ops ahead of time. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -363,6 +365,16 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         kjit_ctx_destroy(ctx);
         return usage_rc;
     }
+    /* A directory this process cannot write to would have every kernel
+     * compiled and then thrown away: refused before the first compile. */
+    const char *wdir = kjit_ctx_cache_dir(ctx);
+    if (wdir && *wdir && faccessat(AT_FDCWD, wdir, W_OK | X_OK, AT_EACCESS)) {
+        const int rc = kjit_cli_fail("prewarm", json, "cannot write to the cache directory %s: %s (nothing compiled)",
+                                     wdir, strerror(errno));
+        free(jobs);
+        kjit_ctx_destroy(ctx);
+        return rc;
+    }
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -449,10 +461,15 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     if (missing < 0)
         fprintf(stderr, "kjit prewarm: cannot list %s to check that this run's kernels are there: %s\n", cdir,
                 list_why);
+    else if (missing > 0 && (unsigned long long)missing <= cc.store_failures)
+        fprintf(stderr, "kjit prewarm: %ld of this run's kernels are not in %s at its end: not stored (above)\n",
+                missing, cdir);
     else if (missing > 0)
-        fprintf(stderr, "kjit prewarm: %ld of this run's kernels are not in %s at its end: not stored (above), or "
-                "evicted by the cache's size cap (KJIT_CACHE_MAX_MB), by this run or a concurrent one; raise the "
-                "cap or prewarm fewer kernels at once\n", missing, cdir);
+        fprintf(stderr, "kjit prewarm: %ld of this run's kernels are not in %s at its end%s: removed after they "
+                "were stored, by the cache's size cap (KJIT_CACHE_MAX_MB; this run evicted %llu entr%s) or by "
+                "another process (a concurrent prewarm's cap, kjit cache clear); if it is the cap, raise it or "
+                "prewarm fewer kernels at once\n", missing, cdir, cc.store_failures ? " (some not stored, above)" : "",
+                (unsigned long long)cc.evictions, cc.evictions == 1 ? "y" : "ies");
     else if (cc.evictions)
         fprintf(stderr, "kjit prewarm: note: the cache's size cap (KJIT_CACHE_MAX_MB) evicted %llu older entr%s "
                 "during the run (none of this run's)\n",
