@@ -354,7 +354,13 @@ if ! "$KJIT" info --json | grep -q '"gpus":\[{'; then
   echo "$out" | grep -qi "GPU" || fail "tune without a GPU: $out"
   [ -e "$T/c1-new" ] && fail "tune without a GPU created its cache directory"
 fi
-"$KJIT" tune --ops nope --cache-dir "$T/c1" 2>/dev/null; [ $? = 2 ] || fail "tune --ops nope must exit 2"
+# An unknown op is called unknown; a known one without a launch config is named as such.
+for a in "nope|unknown op 'nope'" "timestep_sinusoid|the op 'timestep_sinusoid' has no launch config to tune"; do
+  out=$("$KJIT" tune --ops "${a%%|*}" --cache-dir "$T/c1" 2>&1); rc=$?
+  [ $rc = 2 ] && echo "$out" | grep -qF -- "${a#*|}" || fail "tune --ops ${a%%|*}: $rc $out"
+done
+out=$("$KJIT" tune --hidden 0 --cache-dir "$T/c1" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "'0' is not a size (tuned: multiples of 8 up to 16384)" || fail "tune --hidden 0: $rc $out"
 for a in "--dtype bf16 --dtype fp16|--dtype given twice" "--show --device 3|--show takes no --ops, --hidden, --dtype or --device"; do
   out=$("$KJIT" tune ${a%%|*} --cache-dir "$T/c1" 2>&1); rc=$?
   [ $rc = 2 ] && echo "$out" | grep -qF -- "${a#*|}" || fail "tune ${a%%|*}: $rc $out"
@@ -376,6 +382,11 @@ echo "$out" | grep -q "no tuning file" || fail "tune --show of a missing dir: $o
 echo x >"$T/afile"
 out=$("$KJIT" tune --show --cache-dir "$T/afile" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "not a directory" || fail "tune --show of a file: $rc $out"
+# A directory in the tuning file's place: left as it is (no save can rename
+# over it), not "damaged, rebuilt by the next kjit tune".
+mkdir -m 700 "$T/tdir" "$T/tdir/tune.json"
+out=$("$KJIT" tune --show --cache-dir "$T/tdir" 2>&1) || fail "tune --show, a directory for the file: $out"
+echo "$out" | grep -q "could not be read: ignored, and left as it is" || fail "tune --show, a directory for the file: $out"
 mkdir -m 777 "$T/open"; chmod 777 "$T/open"
 out=$("$KJIT" tune --show --cache-dir "$T/open" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "writable by group or others" || fail "tune --show of a 0777 dir: $rc $out"

@@ -543,16 +543,17 @@ static void test_damaged(const char *dir)
     expect_file(dir, "bad diagnostics",
                 HEAD E(FWD_OK, BWD_OK, ",\"fwd_us\":\"fast\",\"rows\":[1,2],\"fwd_us_rows\":[1]") "]}", KJIT_TUNE_FILE_OK, 1,
                 0);
-    /* Not a regular file: ignored; a save then fails (EIO) and says why. */
+    /* A directory in its place: unreadable, not damaged (no save can
+     * rename over it), left as it is; a save fails (EIO) and says why. */
     char p[4200];
     snprintf(p, sizeof p, "%.4000s/%s", dir, KJIT_TUNE_FILE);
     unlink(p);
     CHECK(mkdir(p, 0700) == 0);
     kjit_tune_list l = {0};
     int nb = 0;
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_DAMAGED);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_UNREADABLE);
     CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_EIO);
-    CHECK(strstr(kjit_last_error(), "tune.json") != NULL);
+    CHECK(strstr(kjit_last_error(), "tune.json") != NULL && strstr(kjit_last_error(), "a directory") != NULL);
     rmdir(p);
     CHECK_EQ_INT(stray_files(dir), 0);
     /* A FIFO in its place: ignored at once (an open without O_NONBLOCK

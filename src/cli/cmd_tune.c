@@ -194,18 +194,23 @@ int kjit_cli_tune(int argc, char **argv)
     int n_op_names = 0, seen = 0;
     for (int i = 0; i < n_ops; ++i) {
         const int all = !strcmp(ops[i], "all"), m = all ? 0 : kjit__adaln_mode(ops[i]);
-        if (!all && !m)
+        if (!all && !m) {
+            int known = 0;
+            for (int k = 0; k < kjit_op_count(); ++k) known |= !strcmp(ops[i], kjit_op_name(k));
             return kjit_cli_usage_error("tune",
-                                        "--ops: '%s' has no launch config to tune (tunable: norm_modulate, "
-                                        "gated_residual, gated_residual_norm_modulate, or all)",
-                                        ops[i]);
+                                        "--ops: %s '%s'%s (tunable: norm_modulate, gated_residual, "
+                                        "gated_residual_norm_modulate or fused, or all)",
+                                        known ? "the op" : "unknown op", ops[i],
+                                        known ? " has no launch config to tune" : "");
+        }
         for (int k = all ? 1 : m; k <= (all ? 3 : m); ++k)
             if (!(seen & (1 << k))) seen |= 1 << k, op_names[n_op_names++] = kjit__adaln_mode_name(k);
     }
     long hidden[MAX_LIST];
     for (int i = 0; i < n_hidden; ++i)
         if (kjit_cli_int(hiddens[i], 1, 65536, &hidden[i]))
-            return kjit_cli_usage_error("tune", "--hidden: '%s' is not a size in 1..65536", hiddens[i]);
+            return kjit_cli_usage_error("tune", "--hidden: '%s' is not a size (tuned: multiples of 8 up to %d)",
+                                        hiddens[i], KJIT_TUNE_FAST_MAX_HIDDEN);
         else if (!kjit__adaln_fast_hidden((int)hidden[i]))
             return kjit_cli_usage_error("tune",
                                         "--hidden: '%s' is not tuned (multiples of 8 up to %d are; other sizes "

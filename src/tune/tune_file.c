@@ -336,6 +336,13 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
     }
     const char *failure = rs == KJIT_FILE_READ_FAILED ? why_read : NULL;
     const char *problem = rs == KJIT_FILE_READ_BAD ? why_read : NULL;
+    struct stat dst;
+    if (problem && lstat(path, &dst) == 0 && S_ISDIR(dst.st_mode)) {
+        /* A save renames over the name, which a directory refuses: no save
+         * could rebuild it, so it is left as it is, not called damaged. */
+        snprintf(why_read, sizeof why_read, "a directory");
+        failure = why_read, problem = NULL;
+    }
     kjit_tune_file_state s;
     if (failure) {
         kjit__log("tuning file %s: cannot be read (%s): ignored, left as it is", path, failure);
@@ -498,8 +505,8 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
         close(lfd);
         if (fst == KJIT_TUNE_FILE_UNREADABLE)
             return kjit__fail(KJIT_EIO,
-                              "tuning file %s could not be read (permissions, I/O or memory; KJIT_LOG=1 says "
-                              "which): left as it is, this result not saved",
+                              "tuning file %s could not be read (a directory in its place, permissions, I/O or "
+                              "memory; KJIT_LOG=1 says which): left as it is, this result not saved",
                               path);
         return kjit__fail(KJIT_EIO,
                           "tuning file %s is of a format this kjit (%s) does not read: left as it is, this "
