@@ -34,6 +34,11 @@ out=$(timeout 10 "$KJIT" serve --socket "$T/idle.sock" --idle-timeout 0.0001 2>&
 out=$("$KJIT" call --socket "$T/none.sock" '{"type":"ping"}' 2>&1); rc=$?
 [ $rc = 1 ] || fail "call with no server exited $rc"
 echo "$out" | grep -q "no kjit server" || fail "call with no server: $out"
+# A request no server would take is a usage error before any connect.
+for bad in 'x' '{"type":"ping"} {"type":"shutdown"}' '[1]'; do
+  out=$("$KJIT" call --socket "$T/none.sock" "$bad" 2>&1); rc=$?
+  [ $rc = 2 ] && echo "$out" | grep -q "the request" || fail "call '$bad' with no server: $rc $out"
+done
 
 # The default socket: $XDG_RUNTIME_DIR/kjit/kjit.sock, 0600 in a 0700 directory.
 export XDG_RUNTIME_DIR=$T/run

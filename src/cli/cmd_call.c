@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "client/request.h"
 #include "kjit_client.h"
 
 static const char help[] =
@@ -63,6 +64,9 @@ int kjit_cli_call(int argc, char **argv)
         }
     }
     if (!json) return kjit_cli_usage_error("call", "the JSON request is missing");
+    /* A request no server would take is a usage error before any connect. */
+    if (kjit__request_parse(json, strlen(json), NULL, NULL) != KJIT_OK)
+        return kjit_cli_usage_error("call", "%s", kjit_last_error());
     /* The payload file must be writable before anything is asked of the
      * server. It stays open; an existing one is truncated only once a
      * payload comes (and only a regular file: /dev/null or a pipe is

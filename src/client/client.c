@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "client/frame.h"
+#include "client/request.h"
 #include "core/spin.h"
 #include "core/error.h"
 
@@ -81,6 +82,34 @@ static const char *after_object(const char *end)
 {
     while (end && *end && (unsigned char)*end <= 32) ++end;
     return end && *end ? end : NULL;
+}
+
+int kjit__request_parse(const char *json, size_t len, cJSON **out, const char **end_out)
+{
+    if (out) *out = NULL;
+    if (end_out) *end_out = NULL;
+    size_t at = 0;
+    const char *problem = kjit__json_text_problem(json, len, &at);
+    if (problem) return kjit__fail(KJIT_EINVAL, "the request %s (at byte %zu)", problem, at);
+    if (kjit__json_depth(json, len, KJIT_MAX_JSON_DEPTH) > KJIT_MAX_JSON_DEPTH)
+        return kjit__fail(KJIT_EINVAL, "the request nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithOpts(json, &end, 0);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
+    }
+    /* cJSON stops after the object: the first object alone went out
+     * ('{...} {"type":"shutdown"}' sent a ping). */
+    const char *tail = after_object(end);
+    if (tail) {
+        cJSON_Delete(o);
+        return kjit__fail(KJIT_EINVAL, "the request has text after its JSON object: %.40s", tail);
+    }
+    if (end_out) *end_out = end;
+    if (out) *out = o;
+    else cJSON_Delete(o);
+    return KJIT_OK;
 }
 
 /* SO_RCVTIMEO to ms (0: none), when it is not that already. */
@@ -274,23 +303,11 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     const int again = sent_last(c, json, json_len);
     /* What the server would refuse as bad_json is refused here, naming it,
      * before anything is sent. */
-    size_t at = 0;
-    const char *problem = again ? NULL : kjit__json_text_problem(json, json_len, &at);
-    if (problem) return kjit__fail(KJIT_EINVAL, "the request %s (at byte %zu)", problem, at);
-    if (!again && kjit__json_depth(json, json_len, KJIT_MAX_JSON_DEPTH) > KJIT_MAX_JSON_DEPTH)
-        return kjit__fail(KJIT_EINVAL, "the request nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
+    cJSON *o = NULL;
     const char *end = NULL;
-    cJSON *o = again ? NULL : cJSON_ParseWithOpts(json, &end, 0);
-    if (!again && !cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
-    }
-    /* cJSON stops after the object: the first object alone went out
-     * ('{...} {"type":"shutdown"}' sent a ping). */
-    const char *tail = again ? NULL : after_object(end);
-    if (tail) {
-        cJSON_Delete(o);
-        return kjit__fail(KJIT_EINVAL, "the request has text after its JSON object: %.40s", tail);
+    if (!again) {
+        const int prc = kjit__request_parse(json, json_len, &o, &end);
+        if (prc != KJIT_OK) return prc;
     }
     uint64_t id = c->next_id++;
     /* Only a run waits on purpose for the device: others do not poll. */
