@@ -127,10 +127,13 @@ KJIT_API int kjit_client_run(kjit_client *c, const char *json, const void *handl
  * context uses the result from then on and stores it in its tuning file.
  * Concurrent requests for one key share one tuning. Fills *out (may be
  * NULL) from the reply (config sources TUNED and DEFAULT). Takes seconds:
- * allow for it with kjit_client_timeout_set. Errors as for kjit_client_run
- * (KJIT_EUNSUPPORTED without a GPU or off the tuned path); a reply whose
- * configs, candidate counts or row counts are not whole numbers in range is
- * KJIT_EIO (naming the field), *out zeroed. */
+ * allow for it with kjit_client_timeout_set. As kjit_tune: KJIT_EIO with
+ * *out filled when the server tuned (and uses the result) but could not
+ * write its tuning file, the reason in kjit_last_error(); on any other
+ * error *out is zeroed. Errors as for kjit_client_run (KJIT_EUNSUPPORTED
+ * without a GPU or off the tuned path); a reply whose configs, candidate
+ * counts or row counts are not whole numbers in range is KJIT_EIO (naming
+ * the field). */
 KJIT_API int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out);
 
 /* Closes the connection. NULL is a no-op. */

@@ -21,7 +21,7 @@
 #include "test_util.h"
 
 enum mode { TRICKLE, OTHER_IDS, NULL_OK, IDLE_CLOSE, COUNT, NOT_JSON, TUNE_GARBAGE, TRAILING, BAD_JSON_NULL,
-            TUNE_MISSING, SLOW_HALF, TUNE_ROWS };
+            TUNE_MISSING, SLOW_HALF, TUNE_ROWS, TUNE_UNSAVED, TUNE_ERROR };
 
 typedef struct fake {
     enum mode mode;
@@ -152,6 +152,19 @@ static void *serve(void *arg)
             while (read_request(fd) >= 0) {
             }
         }
+        break;
+    case TUNE_UNSAVED: /* tuned, but the server could not write its tuning file */
+        answer_next(f, fd,
+                    "{\"id\":%lld,\"ok\":true,\"fwd\":{\"rpc\":2,\"pf\":1,\"grid_per_sm\":0},\"bwd\":{\"bwd_pf\":1,"
+                    "\"accs\":1},\"default_fwd\":{\"rpc\":4,\"pf\":1,\"grid_per_sm\":0},\"default_bwd\":{\"bwd_pf\":1,"
+                    "\"accs\":1},\"fwd_candidates\":3,\"bwd_candidates\":2,\"rows\":[1024,2048],"
+                    "\"fwd_us_rows\":[1.5,2.5],\"bwd_us_rows\":[3,4],\"default_fwd_us_rows\":[1.6,2.6],"
+                    "\"default_bwd_us_rows\":[3.1,4.1],\"saved\":false,\"message\":\"KJIT_EIO: disk full\"}",
+                    0);
+        break;
+    case TUNE_ERROR: /* an error reply */
+        answer_next(f, fd,
+                    "{\"id\":%lld,\"ok\":false,\"error\":{\"code\":\"unsupported\",\"message\":\"no GPU\"}}", 0);
         break;
     case TUNE_GARBAGE: /* a tune reply whose numbers no int holds */
         answer_next(f, fd,
@@ -329,6 +342,35 @@ int main(void)
         CHECK_STATUS(kjit_client_tune(c, "norm_modulate", 5376, KJIT_BF16, &tm), KJIT_EIO);
         CHECK(strstr(kjit_last_error(), "1 fwd_us_rows for 2 row counts") != NULL);
         CHECK(tm.config.rpc == 0 && tm.n_rows == 0);
+    }
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* Tuned but not saved: KJIT_EIO with the result filled in, as kjit_tune. */
+    fake_start(&f, dir, TUNE_UNSAVED);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    {
+        kjit_tune_result tm;
+        memset(&tm, 0x5a, sizeof tm);
+        CHECK_STATUS(kjit_client_tune(c, "norm_modulate", 5376, KJIT_BF16, &tm), KJIT_EIO);
+        CHECK(strstr(kjit_last_error(), "disk full") != NULL);
+        CHECK(tm.config.rpc == 2 && tm.config.source == KJIT_CONFIG_TUNED && tm.n_rows == 2 && !tm.saved);
+        CHECK(tm.rows[1] == 2048 && tm.default_bwd_us_rows[1] == 4.1);
+    }
+    kjit_client_close(c);
+    fake_stop(&f);
+
+    /* An error reply: its status, out zeroed (it was left as it was). */
+    fake_start(&f, dir, TUNE_ERROR);
+    c = NULL;
+    CHECK_STATUS(kjit_client_connect(&c, f.path, 5000), KJIT_OK);
+    {
+        kjit_tune_result tm;
+        memset(&tm, 0x5a, sizeof tm);
+        CHECK(kjit_client_tune(c, "norm_modulate", 5376, KJIT_BF16, &tm) != KJIT_OK);
+        CHECK(strstr(kjit_last_error(), "no GPU") != NULL);
+        CHECK(tm.config.rpc == 0 && tm.config.source == 0 && tm.n_rows == 0 && tm.fwd_us == 0);
     }
     kjit_client_close(c);
     fake_stop(&f);

@@ -238,6 +238,41 @@ static void test_space(void)
         const int nb = kjit__adaln_space_bwd(mode, 5376, KJIT_BF16, kjit__arch_tune_smem(90), b);
         CHECK(ns >= nb);
     }
+    /* What a plain `kjit prewarm --arch A` compiles for an AdaLN op is what
+     * A's devices launch with the default config: fitted to their shared
+     * memory. It listed kjit_op_kernels' (the unfitted default for 200 KiB
+     * of shared memory a block), which an sm_86 card does not launch for
+     * 9509 of 18432 keys, nor an H200 the fused op's fast fp32 backward
+     * past hidden 12368 (its 223 KiB stage rows that 200 KiB does not). */
+    {
+        static const int archs[] = {75, 80, 86, 89, 90, 100, 120};
+        static kjit_kernel_spec fit[64];
+        int missing = 0;
+        for (size_t ai = 0; ai < sizeof archs / sizeof archs[0]; ++ai) {
+            const size_t sm = kjit__arch_tune_smem(archs[ai]);
+            for (int mode = 1; mode <= 3; ++mode)
+                for (int h = 8; h <= KJIT_TUNE_FAST_MAX_HIDDEN; h += h < 1024 ? 8 : 264)
+                    for (int k = 0; k < 3; ++k) {
+                        const int nf = kjit__adaln_kernels_fit(mode, h, dts[k], sm, fit, 64);
+                        CHECK(nf > 0 && nf <= 64);
+                        kjit__adaln_config_default(mode, h, dts[k], &d);
+                        kjit__adaln_config_fit(mode, h, dts[k], &d, sm);
+                        char fe[224], be[224];
+                        kjit__adaln_exprs(mode, h, dts[k], &d, fe, be, sizeof fe);
+                        const int bwd_fast = kjit__adaln_bwd_smem(mode, h, dts[k], &d) <= sm;
+                        int has_fe = 0, has_be = 0;
+                        for (int i = 0; i < nf && i < 64; ++i)
+                            has_fe |= !strcmp(fit[i].name_expr, fe), has_be |= !strcmp(fit[i].name_expr, be);
+                        if (!has_fe || (bwd_fast && !has_be)) {
+                            if (!missing++)
+                                fprintf(stderr, "sm_%d %s h %d %s: the launched %s not in prewarm's list\n",
+                                        archs[ai], kjit__adaln_mode_name(mode), h, kjit_dtype_name(dts[k]),
+                                        has_fe ? be : fe);
+                        }
+                    }
+        }
+        CHECK_EQ_INT(missing, 0);
+    }
     /* Ranges. */
     const kjit_adaln_config bad[] = {{0, 0, 0, 0, 0},  {16, 0, 0, 0, 0}, {5, 0, 0, 0, 0}, {1, 4, 0, 0, 0},
                                      {1, -1, 0, 0, 0}, {1, 0, -1, 0, 0}, {1, 0, 65, 0, 0}, {1, 0, 0, 4, 0},

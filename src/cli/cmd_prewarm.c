@@ -344,10 +344,20 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
                         break;
                     }
                     if (n > 64) n = 64;
-                    /* The tuner's candidates, for the shared memory that
-                     * arch's devices allow (other shapes are not tuned);
-                     * dedup_jobs drops the kernels listed twice. */
+                    /* An AdaLN op's kernels as that arch's devices run its
+                     * default config: where they have less shared memory
+                     * than the default assumes (sm_75, sm_8x, sm_120) it is
+                     * fitted, and other kernels launch than kjit_op_kernels
+                     * lists (the same on sm_90 and sm_100). The tuner's
+                     * candidates (--space), for that shared memory too
+                     * (other shapes are not tuned); dedup_jobs drops the
+                     * kernels listed twice. */
                     const int mode = kjit__adaln_mode(op_names[oi]);
+                    if (mode) {
+                        const int nf = kjit__adaln_kernels_fit(mode, (int)hidden[h], dts[d],
+                                                               kjit__arch_tune_smem(sms[a]), specs, 64);
+                        if (nf > 0) n = nf > 64 ? 64 : nf;
+                    }
                     if (space && mode && kjit__adaln_fast_hidden((int)hidden[h]))
                         n += kjit__tune_space_specs(mode, (int)hidden[h], dts[d], kjit__arch_tune_smem(sms[a]),
                                                     specs + n, KJIT_TUNE_MAX_SPECS);

@@ -872,6 +872,9 @@ int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtyp
 {
     kjit__clear_error();
     if (!c || !op) return kjit__fail(KJIT_EINVAL, "kjit_client_tune: %s is NULL", !c ? "client" : "op");
+    /* Zeroed first: an error reply leaves it so, as kjit_tune's failure
+     * before the tuning ended does (config.source tells the cases apart). */
+    if (out) memset(out, 0, sizeof *out);
     cJSON *q = cJSON_CreateObject(), *root;
     cJSON_AddStringToObject(q, "type", "tune");
     cJSON_AddStringToObject(q, "op", op);
@@ -920,6 +923,12 @@ int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtyp
         out->compile_seconds = num_of(root, "compile_seconds");
         out->saved = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "saved"));
     }
+    /* Tuned, and used by the server's context, but not saved to its tuning
+     * file: KJIT_EIO with out filled, as kjit_tune returns it. */
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(root, "message");
+    rc = cJSON_IsString(msg) ? kjit__fail(KJIT_EIO, "the kjit server at %s tuned %s %d %s and uses the result, but: %s",
+                                          c->path, op, hidden, kjit_dtype_name(dtype), msg->valuestring)
+                             : KJIT_OK;
     cJSON_Delete(root);
-    return KJIT_OK;
+    return rc;
 }

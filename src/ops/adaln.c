@@ -72,12 +72,16 @@ static int fast_ok(int h) { return h % 8 == 0 && h <= FAST_MAX_HIDDEN; }
 /* The backward's fast path stages whole rows in shared memory; where even
  * one stage of pf 0 is more than a default may use (fp32 rows of 16384
  * for the fused op), the generic path runs it (same bits). */
-static int bwd_fast_ok(int mode, int h, kjit_dtype act, const kjit_adaln_config *c)
+static int bwd_fast_ok(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max)
 {
-    return fast_ok(h) && kjit__adaln_bwd_smem(mode, h, act, c) <= KJIT_DEFAULT_SMEM;
+    return fast_ok(h) && kjit__adaln_bwd_smem(mode, h, act, c) <= (smem_max ? smem_max : KJIT_DEFAULT_SMEM);
 }
 
-static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec *out, int max)
+/* smem_max 0: the built-in default config; else that config as a device
+ * with smem_max bytes of shared memory a block runs it (fitted, and the
+ * backward's generic path where a row stage does not fit), as the launch
+ * paths below choose it. */
+int kjit__adaln_kernels_fit(int mode, int hidden, kjit_dtype act, size_t smem_max, kjit_kernel_spec *out, int max)
 {
     const mode_info *m = &modes[mode];
     if (hidden < 1 || hidden > KJIT_MAX_HIDDEN)
@@ -85,6 +89,7 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
     const kjit_dtype par = param_for(act), idx[2] = {KJIT_I32, KJIT_I64};
     kjit_adaln_config c;
     kjit__adaln_config_default(mode, hidden, act, &c);
+    if (smem_max) kjit__adaln_config_fit(mode, hidden, act, &c, smem_max);
     /* A count alone (what a request's check asks) formats no expression:
      * per index dtype a forward, a training forward, a backward, the row
      * gradients' backward and an index check. */
@@ -96,7 +101,7 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
             fwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden), &c, train);
             n = kjit__spec_add(out, max, n, m->desc, "%s", e);
         }
-        bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, bwd_fast_ok(mode, hidden, act, &c), &c);
+        bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, bwd_fast_ok(mode, hidden, act, &c, smem_max), &c);
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
         bwd_dx_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden));
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
@@ -106,9 +111,9 @@ static int adaln_kernels(int mode, int hidden, kjit_dtype act, kjit_kernel_spec 
     return kjit__part_specs(m->name, par, out, max, n);
 }
 
-static int nm_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return adaln_kernels(1, h, d, o, max); }
-static int gr_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return adaln_kernels(2, h, d, o, max); }
-static int fu_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return adaln_kernels(3, h, d, o, max); }
+static int nm_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return kjit__adaln_kernels_fit(1, h, d, 0, o, max); }
+static int gr_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return kjit__adaln_kernels_fit(2, h, d, 0, o, max); }
+static int fu_kernels(int h, kjit_dtype d, kjit_kernel_spec *o, int max) { return kjit__adaln_kernels_fit(3, h, d, 0, o, max); }
 
 const kjit_op_desc kjit__op_norm_modulate = {"norm_modulate", ADALN_TEMPLATE, nm_kernels};
 const kjit_op_desc kjit__op_gated_residual = {"gated_residual", ADALN_TEMPLATE, gr_kernels};

@@ -79,4 +79,10 @@ int kjit__adaln_config_equal(const kjit_adaln_config *a, const kjit_adaln_config
 void kjit__adaln_exprs(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, char *fwd, char *bwd,
                        size_t len);
 
+/* The specs kjit_op_kernels lists for an AdaLN op (mode 1..3), with the
+ * default config as a device of smem_max bytes of shared memory a block
+ * (kjit__arch_tune_smem) runs it; 0: as listed publicly. Returns the count
+ * (may exceed max) or a negative status. */
+int kjit__adaln_kernels_fit(int mode, int hidden, kjit_dtype act, size_t smem_max, kjit_kernel_spec *out, int max);
+
 #endif

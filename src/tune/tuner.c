@@ -565,7 +565,10 @@ int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_res
     }
     out->fwd_candidates = nfc, out->bwd_candidates = nbc;
     out->compile_seconds = compile_s;
-    if ((rc = kjit__tune_table_set(ctx->tune, mode, h, act, &best, KJIT_CONFIG_TUNED))) return rc;
+    if ((rc = kjit__tune_table_set(ctx->tune, mode, h, act, &best, KJIT_CONFIG_TUNED))) {
+        memset(out, 0, sizeof *out); /* not in use: a failure before the tuning ended, as kjit.h says */
+        return rc;
+    }
     out->seconds = now_s() - t0;
 
     const char *dir = kjit_ctx_cache_dir(ctx);
