@@ -160,6 +160,10 @@ PY
 out=$("$KJIT" cache verify --cache-dir "$C"); rc=$?
 [ $rc = 1 ] || fail "verify after a flipped byte exited $rc"
 echo "$out" | grep -q "$(basename "$victim")" || fail "verify does not name $(basename "$victim"): $out"
+# --json: ok false, as the exit status says.
+out=$("$KJIT" cache verify --cache-dir "$C" --json); rc=$?
+[ $rc = 1 ] && [ "$(echo "$out" | field ok)" = False ] && [ "$(echo "$out" | field bad)" = 1 ] ||
+  fail "verify --json after a flipped byte: $rc $out"
 j3=$("$KJIT" prewarm $OPS --cache-dir "$C" --json) || fail "prewarm after corruption: $j3"
 [ "$(echo "$j3" | field compiled)" = 1 ] || fail "prewarm did not rebuild exactly the bad entry: $j3"
 [ "$(echo "$j3" | field bad_entries)" = 1 ] || fail "prewarm --json does not count the replaced entry: $j3"
@@ -426,6 +430,26 @@ if [ -n "$want" ] && [ "$want" != "No such file or directory" ]; then
   out=$("$KJIT" prewarm $OPS --cache-dir "$nodir" 2>&1); rc=$?
   [ $rc = 1 ] && echo "$out" | grep -q "cannot create cache directory.*: $want" || fail "mkdir failure: $rc $out (want $want)"
 fi
+
+# Every --json answer has "ok" (true on success), and parses whatever bytes
+# a file name holds: one that is not UTF-8 comes as \udcXX escapes, which
+# os.fsencode turns back into its bytes.
+mkdir -m 700 "$T/j8"
+"$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --arch sm_90 --cache-dir "$T/j8" >/dev/null 2>&1 || fail "prewarm into j8"
+: >"$T/j8/x"$'\xff'"y.cubin"
+for c in "cache ls" "cache verify" "cache stats" "tune --show" "info"; do
+  [ "$c" = info ] && dir=() || dir=(--cache-dir "$T/j8")
+  "$KJIT" $c --json "${dir[@]}" >"$T/j8.out" 2>/dev/null
+  python3 - "$T/j8.out" "$c" <<'PY' || fail "$c --json: $(cat "$T/j8.out")"
+import json, os, sys
+o = json.loads(open(sys.argv[1], "rb").read())
+want = sys.argv[2] != "cache verify"  # the non-UTF-8 name is a bad entry there
+assert o["ok"] is want, o
+if sys.argv[2] in ("cache ls", "cache verify"):
+    names = [os.fsencode(e["file"]) for e in o["entries_list"]]
+    assert b"x\xffy.cubin" in names, names
+PY
+done
 
 # An existing cache directory this user cannot write to: refused before
 # any compile (every kernel was compiled and then thrown away). As root, as

@@ -34,6 +34,12 @@ int kjit_cli_int(const char *s, long lo, long hi, long *out);
  * {"ok":false,"command":"<cmd>","error":"<msg>"} on stdout, so a script
  * reading the JSON gets an answer; returns KJIT_EXIT_FAIL. */
 int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prints a command's JSON answer on one line of stdout and deletes it: "ok"
+ * added (true) where the object has none; bytes of strings that are not
+ * UTF-8 (a file name) written as \udcXX escapes (Python's surrogateescape:
+ * os.fsencode gives the bytes back), so the output always parses. */
+struct cJSON;
+void kjit_cli_json_print(struct cJSON *o);
 /* Prints "kjit <cmd>: <msg>" and a hint to use --help; returns KJIT_EXIT_USAGE. */
 int kjit_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -133,10 +133,7 @@ static int cache_run(const char *path, const char *sub, int json, int is_stats, 
             cJSON_AddStringToObject(o, "cache_dir", path);
             cJSON_AddNumberToObject(o, "removed", (double)removed);
             cJSON_AddNumberToObject(o, "spared_in_progress", (double)spared);
-            char *s = cJSON_PrintUnformatted(o);
-            if (s) puts(s);
-            cJSON_free(s);
-            cJSON_Delete(o);
+            kjit_cli_json_print(o);
         } else {
             printf("removed %llu files from %s", (unsigned long long)removed, path);
             if (spared)
@@ -163,12 +160,10 @@ static int cache_run(const char *path, const char *sub, int json, int is_stats, 
         cJSON_AddNumberToObject(o, "bytes", (double)v.bytes);
         cJSON_AddNumberToObject(o, "other_files", (double)v.others);
         if (is_verify) cJSON_AddNumberToObject(o, "bad", n_bad);
+        cJSON_AddBoolToObject(o, "ok", !(is_verify && n_bad)); /* the exit status's answer */
         if (is_stats) cJSON_Delete(v.list);
         else cJSON_AddItemToObject(o, "entries_list", v.list);
-        char *s = cJSON_PrintUnformatted(o);
-        if (s) puts(s);
-        cJSON_free(s);
-        cJSON_Delete(o);
+        kjit_cli_json_print(o);
     } else if (is_verify) {
         printf("verify: %llu entries, %d bad (%s)\n", (unsigned long long)v.entries, n_bad, path);
     } else if (is_stats) {

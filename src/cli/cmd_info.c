@@ -64,9 +64,8 @@ int kjit_cli_info(int argc, char **argv)
         cJSON_AddItemToArray(gpus, g);
     }
     if (json) {
-        char *s = cJSON_PrintUnformatted(o);
-        puts(s);
-        cJSON_free(s);
+        kjit_cli_json_print(o);
+        o = NULL;
     } else {
         printf("kjit     %s\n", KJIT_VERSION_STRING);
         printf("nvrtc    %s (%s)\n", ri.nvrtc_major ? nv : "not found", ri.nvrtc_path[0] ? ri.nvrtc_path : "-");

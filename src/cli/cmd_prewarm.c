@@ -442,10 +442,7 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
                 cJSON_AddStringToObject(e, "error", jobs[i].error ? jobs[i].error : "");
                 cJSON_AddItemToArray(f, e);
             }
-        char *s = cJSON_PrintUnformatted(o_);
-        if (s) puts(s);
-        cJSON_free(s);
-        cJSON_Delete(o_);
+        kjit_cli_json_print(o_);
     } else {
         for (long i = 0; i < n_jobs; ++i)
             if (jobs[i].result < 0)

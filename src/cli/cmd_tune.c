@@ -81,10 +81,7 @@ static int show(const char *cache_dir, int json)
         cJSON_AddItemToObject(root, "entries", ents ? ents : cJSON_CreateArray());
         cJSON_Delete(parsed);
         free(text);
-        char *s = cJSON_PrintUnformatted(root);
-        puts(s);
-        cJSON_free(s);
-        cJSON_Delete(root);
+        kjit_cli_json_print(root);
     } else {
         if (st == KJIT_TUNE_FILE_MISSING) {
             printf("no tuning file at %s (run kjit tune on a GPU)\n", dir[0] ? path : "(memory-only cache)");
@@ -310,10 +307,8 @@ static int tune(const char **op_names, int n_op_names, const long *hidden, int n
         }
         cJSON_AddNumberToObject(root, "failed", (double)failed);
         cJSON_AddNumberToObject(root, "seconds", secs);
-        char *s = cJSON_PrintUnformatted(root);
-        puts(s);
-        cJSON_free(s);
-        cJSON_Delete(root);
+        cJSON_AddBoolToObject(root, "ok", !failed); /* the exit status's answer */
+        kjit_cli_json_print(root);
     } else {
         printf("tuning on %s (kjit %s)\n", di.name, KJIT_VERSION_STRING);
         for (long i = 0; i < n_run; ++i) {

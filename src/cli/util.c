@@ -5,9 +5,38 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "client/frame.h"
 #include "core/spin.h"
 
 #include <cjson/cJSON.h>
+
+void kjit_cli_json_print(cJSON *o)
+{
+    if (!o) return;
+    if (!cJSON_HasObjectItem(o, "ok")) cJSON_AddTrueToObject(o, "ok");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) {
+        fputs("{\"ok\":false,\"error\":\"out of memory for the JSON answer\"}\n", stdout);
+        fflush(stdout);
+        return;
+    }
+    /* JSON's own bytes are ASCII: a byte that is not UTF-8 is in a string. */
+    const char *p = s;
+    size_t len = strlen(s), at;
+    const char *problem;
+    while (len && (problem = kjit__json_text_problem(p, len, &at))) {
+        fwrite(p, 1, at, stdout);
+        const unsigned char b = (unsigned char)p[at];
+        if (b < 0x80) fputc(b, stdout); /* not a byte problem (cJSON writes no \u0000) */
+        else printf("\\udc%02x", b);
+        p += at + 1, len -= at + 1;
+    }
+    fwrite(p, 1, len, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    cJSON_free(s);
+}
 
 int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...)
 {
@@ -30,11 +59,7 @@ int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...)
         cJSON_AddBoolToObject(o, "ok", 0);
         cJSON_AddStringToObject(o, "command", cmd);
         cJSON_AddStringToObject(o, "error", msg);
-        char *s = cJSON_PrintUnformatted(o);
-        if (s) puts(s);
-        fflush(stdout);
-        cJSON_free(s);
-        cJSON_Delete(o);
+        kjit_cli_json_print(o);
     }
     if (msg != small) free(msg);
     return KJIT_EXIT_FAIL;
