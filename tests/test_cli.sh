@@ -475,6 +475,14 @@ if [ -n "$ro" ]; then
   [ "$(id -u)" = 0 ] && rm -rf "$(dirname "$ro")"
 fi
 
+# An option given twice is refused (the first value was dropped unsaid).
+for a in "prewarm --jobs 2 --jobs 3" "cache stats --cache-dir $T/a --cache-dir $T/b" \
+         "serve --socket $T/s1 --socket $T/s2" "serve --max-clients 5 --max-clients 7" "call --timeout 5 --timeout 6 {}"; do
+  out=$(timeout 20 "$KJIT" $a 2>&1); rc=$?
+  [ $rc = 2 ] && echo "$out" | grep -q "given twice" || fail "$a: $rc $out"
+done
+[ -e "$T/s1" ] || [ -e "$T/s2" ] && fail "a refused serve made its socket"
+
 # An option's value is never the next option; numbers are plain digits.
 for args in "prewarm --cache-dir --json|--cache-dir needs a value" "prewarm --ops --hidden 256|--ops needs a value" \
             "prewarm --hidden +256|'+256' is not a size" "prewarm --hidden _256|' 256' is not a size" \

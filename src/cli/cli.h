@@ -25,7 +25,8 @@ int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char 
 /* The value of the option argv[*i]: argv[*i + 1], with *i advanced. NULL,
  * after printing "kjit <cmd>: <option> needs a value", when there is none or
  * the next word is itself an option ("--..."): `--cache-dir --json` is a
- * missing value, not a directory named "--json". */
+ * missing value, not a directory named "--json". An option given a second
+ * time is refused the same way ("<option> given twice"). */
 char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i);
 /* Parses a decimal integer in [lo, hi] (digits, an optional leading '-');
  * -1 on error. */

@@ -121,6 +121,17 @@ char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i)
         kjit_cli_usage_error(cmd, "%s needs a value", opt);
         return NULL;
     }
+    /* An option given twice would drop the first value unsaid (one command
+     * a process: the options seen so far are this command's). */
+    static const char *seen[64];
+    static int n_seen;
+    for (int k = 0; k < n_seen; ++k)
+        if (!strcmp(seen[k], opt)) {
+            kjit_cli_usage_error(cmd, "%s given twice%s", opt,
+                                 strstr("--ops --hidden --dtype --arch", opt) ? ": give one comma list" : "");
+            return NULL;
+        }
+    if (n_seen < 64) seen[n_seen++] = opt;
     return argv[++*i];
 }
 
