@@ -338,6 +338,15 @@ echo "$out" | grep -q "(spared 1 temp file of writes in progress)" || fail "clea
 [ -e "$T/c1/.tmp.op.Fresh1" ] && [ -e "$T/c1/libfoo.cubin" ] || fail "clear removed a fresh temp file or a foreign *.cubin"
 rmdir "$T/c1/dir.cubin"; rm "$T/c1/.tmp.op.Fresh1" "$T/c1/libfoo.cubin"
 
+# --opt=VALUE is not taken; the message shows how to write it. A stray
+# word is an unexpected argument, not an unknown option.
+for args in "prewarm --ops=norm_modulate|unknown option '--ops=norm_modulate' (an option's value follows it after a space: --ops norm_modulate)" \
+            "cache stats --cache-dir=/tmp|follows it after a space: --cache-dir /tmp" "info extra|unexpected argument 'extra'" \
+            "tune extra|unexpected argument 'extra'" "cache stats -x|unknown option '-x'"; do
+  out=$("$KJIT" ${args%%|*} 2>&1); rc=$?
+  [ $rc = 2 ] && echo "$out" | grep -qF -- "${args#*|}" || fail "${args%%|*}: $rc $out"
+done
+
 # kjit serve's usage errors name the argument (exit 2, nothing started).
 for args in "--bogus|unknown option '--bogus'" "--socket|--socket needs a value" \
             "stray|unexpected argument 'stray'" "--socket=|--socket '': expected a path" \

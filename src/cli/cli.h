@@ -41,6 +41,10 @@ int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...) __attribute__
  * os.fsencode gives the bytes back), so the output always parses. */
 struct cJSON;
 void kjit_cli_json_print(struct cJSON *o);
+/* A word a command does not take: "unknown option '--x'" (for --x=VALUE,
+ * how to write it: --x VALUE) or "unexpected argument 'x'"; returns
+ * KJIT_EXIT_USAGE. */
+int kjit_cli_unknown(const char *cmd, const char *word);
 /* Prints "kjit <cmd>: <msg>" and a hint to use --help; returns KJIT_EXIT_USAGE. */
 int kjit_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

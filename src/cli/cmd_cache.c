@@ -89,7 +89,7 @@ int kjit_cli_cache(int argc, char **argv)
         } else if (!sub && argv[i][0] != '-') {
             sub = argv[i];
         } else {
-            return kjit_cli_usage_error("cache", "unknown argument '%s'", argv[i]);
+            return kjit_cli_unknown("cache", argv[i]);
         }
     }
     if (!sub) return kjit_cli_usage_error("cache", "missing subcommand: stats, ls, verify or clear");

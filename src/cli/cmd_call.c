@@ -56,7 +56,7 @@ int kjit_cli_call(int argc, char **argv)
             else if (kjit_cli_int(v, 0, 86400000, &timeout))
                 return kjit_cli_usage_error("call", "--timeout '%s': expected milliseconds", v);
         } else if (a[0] == '-') { /* a request is a JSON object: never a '-' */
-            return kjit_cli_usage_error("call", "unknown option '%s'", a);
+            return kjit_cli_unknown("call", a);
         } else if (json) {
             return kjit_cli_usage_error("call", "one JSON request only");
         } else {

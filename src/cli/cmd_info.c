@@ -24,7 +24,7 @@ int kjit_cli_info(int argc, char **argv)
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else {
-            return kjit_cli_usage_error("info", "unknown option '%s'", argv[i]);
+            return kjit_cli_unknown("info", argv[i]);
         }
     }
     kjit_runtime_info ri;

@@ -221,7 +221,7 @@ int kjit_cli_prewarm(int argc, char **argv)
                 return kjit_cli_usage_error("prewarm", "%s given twice: give one comma list", a);
             if (!(*target = kjit_cli_value("prewarm", argc, argv, &i))) return KJIT_EXIT_USAGE;
         } else {
-            return kjit_cli_usage_error("prewarm", "unknown option '%s'", a);
+            return kjit_cli_unknown("prewarm", a);
         }
     }
     if (jobs_n < 1) jobs_n = 1;

@@ -31,7 +31,7 @@ static const char help[] =
     "  --allow-gid LIST   also serve users whose primary group is one of these\n"
     "                     (with either list the directory becomes 0711 and the socket\n"
     "                     0666; peers are then checked with SO_PEERCRED)\n"
-    "  --test-refuse-own-uid  for tests: refuse this user too unless listed\n"
+
     "\n"
     "Exit status: 0 after a clean stop, 1 when it cannot start (a server already\n"
     "listens on the socket, a bad directory), 2 on bad usage.\n";
@@ -72,7 +72,7 @@ int kjit_cli_serve(int argc, char **argv)
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= !strcmp(a, with_value[k]);
         if (!known)
-            return kjit_cli_usage_error("serve", a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
+            return kjit_cli_unknown("serve", a);
         char *v = kjit_cli_value("serve", argc, argv, &i);
         if (!v) return KJIT_EXIT_USAGE;
         long n;
@@ -105,7 +105,7 @@ int kjit_cli_serve(int argc, char **argv)
         } else if (!strcmp(a, "--allow-gid")) {
             rc = id_list(a, v, gids, &cfg.n_allow_gid);
         } else {
-            return kjit_cli_usage_error("serve", "unknown option '%s'", a);
+            return kjit_cli_unknown("serve", a);
         }
         if (rc) return rc;
     }

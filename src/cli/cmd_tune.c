@@ -165,7 +165,7 @@ int kjit_cli_tune(int argc, char **argv)
                 return kjit_cli_usage_error("tune", "%s given twice: give one comma list", a);
             if (!(*target = kjit_cli_value("tune", argc, argv, &i))) return KJIT_EXIT_USAGE;
         } else {
-            return kjit_cli_usage_error("tune", "unknown option '%s'", a);
+            return kjit_cli_unknown("tune", a);
         }
     }
     if (do_show) {

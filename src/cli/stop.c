@@ -27,8 +27,10 @@ static void *waiter(void *arg)
     /* Past here a cancel (kjit_cli_stop_end) must not swallow the signal:
      * the join then waits for the process to end by it. */
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
-    fprintf(stderr, "\nkjit %s: %s: stopping; what is already in the cache stays there\n", watched_cmd,
-            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    /* On a terminal the line starts below the progress bar; in a log no
+     * blank line. */
+    fprintf(stderr, "%skjit %s: %s: stopping; what is already in the cache stays there\n",
+            isatty(STDERR_FILENO) ? "\n" : "", watched_cmd, sig == SIGINT ? "SIGINT" : "SIGTERM");
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_DFL;

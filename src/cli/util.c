@@ -135,6 +135,16 @@ char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i)
     return argv[++*i];
 }
 
+int kjit_cli_unknown(const char *cmd, const char *word)
+{
+    const char *eq = strchr(word, '=');
+    if (word[0] != '-') return kjit_cli_usage_error(cmd, "unexpected argument '%s'", word);
+    if (eq && word[1] == '-')
+        return kjit_cli_usage_error(cmd, "unknown option '%s' (an option's value follows it after a space: %.*s %s)",
+                                    word, (int)(eq - word), word, eq + 1);
+    return kjit_cli_usage_error(cmd, "unknown option '%s'", word);
+}
+
 int kjit_cli_int(const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;
