@@ -53,9 +53,9 @@ static int max_bytes_from_env(uint64_t *out)
 {
     unsigned long long mb = DEFAULT_MAX_MB;
     if (kjit__env_whole("KJIT_CACHE_MAX_MB", 1, UINT64_MAX >> 20, &mb) < 0)
-        return kjit__fail(KJIT_EINVAL, "KJIT_CACHE_MAX_MB='%s' is not a positive whole number of "
-                                       "megabytes (unset it for the default, %u)",
-                          getenv("KJIT_CACHE_MAX_MB"), DEFAULT_MAX_MB);
+        return kjit__fail(KJIT_EINVAL, "KJIT_CACHE_MAX_MB='%s' is not a whole number of megabytes in "
+                                       "1..%llu (unset it for the default, %u)",
+                          getenv("KJIT_CACHE_MAX_MB"), (unsigned long long)(UINT64_MAX >> 20), DEFAULT_MAX_MB);
     *out = (uint64_t)mb << 20;
     return KJIT_OK;
 }

@@ -165,10 +165,12 @@ static int cache_run(const char *path, const char *sub, int json, int is_stats, 
         else cJSON_AddItemToObject(o, "entries_list", v.list);
         kjit_cli_json_print(o);
     } else if (is_verify) {
-        printf("verify: %llu entries, %d bad (%s)\n", (unsigned long long)v.entries, n_bad, path);
+        printf("verify: %llu entr%s, %d bad (%s)\n", (unsigned long long)v.entries, v.entries == 1 ? "y" : "ies",
+               n_bad, path);
     } else if (is_stats) {
-        printf("cache %s: %llu entries, %.1f MiB", path, (unsigned long long)v.entries,
-               (double)v.bytes / (1 << 20));
+        printf("cache %s: %llu entr%s, ", path, (unsigned long long)v.entries, v.entries == 1 ? "y" : "ies");
+        if (v.bytes < (1u << 20)) printf("%.1f KiB", (double)v.bytes / 1024);
+        else printf("%.1f MiB", (double)v.bytes / (1 << 20));
         if (v.others)
             printf(" (and %llu temp or other file%s, not counted)", (unsigned long long)v.others,
                    v.others == 1 ? "" : "s");

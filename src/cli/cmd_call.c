@@ -54,7 +54,7 @@ int kjit_cli_call(int argc, char **argv)
             if (!strcmp(a, "--socket")) socket = v;
             else if (!strcmp(a, "--payload-out")) payload_out = v;
             else if (kjit_cli_int(v, 0, 86400000, &timeout))
-                return kjit_cli_usage_error("call", "--timeout '%s': expected milliseconds", v);
+                return kjit_cli_usage_error("call", "--timeout '%s': expected milliseconds in 0..86400000 (0: none)", v);
         } else if (a[0] == '-') { /* a request is a JSON object: never a '-' */
             return kjit_cli_unknown("call", a);
         } else if (json) {

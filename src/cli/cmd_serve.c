@@ -46,7 +46,7 @@ static int id_list(const char *opt, char *arg, unsigned *out, int *n)
     for (int i = 0; i < k; ++i) {
         long v;
         if (kjit_cli_int(items[i], 0, 4294967294L, &v))
-            return kjit_cli_usage_error("serve", "%s: '%s' is not a numeric id", opt, items[i]);
+            return kjit_cli_usage_error("serve", "%s: '%s' is not a numeric id in 0..4294967294", opt, items[i]);
         out[(*n)++] = (unsigned)v;
     }
     return 0;
