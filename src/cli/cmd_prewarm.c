@@ -13,6 +13,7 @@
 #include "cache/cache.h"
 #include "cli/cli.h"
 #include "jit/compile.h"
+#include "jit/templates.h"
 #include "kjit.h"
 #include "tune/config.h"
 #include "tune/tune.h"
@@ -374,6 +375,16 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         free(jobs);
         kjit_ctx_destroy(ctx);
         return usage_rc;
+    }
+    /* Templates that cannot be read (KJIT_TEMPLATE_DIR) fail every job with
+     * the same message: said once, before any compile. */
+    const kjit_template_file *tfiles;
+    int n_tfiles;
+    if (kjit__templates(&tfiles, &n_tfiles)) {
+        const int rc = kjit_cli_fail("prewarm", json, "%s (nothing compiled)", kjit_last_error());
+        free(jobs);
+        kjit_ctx_destroy(ctx);
+        return rc;
     }
     /* A directory this process cannot write to would have every kernel
      * compiled and then thrown away: refused before the first compile. */
