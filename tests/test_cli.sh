@@ -398,6 +398,9 @@ echo "$out" | grep -q "no tuning file" || fail "tune --show of a missing dir: $o
 echo x >"$T/afile"
 out=$("$KJIT" tune --show --cache-dir "$T/afile" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "not a directory" || fail "tune --show of a file: $rc $out"
+# ... and a path under a file says which is which.
+out=$("$KJIT" cache stats --cache-dir "$T/afile/sub" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "$T/afile/sub: a directory on its path is a file" || fail "cache stats under a file: $rc $out"
 # A directory in the tuning file's place: left as it is (no save can rename
 # over it), not "damaged, rebuilt by the next kjit tune".
 mkdir -m 700 "$T/tdir" "$T/tdir/tune.json"

@@ -112,8 +112,9 @@ static int check_dir(int fd, const char *path)
     if (st.st_uid != geteuid())
         return kjit__fail(KJIT_EPERM,
                           "cache directory %s is owned by uid %u (mode %04o), not by you (uid %u): "
-                          "kjit loads code from it, so it uses only a directory of your own; set "
-                          "KJIT_CACHE_DIR to one, or chown the directory",
+                          "kjit loads code from it, so it uses only a directory of your own; name "
+                          "one (--cache-dir, KJIT_CACHE_DIR or the context's cache_dir), or chown "
+                          "the directory",
                           path, (unsigned)st.st_uid, mode, (unsigned)geteuid());
     if (st.st_mode & 022)
         return kjit__fail(KJIT_EPERM,
@@ -136,10 +137,13 @@ int kjit__cache_dir_open(const char *path, int create, int *dfd)
             return kjit__fail(KJIT_EPERM,
                               "cache directory %s is a symbolic link (owner uid %u, mode %04o): kjit "
                               "does not follow it, so the directory it checks is the one it uses; "
-                              "set KJIT_CACHE_DIR to the real directory",
+                              "name the real directory (--cache-dir, KJIT_CACHE_DIR or the context's "
+                              "cache_dir)",
                               path, (unsigned)st.st_uid, (unsigned)st.st_mode & 07777);
         if (e == ENOENT)
             return kjit__fail(KJIT_ENOTFOUND, "cache directory %s does not exist", path);
+        if (e == ENOTDIR && lstat(path, &st) != 0)
+            return kjit__fail(KJIT_EPERM, "cache directory %s: a directory on its path is a file", path);
         if (e == ENOTDIR)
             return kjit__fail(KJIT_EPERM, "cache directory %s is not a directory", path);
         return kjit__fail(e == EACCES ? KJIT_EPERM : KJIT_EIO, "cannot open cache directory %s: %s",
