@@ -350,6 +350,13 @@ for args in "prewarm --ops=norm_modulate|unknown option '--ops=norm_modulate' (a
   [ $rc = 2 ] && echo "$out" | grep -qF -- "${args#*|}" || fail "${args%%|*}: $rc $out"
 done
 
+# A socket path longer than a Unix socket takes: a usage error in serve as in call.
+long=$T/$(printf 'x%.0s' $(seq 120))/k.sock
+for c in "serve --socket $long" "call --socket $long {}"; do
+  out=$(timeout 10 "$KJIT" $c 2>&1); rc=$?
+  [ $rc = 2 ] || fail "${c%% *} with a ${#long}-byte socket path: $rc $out"
+done
+
 # kjit serve's usage errors name the argument (exit 2, nothing started).
 for args in "--bogus|unknown option '--bogus'" "--socket|--socket needs a value" \
             "stray|unexpected argument 'stray'" "--socket=|--socket '': expected a path" \

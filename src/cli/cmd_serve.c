@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 #include "cli/cli.h"
 #include "kjit.h"
@@ -79,6 +80,10 @@ int kjit_cli_serve(int argc, char **argv)
         int rc = 0;
         if (!strcmp(a, "--socket")) {
             if (!*v) return kjit_cli_usage_error("serve", "--socket '': expected a path");
+            const size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+            if (strlen(v) > max) /* as kjit call refuses it */
+                return kjit_cli_usage_error("serve", "--socket: the path is %zu bytes: Unix sockets take at most %zu",
+                                            strlen(v), max);
             cfg.socket_path = v;
         }
         else if (!strcmp(a, "--cache-dir")) cfg.cache_dir = v;
