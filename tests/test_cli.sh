@@ -18,6 +18,9 @@ done
 "$KJIT" --help | grep -q prewarm || fail "kjit --help"
 "$KJIT" nope 2>/dev/null; [ $? = 2 ] || fail "unknown command must exit 2"
 "$KJIT" help prewarm extra >/dev/null 2>&1; [ $? = 2 ] || fail "kjit help with two commands must exit 2"
+# kjit --help CMD is kjit help CMD (it printed the command list and ignored CMD).
+"$KJIT" --help info | grep -q "usage: kjit info" || fail "kjit --help info"
+"$KJIT" -h bogus >/dev/null 2>&1; [ $? = 2 ] || fail "kjit -h bogus must exit 2"
 # Settings from the environment that are not what they claim are refused by
 # name before anything starts (KJIT_TUNE=maybe must not mean "on").
 for kv in KJIT_RUN_GRAPH=maybe KJIT_SERVE_MEMO_MAX=abc KJIT_SERVE_MEMO_MAX=0 KJIT_TUNE=maybe KJIT_PDL=enable \

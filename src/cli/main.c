@@ -55,6 +55,9 @@ int main(int argc, char **argv) { return finish(run(argc, argv)); }
 
 static int run(int argc, char **argv)
 {
+    /* `kjit --help CMD` / `kjit -h CMD`: as `kjit help CMD`. */
+    static char help_word[] = "help";
+    if (argc >= 3 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) argv[1] = help_word;
     if (argc > 3 && !strcmp(argv[1], "help")) {
         fprintf(stderr, "kjit help: one command at most, got '%s' after '%s'\n", argv[3], argv[2]);
         return KJIT_EXIT_USAGE;
