@@ -32,7 +32,6 @@ static const char help[] =
     "  --allow-gid LIST   also serve users whose primary group is one of these\n"
     "                     (with either list the directory becomes 0711 and the socket\n"
     "                     0666; peers are then checked with SO_PEERCRED)\n"
-
     "\n"
     "Exit status: 0 after a clean stop, 1 when it cannot start (a server already\n"
     "listens on the socket, a bad directory), 2 on bad usage.\n";
