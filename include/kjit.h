@@ -6,9 +6,10 @@
  *   kjit_last_error() then holds a thread-local message naming the argument,
  *   file or kernel at fault and why (for compiles, the NVRTC log).
  * - A call that fails on its arguments writes nothing to any output, except
- *   that a call returning a handle or a reply through an out pointer
- *   (kjit_ctx_create's *out, kjit_tune's *out, the client's) sets it to
- *   NULL or zeroes first, so a failed call never leaves a stale one there.
+ *   that a call returning a handle or a result through an out pointer
+ *   (kjit_ctx_create, kjit_tune, kjit_client_connect, kjit_client_request,
+ *   kjit_client_tune) may set it to NULL or zero it before a later check
+ *   refuses an argument.
  * - Device pointers are plain addresses (torch's data_ptr(), cuMemAlloc's
  *   CUdeviceptr); strides are in elements; rows are counted in int64_t.
  * - Nothing is printed unless KJIT_LOG=1; nothing calls exit().
@@ -68,9 +69,9 @@ typedef enum kjit_status {
 KJIT_API const char *kjit_status_name(int status);
 /* "invalid argument" */
 KJIT_API const char *kjit_status_string(int status);
-/* The message of the calling thread's last call if it failed; "" after a
- * call that succeeded (each call clears it on entry: read it right after
- * the failed call). */
+/* The message of the calling thread's last failed call; a call that can
+ * fail clears it on entry, so "" after one that succeeded: read it right
+ * after the failed call. */
 KJIT_API const char *kjit_last_error(void);
 
 typedef enum kjit_dtype {
@@ -194,7 +195,8 @@ typedef struct kjit_kernel_spec {
  * adaln_row_gather too, whose own dtype is its tables'. The AdaLN ops'
  * entries are their default launch configs as a device with 200 KiB of
  * shared memory a block runs them; a device with less (sm_75, sm_8x,
- * sm_120) or more (sm_90: the fused op's fp32 backward past hidden 12368)
+ * sm_120) or more (sm_90: the fused op's fp32 backward at many hidden
+ * sizes from 12296 up)
  * launches fitted ones: `kjit prewarm --arch` compiles those of each arch. */
 KJIT_API int kjit_op_kernels(const char *op, int hidden, kjit_dtype dtype,
                              kjit_kernel_spec *out, int max, int *count);

@@ -476,9 +476,11 @@ if sys.argv[2] in ("cache ls", "cache verify"):
 PY
 done
 
-# An existing cache directory this user cannot write to: refused before
-# any compile (every kernel was compiled and then thrown away). As root, as
-# nobody where setpriv exists (root writes through the mode bits).
+# An existing cache directory this user cannot write to: the run only
+# checks that the kernels are there, compiling none (each was compiled and
+# then thrown away): one not there fails at once, and a read-only cache
+# that holds them all passes. As root, as nobody where setpriv exists (root
+# writes through the mode bits).
 as_user=()
 ro=$T/ro-cache
 if [ "$(id -u)" = 0 ]; then
@@ -493,10 +495,16 @@ else
 fi
 if [ -n "$ro" ]; then
   chmod 500 "$ro"
+  out=$(HOME=/nonexistent "${as_user[@]}" "$KJIT" prewarm $OPS --cache-dir "$ro" --json 2>"$T/ro.err"); rc=$?
+  [ $rc = 1 ] && [ "$(echo "$out" | field compiled)" = 0 ] && [ "$(echo "$out" | field failed)" = 6 ] &&
+    grep -q "cannot write to the cache directory $ro (Permission denied): checking that the kernels are there" "$T/ro.err" &&
+    echo "$out" | grep -q "not in the cache directory $ro, which cannot be written: not compiled" ||
+    fail "prewarm into an empty unwritable cache directory: $rc $out $(cat "$T/ro.err")"
+  chmod 700 "$ro"
+  HOME=/nonexistent "${as_user[@]}" "$KJIT" prewarm $OPS --cache-dir "$ro" >/dev/null 2>&1 || fail "prewarm as the owner"
+  chmod 500 "$ro"
   out=$(HOME=/nonexistent "${as_user[@]}" "$KJIT" prewarm $OPS --cache-dir "$ro" --json 2>/dev/null); rc=$?
-  [ $rc = 1 ] && echo "$out" | grep -q '"ok":false' &&
-    echo "$out" | grep -q "cannot write to the cache directory $ro: Permission denied (nothing compiled)" ||
-    fail "prewarm into an unwritable cache directory: $rc $out"
+  [ $rc = 0 ] && [ "$(echo "$out" | field cached)" = 6 ] || fail "prewarm of a read-only cache that holds every kernel: $rc $out"
   [ "$(id -u)" = 0 ] && rm -rf "$(dirname "$ro")"
 fi
 
@@ -507,6 +515,9 @@ for a in "prewarm --jobs 2 --jobs 3" "cache stats --cache-dir $T/a --cache-dir $
   [ $rc = 2 ] && echo "$out" | grep -q "given twice" || fail "$a: $rc $out"
 done
 [ -e "$T/s1" ] || [ -e "$T/s2" ] && fail "a refused serve made its socket"
+# ... except serve's id lists, which add up (the second list is read: its bad id is named).
+out=$(timeout 20 "$KJIT" serve --socket "$T/s3" --allow-uid 1 --allow-uid x 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "'x' is not a numeric id" || fail "serve --allow-uid twice: $rc $out"
 
 # An option's value is never the next option; numbers are plain digits.
 for args in "prewarm --cache-dir --json|--cache-dir needs a value" "prewarm --ops --hidden 256|--ops needs a value" \

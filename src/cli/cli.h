@@ -28,6 +28,8 @@ int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char 
  * missing value, not a directory named "--json". An option given a second
  * time is refused the same way ("<option> given twice"). */
 char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i);
+/* kjit_cli_value for an option whose values add up (serve --allow-uid). */
+char *kjit_cli_value_again(const char *cmd, int argc, char **argv, int *i);
 /* Parses a decimal integer in [lo, hi] (digits, an optional leading '-');
  * -1 on error. */
 int kjit_cli_int(const char *s, long lo, long hi, long *out);

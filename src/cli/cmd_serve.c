@@ -73,7 +73,9 @@ int kjit_cli_serve(int argc, char **argv)
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; ++k) known |= !strcmp(a, with_value[k]);
         if (!known)
             return kjit_cli_unknown("serve", a);
-        char *v = kjit_cli_value("serve", argc, argv, &i);
+        /* The id lists add up over repeats; other options are given once. */
+        char *v = !strcmp(a, "--allow-uid") || !strcmp(a, "--allow-gid") ? kjit_cli_value_again("serve", argc, argv, &i)
+                                                                          : kjit_cli_value("serve", argc, argv, &i);
         if (!v) return KJIT_EXIT_USAGE;
         long n;
         int rc = 0;

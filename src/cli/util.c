@@ -114,7 +114,7 @@ int kjit_cli_split_opt(const char *cmd, const char *opt, const char *what, char 
     return n;
 }
 
-char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i)
+static char *value(const char *cmd, int argc, char **argv, int *i, int once)
 {
     const char *opt = argv[*i];
     if (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2)) {
@@ -125,15 +125,18 @@ char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i)
      * a process: the options seen so far are this command's). */
     static const char *seen[64];
     static int n_seen;
-    for (int k = 0; k < n_seen; ++k)
+    for (int k = 0; once && k < n_seen; ++k)
         if (!strcmp(seen[k], opt)) {
-            kjit_cli_usage_error(cmd, "%s given twice%s", opt,
-                                 strstr("--ops --hidden --dtype --arch", opt) ? ": give one comma list" : "");
+            kjit_cli_usage_error(cmd, "%s given twice", opt);
             return NULL;
         }
-    if (n_seen < 64) seen[n_seen++] = opt;
+    if (once && n_seen < 64) seen[n_seen++] = opt;
     return argv[++*i];
 }
+
+char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i) { return value(cmd, argc, argv, i, 1); }
+
+char *kjit_cli_value_again(const char *cmd, int argc, char **argv, int *i) { return value(cmd, argc, argv, i, 0); }
 
 int kjit_cli_unknown(const char *cmd, const char *word)
 {

@@ -871,10 +871,10 @@ static int doubles_of(kjit_client *c, const cJSON *root, const char *name, doubl
 int kjit_client_tune(kjit_client *c, const char *op, int hidden, kjit_dtype dtype, kjit_tune_result *out)
 {
     kjit__clear_error();
-    if (!c || !op) return kjit__fail(KJIT_EINVAL, "kjit_client_tune: %s is NULL", !c ? "client" : "op");
-    /* Zeroed first: an error reply leaves it so, as kjit_tune's failure
-     * before the tuning ended does (config.source tells the cases apart). */
+    /* Zeroed first: any error leaves it so, as kjit_tune's failure before
+     * the tuning ended does (config.source tells the cases apart). */
     if (out) memset(out, 0, sizeof *out);
+    if (!c || !op) return kjit__fail(KJIT_EINVAL, "kjit_client_tune: %s is NULL", !c ? "client" : "op");
     cJSON *q = cJSON_CreateObject(), *root;
     cJSON_AddStringToObject(q, "type", "tune");
     cJSON_AddStringToObject(q, "op", op);

@@ -286,6 +286,9 @@ static int build_cb(void *arg, char **lowered, void **image, size_t *len)
 {
     build_arg *b = arg;
     kjit_ctx *ctx = b->ctx;
+    if (ctx->lookup_only)
+        return kjit__fail(KJIT_ENOTFOUND, "%s: not in the cache directory %s, which cannot be written: not compiled",
+                          b->name_expr, kjit__cache_dir(ctx->cache));
     /* A kernel request names a registered op; the library's own helpers
      * (index checks) are built here. A server that is gone, hung, busy,
      * refusing or not this library's is left alone for KJIT_SERVER_RETRY_S

@@ -70,6 +70,10 @@ struct kjit_ctx {
     char *server; /* $KJIT_SERVER at create: asked on a miss (remote.h); NULL: none */
     atomic_uint_fast64_t server_builds; /* misses the server answered */
     atomic_int_fast64_t server_retry_us; /* kjit__now_us() before which the server is not asked */
+    /* Set before any build (kjit prewarm over a cache it cannot write): a
+     * kernel not in the cache fails with KJIT_ENOTFOUND instead of being
+     * compiled, or asked of a server, and then not stored. */
+    int lookup_only;
 };
 
 /* Makes ctx's CUDA context current on this thread; *pushed says whether to
