@@ -411,6 +411,9 @@ out=$("$KJIT" tune --show --cache-dir "$T/afile" 2>&1); rc=$?
 # ... and a path under a file says which is which.
 out=$("$KJIT" cache stats --cache-dir "$T/afile/sub" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "$T/afile/sub: a directory on its path is a file" || fail "cache stats under a file: $rc $out"
+out=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --arch sm_90 --cache-dir "$T/afile/sub" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "cannot create cache directory $T/afile/sub: a directory on its path is a file" ||
+  fail "prewarm under a file: $rc $out"
 # A directory in the tuning file's place: left as it is (no save can rename
 # over it), not "damaged, rebuilt by the next kjit tune".
 mkdir -m 700 "$T/tdir" "$T/tdir/tune.json"

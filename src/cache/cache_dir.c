@@ -88,8 +88,12 @@ static int mkdir_p(const char *path)
         const int made = mkdir(p, 0700) == 0;
         const int e = errno;
         if (!made && e != EEXIST && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
+            /* The component that failed, when it is not the directory itself. */
+            const int whole = strcmp(p, path) == 0;
             int rc = kjit__fail(e == EACCES || e == EPERM || e == EROFS ? KJIT_EPERM : KJIT_EIO,
-                                "cannot create cache directory %s (at %s): %s", path, p, strerror(e));
+                                "cannot create cache directory %s%s%s%s: %s", path, whole ? "" : " (at ",
+                                whole ? "" : p, whole ? "" : ")",
+                                e == ENOTDIR ? "a directory on its path is a file" : strerror(e));
             free(p);
             return rc;
         }
