@@ -361,6 +361,14 @@ int main(void)
     kjit_client_close(c);
     fake_stop(&f);
 
+    /* A refused argument: out zeroed too. */
+    {
+        kjit_tune_result tm;
+        memset(&tm, 0x5a, sizeof tm);
+        CHECK_STATUS(kjit_client_tune(NULL, "norm_modulate", 5376, KJIT_BF16, &tm), KJIT_EINVAL);
+        CHECK(tm.config.rpc == 0 && tm.n_rows == 0);
+    }
+
     /* An error reply: its status, out zeroed (it was left as it was). */
     fake_start(&f, dir, TUNE_ERROR);
     c = NULL;
