@@ -511,6 +511,22 @@ if [ -n "$ro" ]; then
   [ "$(id -u)" = 0 ] && rm -rf "$(dirname "$ro")"
 fi
 
+# --list: the kernels a prewarm would compile, each arch's own (the AdaLN
+# ops' default config fitted to its shared memory: an sm_86 card launches
+# another backward at 8192 than an H200; sm_90 and sm_100 the same), with
+# no directory made.
+for a in sm_86 sm_90 sm_100; do
+  "$KJIT" prewarm --ops norm_modulate --hidden 8192 --arch $a --list --cache-dir "$T/never-made" | cut -d' ' -f2- >"$T/list_$a" ||
+    fail "prewarm --list --arch $a"
+done
+[ "$(wc -l <"$T/list_sm_90")" -ge 10 ] && cmp -s "$T/list_sm_90" "$T/list_sm_100" && ! cmp -s "$T/list_sm_86" "$T/list_sm_90" &&
+  [ "$(diff "$T/list_sm_86" "$T/list_sm_90" | grep -c '^< adaln.cuh kjit_adaln_bwd<')" = 2 ] ||
+  fail "prewarm --list per arch: $(diff "$T/list_sm_86" "$T/list_sm_90")"
+[ -e "$T/never-made" ] && fail "prewarm --list made its cache directory"
+out=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --arch sm_90 --list --json) &&
+  echo "$out" | python3 -c 'import json,sys; o=json.load(sys.stdin); assert o["ok"] and o["kernels"][0]["kernel"].startswith("kjit_sinusoid<"), o' ||
+  fail "prewarm --list --json: $out"
+
 # An option given twice is refused (the first value was dropped unsaid).
 for a in "prewarm --jobs 2 --jobs 3" "cache stats --cache-dir $T/a --cache-dir $T/b" \
          "serve --socket $T/s1 --socket $T/s2" "serve --max-clients 5 --max-clients 7" "call --timeout 5 --timeout 6 {}"; do

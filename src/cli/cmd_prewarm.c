@@ -21,7 +21,7 @@
 
 static const char help[] =
     "usage: kjit prewarm [--ops LIST] [--hidden LIST] [--dtype LIST] [--arch LIST]\n"
-    "                    [--space] [--jobs N] [--cache-dir DIR] [--json]\n"
+    "                    [--space] [--jobs N] [--cache-dir DIR] [--list] [--json]\n"
     "\n"
     "Compiles every kernel (forward and backward) of the ops for every\n"
     "combination into the cubin cache. Needs NVRTC, not a GPU.\n"
@@ -36,10 +36,13 @@ static const char help[] =
     "                   that tuning on the GPU only times\n"
     "  --jobs N         parallel compiles (default: the number of cores)\n"
     "  --cache-dir DIR  cache directory (default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit)\n"
+    "  --list           print the kernels it would compile (arch, template, kernel), one a line,\n"
+    "                   and stop: nothing is compiled and no directory touched\n"
     "  --json           print one JSON object: kernels, compiled, cached, failed, seconds, ...\n"
     "\n"
     "Exit status: 0 when every kernel was compiled or found and stored; 1 when any failed to\n"
-    "compile or could not be stored (a full disk, an unwritable directory); 2 on bad usage.\n"
+    "compile or could not be stored (a full disk); 2 on bad usage. In a cache directory it\n"
+    "cannot write it compiles nothing and checks that each kernel is there (1 if one is not).\n"
     "Entries the size cap evicts during the run (oldest first) are noted on stderr.\n"
     "SIGINT or SIGTERM stops it; what is already stored stays.\n";
 
@@ -193,13 +196,13 @@ static int dedup_jobs(job *jobs, long *n)
 }
 
 static int prewarm(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
-                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json, int space);
+                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json, int space, int list);
 
 int kjit_cli_prewarm(int argc, char **argv)
 {
     char *ops_arg = NULL, *hidden_arg = NULL, *dtype_arg = NULL, *arch_arg = NULL, *cache_dir = NULL;
     long jobs_n = sysconf(_SC_NPROCESSORS_ONLN);
-    int json = 0, space = 0;
+    int json = 0, space = 0, list = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         char **target = !strcmp(a, "--ops") ? &ops_arg : !strcmp(a, "--hidden") ? &hidden_arg
@@ -212,6 +215,8 @@ int kjit_cli_prewarm(int argc, char **argv)
             json = 1;
         } else if (!strcmp(a, "--space")) {
             space = 1;
+        } else if (!strcmp(a, "--list")) {
+            list = 1;
         } else if (!strcmp(a, "--jobs")) {
             const char *v = kjit_cli_value("prewarm", argc, argv, &i);
             if (!v) return KJIT_EXIT_USAGE;
@@ -250,11 +255,11 @@ int kjit_cli_prewarm(int argc, char **argv)
         int known = all;
         for (int k = 0; k < kjit_op_count(); ++k) known |= !strcmp(name, kjit_op_name(k));
         if (!known) {
-            char list[512] = "";
+            char names[512] = "";
             for (int k = 0; k < kjit_op_count(); ++k)
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", kjit_op_name(k));
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "", kjit_op_name(k));
             return kjit_cli_usage_error("prewarm", "--ops: unknown op '%s' (known: %s, fused = gated_residual_norm_modulate, or all)",
-                                        ops[i], list);
+                                        ops[i], names);
         }
         for (int k = 0; k < kjit_op_count() && n_op_names < MAX_LIST; ++k) {
             if (!all && strcmp(name, kjit_op_name(k))) continue;
@@ -280,19 +285,19 @@ int kjit_cli_prewarm(int argc, char **argv)
     kjit_cli_stop stop;
     if (kjit_cli_stop_begin(&stop, "prewarm")) kjit_cli_stop_end(&stop);
     const int rc =
-        prewarm(op_names, n_op_names, hidden, n_hidden, dts, n_dtype, arch_arg, cache_dir, jobs_n, json, space);
+        prewarm(op_names, n_op_names, hidden, n_hidden, dts, n_dtype, arch_arg, cache_dir, jobs_n, json, space, list);
     kjit_cli_stop_end(&stop);
     return rc;
 }
 
 static int prewarm(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
-                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json, int space)
+                   int n_dtype, char *arch_arg, const char *cache_dir, long jobs_n, int json, int space, int list)
 {
     char *archs[MAX_LIST];
     kjit_ctx_options o;
     kjit_ctx_options_init(&o);
     o.device = KJIT_NO_DEVICE;
-    o.cache_dir = cache_dir;
+    o.cache_dir = list ? "" : cache_dir; /* --list: no directory made or read */
     kjit_ctx *ctx = NULL;
     if (!arch_arg) {
         /* The GPU's own arch when there is one. */
@@ -376,6 +381,26 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         free(jobs);
         kjit_ctx_destroy(ctx);
         return usage_rc;
+    }
+    if (list) {
+        if (json) {
+            cJSON *o_ = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o_, "kernels");
+            for (long i = 0; i < n_jobs; ++i) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "arch", jobs[i].arch);
+                cJSON_AddStringToObject(e, "op", jobs[i].spec.op);
+                cJSON_AddStringToObject(e, "template", jobs[i].spec.template_file);
+                cJSON_AddStringToObject(e, "kernel", jobs[i].spec.name_expr);
+                cJSON_AddItemToArray(arr, e);
+            }
+            kjit_cli_json_print(o_);
+        } else {
+            for (long i = 0; i < n_jobs; ++i)
+                printf("%s %s %s\n", jobs[i].arch, jobs[i].spec.template_file, jobs[i].spec.name_expr);
+        }
+        free(jobs);
+        kjit_ctx_destroy(ctx);
+        return 0;
     }
     /* Templates that cannot be read (KJIT_TEMPLATE_DIR) fail every job with
      * the same message: said once, before any compile. */
