@@ -79,6 +79,8 @@ section() { printf '\n===== %s =====\n' "$*" >>"$LOG"; }
 variant_make() { rm -rf "/tmp/kjit-variant/$1-$2"; bench/template_variant.sh "/tmp/kjit-variant/$1-$2" "$1" "$2" 2>&1; }
 variant_env() { local m=$1 v=$2; shift 2; KJIT_TEMPLATE_DIR=/tmp/kjit-variant/$m-$v KJIT_CACHE_DIR=/tmp/kjit-variant-cache/$m-$v "$@"; }
 # The Python stages: the binding from this tree over the library just built.
+# examples/h3_block.py at 4096 rows (the python and h3 stages); its status.
+h3_block() { python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 35; return "${PIPESTATUS[0]}"; }
 python_env() { export KJIT_LIBRARY=$PWD/$B/libkjit.so PYTHONPATH=$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}; }
 section info; $B/kjit info 2>&1 | tee -a "$LOG"
 for s in $stages; do
@@ -168,16 +170,16 @@ for s in $stages; do
     summary+=("python gpu tests (KJIT_EAGER=custom_op) rc=$?")
     section test_client_gpu; KJIT_BIN=$PWD/$B/kjit python3 tests/python/test_client_gpu.py 2>&1 | tee -a "$LOG" | tail -n 8
     summary+=("python client run test rc=${PIPESTATUS[0]}")
-    section h3_block; python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 35
-    summary+=("h3_block rc=${PIPESTATUS[0]}")
+    section h3_block; h3_block
+    summary+=("h3_block rc=$?")
     section profile_binding; python3 bench/profile_binding.py 2>&1 | tee -a "$LOG" | tail -n 30 ;;
   h3)
     # examples/h3_block.py alone, in both eager modes of the binding.
     python_env
     for mode in function custom_op; do
       section "h3_block, KJIT_EAGER=$mode"
-      KJIT_EAGER=$mode python3 examples/h3_block.py --rows 4096 2>&1 | tee -a "$LOG" | tail -n 35
-      summary+=("h3_block KJIT_EAGER=$mode rc=${PIPESTATUS[0]}")
+      KJIT_EAGER=$mode h3_block
+      summary+=("h3_block KJIT_EAGER=$mode rc=$?")
     done ;;
   bits)
     # Every output and gradient of the norm ops on seeded inputs, hashed

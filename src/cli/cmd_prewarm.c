@@ -16,6 +16,7 @@
 #include "jit/compile.h"
 #include "jit/templates.h"
 #include "kjit.h"
+#include "ops/op.h"
 #include "tune/config.h"
 #include "tune/tune.h"
 
@@ -346,25 +347,16 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
                 for (int d = 0; d < n_dtype && !usage_rc; ++d) {
                     kjit_kernel_spec specs[64 + KJIT_TUNE_MAX_SPECS];
                     int n = 0;
-                    if (kjit_op_kernels(op_names[oi], (int)hidden[h], dts[d], specs, 64, &n)) {
+                    /* As that arch's devices launch them (fitted configs). */
+                    if (kjit__op_kernels_arch(op_names[oi], (int)hidden[h], dts[d], sms[a], specs, 64, &n)) {
                         usage_rc = kjit_cli_usage_error("prewarm", "%s", kjit_last_error());
                         break;
                     }
                     if (n > 64) n = 64;
-                    /* An AdaLN op's kernels as that arch's devices run its
-                     * default config: where they have less shared memory
-                     * than the default assumes (sm_75, sm_8x, sm_120) it is
-                     * fitted, and other kernels launch than kjit_op_kernels
-                     * lists (the same on sm_90 and sm_100). The tuner's
-                     * candidates (--space), for that shared memory too
-                     * (other shapes are not tuned); dedup_jobs drops the
-                     * kernels listed twice. */
+                    /* The tuner's candidates (--space), for the shared
+                     * memory that arch's devices allow (other shapes are
+                     * not tuned); dedup_jobs drops the kernels listed twice. */
                     const int mode = kjit__adaln_mode(op_names[oi]);
-                    if (mode) {
-                        const int nf = kjit__adaln_kernels_fit(mode, (int)hidden[h], dts[d],
-                                                               kjit__arch_tune_smem(sms[a]), specs, 64);
-                        if (nf > 0) n = nf > 64 ? 64 : nf;
-                    }
                     if (space && mode && kjit__adaln_fast_hidden((int)hidden[h]))
                         n += kjit__tune_space_specs(mode, (int)hidden[h], dts[d], kjit__arch_tune_smem(sms[a]),
                                                     specs + n, KJIT_TUNE_MAX_SPECS);

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "core/tune_json.h"
 #include "kjit.h"
+#include "ops/op.h"
 #include "tune/config.h"
 #include "tune/tune_file.h"
 
@@ -192,8 +193,7 @@ int kjit_cli_tune(int argc, char **argv)
     for (int i = 0; i < n_ops; ++i) {
         const int all = !strcmp(ops[i], "all"), m = all ? 0 : kjit__adaln_mode(ops[i]);
         if (!all && !m) {
-            int known = 0;
-            for (int k = 0; k < kjit_op_count(); ++k) known |= !strcmp(ops[i], kjit_op_name(k));
+            const int known = kjit__op_find(ops[i]) != NULL;
             return kjit_cli_usage_error("tune",
                                         "--ops: %s '%s'%s (tunable: norm_modulate, gated_residual, "
                                         "gated_residual_norm_modulate or fused, or all)",

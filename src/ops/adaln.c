@@ -69,12 +69,15 @@ static void bwd_dx_expr(char *buf, size_t len, int mode, kjit_dtype act, kjit_dt
 
 static int fast_ok(int h) { return h % 8 == 0 && h <= FAST_MAX_HIDDEN; }
 
-/* The backward's fast path stages whole rows in shared memory; where even
- * one stage of pf 0 is more than a default may use (fp32 rows of 16384
- * for the fused op), the generic path runs it (same bits). */
-static int bwd_fast_ok(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max)
+/* The backward's fast path stages whole rows in shared memory; where its
+ * stages are more than the device's smem_max (0: the default's 200 KiB)
+ * allow (fp32 rows of 16384 for the fused op), the generic path runs it
+ * (same bits). The fast path's dynamic shared memory, or 0 for the generic
+ * path: one rule for the launch and for the kernel lists. */
+static size_t bwd_fast_smem(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max)
 {
-    return fast_ok(h) && kjit__adaln_bwd_smem(mode, h, act, c) <= (smem_max ? smem_max : KJIT_DEFAULT_SMEM);
+    const size_t smem = fast_ok(h) ? kjit__adaln_bwd_smem(mode, h, act, c) : 0;
+    return smem <= (smem_max ? smem_max : KJIT_DEFAULT_SMEM) ? smem : 0;
 }
 
 /* smem_max 0: the built-in default config; else that config as a device
@@ -101,7 +104,7 @@ int kjit__adaln_kernels_fit(int mode, int hidden, kjit_dtype act, size_t smem_ma
             fwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden), &c, train);
             n = kjit__spec_add(out, max, n, m->desc, "%s", e);
         }
-        bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, bwd_fast_ok(mode, hidden, act, &c, smem_max), &c);
+        bwd_expr(e, sizeof e, mode, act, par, idx[i], hidden, bwd_fast_smem(mode, hidden, act, &c, smem_max) != 0, &c);
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
         bwd_dx_expr(e, sizeof e, mode, act, par, idx[i], hidden, fast_ok(hidden));
         n = kjit__spec_add(out, max, n, m->desc, "%s", e);
@@ -438,9 +441,9 @@ static int adaln_bwd(kjit_ctx *ctx, int mode, const kjit_adaln_args *a, int trai
     kjit_adaln_config c;
     kjit__tune_config(ctx, mode, a->hidden, a->act_dtype, vec, stream, &c);
     /* Rows too long to stage in this device's shared memory: generic path. */
-    const size_t lim = kjit__tune_table_smem_max(ctx->tune);
-    size_t smem = vec ? kjit__adaln_bwd_smem(mode, a->hidden, a->act_dtype, &c) : 0;
-    if (smem > (lim ? lim : KJIT_DEFAULT_SMEM)) vec = 0, smem = 0;
+    const size_t smem =
+        vec ? bwd_fast_smem(mode, a->hidden, a->act_dtype, &c, kjit__tune_table_smem_max(ctx->tune)) : 0;
+    if (!smem) vec = 0;
     char e[224];
     bwd_expr(e, sizeof e, mode, a->act_dtype, a->param_dtype, a->index.dtype, a->hidden, vec, &c);
     CUfunction fn;

@@ -16,6 +16,13 @@ typedef struct kjit_op_desc {
 
 const kjit_op_desc *kjit__op_find(const char *name);
 
+/* kjit_op_kernels for an arch (sm, e.g. 90): the AdaLN ops' default config as
+ * that arch's devices run it, fitted to their shared memory a block
+ * (kjit__arch_tune_smem), as `kjit prewarm --arch` and the server's compile
+ * list them; the other ops' list as it is. max 0: *count alone. */
+int kjit__op_kernels_arch(const char *op, int hidden, kjit_dtype dtype, int sm, kjit_kernel_spec *out, int max,
+                          int *count);
+
 /* Template type name of a dtype in name expressions ("kjit::bf16"). */
 const char *kjit__dtype_cxx(kjit_dtype dt);
 

@@ -7,6 +7,7 @@
 #include "jit/compile.h"
 #include "jit/templates.h"
 #include "ops/op.h"
+#include "tune/config.h"
 
 static const kjit_op_desc *const ops[] = {
     &kjit__op_timestep_sinusoid,
@@ -80,6 +81,19 @@ int kjit_op_kernels(const char *op, int hidden, kjit_dtype dtype, kjit_kernel_sp
     int n = d->kernels(hidden, dtype, out, max);
     if (n < 0) return n;
     *count = n;
+    return KJIT_OK;
+}
+
+int kjit__op_kernels_arch(const char *op, int hidden, kjit_dtype dtype, int sm, kjit_kernel_spec *out, int max,
+                          int *count)
+{
+    int rc = kjit_op_kernels(op, hidden, dtype, out, max, count);
+    const int mode = kjit__adaln_mode(op);
+    if (rc || !mode || max <= 0) return rc;
+    /* The same kernels with other configs: the same count. */
+    const int n = kjit__adaln_kernels_fit(mode, hidden, dtype, kjit__arch_tune_smem(sm), out, max);
+    if (n < 0) return n;
+    if (n != *count) return kjit__fail(KJIT_EINVAL, "%s: %d kernels fitted for sm_%d, %d listed", op, n, sm, *count);
     return KJIT_OK;
 }
 

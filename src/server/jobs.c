@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/op.h"
 #include "server/server_internal.h"
-#include "tune/config.h"
 
 #define MAX_FAILURES_LISTED 16
 /* Progress events are advisory: skipped while a client has this much unread. */
@@ -503,18 +503,6 @@ void kjit__jobs_abandon(kjit_server *s)
         }
 }
 
-/* t's kernels, as `kjit prewarm --arch` lists them: an AdaLN op's default
- * config as t's arch runs it (fitted to its shared memory). */
-static int tuple_kernels(const kjit_req_tuple *t, kjit_kernel_spec *out, int max, int *n)
-{
-    const int rc = kjit_op_kernels(t->op, t->hidden, t->dtype, out, max, n);
-    const int mode = kjit__adaln_mode(t->op);
-    if (rc || !mode || max <= 0) return rc;
-    const int nf = kjit__adaln_kernels_fit(mode, t->hidden, t->dtype, kjit__arch_tune_smem(t->sm), out, max);
-    if (nf > 0 && nf == *n) return KJIT_OK; /* the same count: only configs differ */
-    return nf < 0 ? nf : KJIT_EINVAL;
-}
-
 /* The entry for t, starting its job (owner's pool work) when it has none.
  * NULL: out of memory. */
 static kjit_tuple_entry *entry_for(kjit_server *s, const kjit_req_tuple *t, kjit_conn *owner)
@@ -527,7 +515,7 @@ static kjit_tuple_entry *entry_for(kjit_server *s, const kjit_req_tuple *t, kjit
     e = calloc(1, sizeof *e);
     job *j = calloc(1, sizeof *j);
     if (!e || !j || !(j->specs = calloc((size_t)n, sizeof *j->specs)) || !(j->imgs = calloc((size_t)n, sizeof *j->imgs)) ||
-        !(j->parts = calloc((size_t)n, sizeof *j->parts)) || tuple_kernels(t, j->specs, n, &n)) {
+        !(j->parts = calloc((size_t)n, sizeof *j->parts)) || kjit__op_kernels_arch(t->op, t->hidden, t->dtype, t->sm, j->specs, n, &n)) {
         free(e);
         if (j) job_free(j);
         return NULL;
