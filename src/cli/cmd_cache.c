@@ -164,6 +164,9 @@ static int cache_run(const char *path, const char *sub, int json, int is_stats, 
         if (is_stats) cJSON_Delete(v.list);
         else cJSON_AddItemToObject(o, "entries_list", v.list);
         kjit_cli_json_print(o);
+    } else if (is_ls && !v.entries && !v.others) {
+        /* Nothing on stdout (a script reads no lines); a person is told. */
+        fprintf(stderr, "cache %s: no entries\n", path);
     } else if (is_verify) {
         printf("verify: %llu entr%s, %d bad (%s)\n", (unsigned long long)v.entries, v.entries == 1 ? "y" : "ies",
                n_bad, path);

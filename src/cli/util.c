@@ -142,7 +142,7 @@ int kjit_cli_unknown(const char *cmd, const char *word)
 {
     const char *eq = strchr(word, '=');
     if (word[0] != '-') return kjit_cli_usage_error(cmd, "unexpected argument '%s'", word);
-    if (eq && word[1] == '-')
+    if (eq && word[1] == '-' && eq - word > 2) /* not for "--=x": no option name to show */
         return kjit_cli_usage_error(cmd, "unknown option '%s' (an option's value follows it after a space: %.*s %s)",
                                     word, (int)(eq - word), word, eq + 1);
     return kjit_cli_usage_error(cmd, "unknown option '%s'", word);

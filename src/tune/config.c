@@ -95,8 +95,9 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
 size_t kjit__arch_tune_smem(int sm)
 {
     /* Opt-in shared memory per block (CUDA C++ Programming Guide, compute
-     * capabilities table). */
-    const size_t kib = sm == 90 || sm == 100 || sm == 103 ? 227
+     * capabilities table). An arch not listed (sm_88 among NVRTC 13.0's)
+     * gets KJIT_DEFAULT_SMEM, the size the built-in configs assume. */
+    const size_t kib = sm == 90 || sm == 100 || sm == 103 || sm == 110 ? 227
                        : sm == 80 || sm == 87             ? 163
                        : sm == 86 || sm == 89 || sm == 120 || sm == 121 ? 99
                        : sm == 75                         ? 64
