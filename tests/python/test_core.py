@@ -90,6 +90,31 @@ class Loading(unittest.TestCase):
         self.assertIn(f.name, out)
         self.assertNotIn("not found", out)
 
+    def _load_error(self, library, cwd=None):
+        code = ("import kjit\n"
+                "try:\n    print(kjit.core.op_names())\n"
+                "except kjit.LibraryError as e:\n    print('LibraryError', e)\n")
+        env = dict(os.environ, KJIT_LIBRARY=library, PYTHONPATH=str(ROOT / "bindings" / "python"))
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, cwd=cwd,
+                              text=True, check=True).stdout
+
+    def test_a_bare_library_name_is_a_file_here(self):
+        # Not the loader's search: ./libkjit.so in the working directory.
+        lib = core.library_path()
+        out = self._load_error(os.path.basename(lib), cwd=os.path.dirname(lib))
+        self.assertIn("timestep_sinusoid", out)
+
+    def test_a_directory_or_another_library_is_named_as_such(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        out = self._load_error(d)
+        self.assertIn(f"{d}: a directory, not the library file", out)
+        self.assertNotIn("next to the package", out)  # not tried with KJIT_LIBRARY set
+        import _ctypes  # a shared object that loads, and is not libkjit
+        out = self._load_error(_ctypes.__file__)
+        self.assertIn("is not libkjit (no kjit_op_count)", out)
+        self.assertNotIn("missing dependency", out)
+
     def test_client_without_a_server_names_the_socket(self):
         from kjit import client
         with self.assertRaisesRegex(FileNotFoundError,
@@ -99,6 +124,8 @@ class Loading(unittest.TestCase):
     def test_core_works_without_torch(self):
         code = ("import sys\nsys.modules['torch'] = None\nimport kjit\n"
                 "assert not hasattr(kjit, 'norm_modulate')\n"
+                "try:\n    kjit.norm_modulate\n"
+                "except AttributeError as e:\n    assert 'needs PyTorch' in str(e), e\n"
                 "print(kjit.core.op_names())\n")
         env = dict(os.environ, PYTHONPATH=str(ROOT / "bindings" / "python"))
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -217,7 +244,8 @@ class ClientEdges(unittest.TestCase):
         path = self.serve(script)
         c = client.Client(path, timeout=0.3)
         self.addCleanup(c.close)
-        with self.assertRaises(TimeoutError):
+        # The socket's own TimeoutError, naming the server and the bound.
+        with self.assertRaisesRegex(TimeoutError, r"kjit server at .*s\.sock did not answer in 0\.3 s"):
             c.ping()
         time.sleep(1.2)
         # Before: "not a kjit frame" from the reply's leftover bytes, forever.
@@ -249,6 +277,27 @@ class ClientEdges(unittest.TestCase):
                 c.request([("type", "ping")])
             # None of them cost the connection.
             self.assertTrue(c.ping()["ok"])
+
+    def test_path_objects_and_integer_types_are_taken(self):
+        from kjit import client
+        got = []
+
+        def script(conn, read, frame):
+            req = read()
+            got.append(req)
+            conn.sendall(frame({"id": req["id"], "ok": True}))
+
+        class Int:  # an integer that is not an int (numpy's, ...)
+            def __index__(self):
+                return 256
+
+        path = self.serve(script)
+        with client.Client(Path(path), timeout=5) as c:
+            self.assertEqual(c.path, path)
+            c.request({"type": "compile", "hidden": Int()})
+            with self.assertRaisesRegex(TypeError, "type object cannot be sent"):
+                c.request({"type": "compile", "hidden": object()})
+        self.assertEqual(got[0]["hidden"], 256)
 
     def test_timeout_is_checked_before_a_socket_is_made(self):
         from kjit import client
@@ -845,6 +894,18 @@ class TorchRefusals(unittest.TestCase):
         ):
             with self.assertRaisesRegex(ValueError, "is on cpu; kjit runs on CUDA tensors"):
                 call()
+        # The torch.library ops called directly: the same ValueError, not the
+        # dispatcher's NotImplementedError for a CPU backend.
+        ops = torch.ops.kjit
+        for call in (
+            lambda: ops.norm_modulate(self.x, None, sh, sc, self.idx, 1e-5),
+            lambda: ops.gated_residual(self.x, self.x, g, self.idx),
+            lambda: ops.gated_residual_norm_modulate(self.x, self.x, g, None, sh, sc, self.idx, 1e-5),
+            lambda: ops.adaln_row_gather(list(self.table.chunk(6, 1)), self.idx),
+            lambda: ops.timestep_sinusoid(torch.rand(4), 256, False, 1.0, 1.0, 10000.0, torch.float32),
+        ):
+            with self.assertRaisesRegex(ValueError, "is on cpu; kjit runs on CUDA tensors"):
+                call()
 
     def test_scalars_and_shapes_on_fake_cuda_tensors(self):
         # Checked in Python, so that calls with no rows and traced calls
@@ -1414,7 +1475,8 @@ class TorchEagerFunction(unittest.TestCase):
         # create_graph=True the Functions use the torch.library backward ops,
         # which have no autograd formula: a second derivative raises (on a
         # GPU when it is taken; here already at the first backward, the ops
-        # having no CPU kernel) instead of silently leaving kjit's part out.
+        # refusing CPU tensors with a ValueError) instead of silently leaving
+        # kjit's part out.
         ops, E = self.ops, self.EPS
         x, y, table, w, idx = self.data(2)
         ch = lambda t: t.chunk(6, 1)
@@ -1424,7 +1486,7 @@ class TorchEagerFunction(unittest.TestCase):
                  lambda x_, t_: ops._GatherFn.apply(idx, *ch(t_))[0] * x_]
         for k, fn in enumerate(calls):
             x_, t_ = x.clone().requires_grad_(), table.clone().requires_grad_()
-            with self.assertRaises(RuntimeError, msg=f"call {k}"):
+            with self.assertRaises(ValueError, msg=f"call {k}"):
                 g = torch.autograd.grad(fn(x_, t_).sum(), [x_, t_], create_graph=True)
                 # A loss that also depends on x_ directly backpropagates even
                 # when g carries no history: only a raise shows the second
@@ -1435,11 +1497,19 @@ class TorchEagerFunction(unittest.TestCase):
             torch.autograd.grad(fn(x_, t_).sum(), [x_, t_])
 
     def test_mode_is_checked(self):
+        # A bad value fails the first eager op call, not the import (kjit.client
+        # and kjit.core do not use it); the case of a good one does not matter.
+        code = ("import torch, kjit.client, kjit.ops\n"
+                "try:\n    kjit.ops._function_path(torch.empty(1))\n"
+                "except ValueError as e:\n    print(e)\n")
         env = dict(os.environ, KJIT_EAGER="bogus", PYTHONPATH=str(ROOT / "bindings" / "python"))
-        r = subprocess.run([sys.executable, "-c", "import kjit.ops"], env=env, capture_output=True,
-                           text=True)
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("KJIT_EAGER='bogus'", r.stderr)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("KJIT_EAGER='bogus': expected 'custom_op' or 'function'", r.stdout)
+        env["KJIT_EAGER"] = "Custom_Op"
+        r = subprocess.run([sys.executable, "-c", "import kjit.ops; print(kjit.ops._EAGER)"], env=env,
+                           capture_output=True, text=True)
+        self.assertEqual(r.stdout.strip(), "custom_op", r.stderr)
 
 
 if __name__ == "__main__":

@@ -26,3 +26,12 @@ if torch is not None:
 
     __all__ += ["adaln_row_gather", "context", "gated_residual", "gated_residual_norm_modulate",
                 "norm_modulate", "timestep_sinusoid"]
+else:
+    def __getattr__(name):
+        # Without torch the tensor ops are absent: say why, not a bare
+        # AttributeError (kjit.core works on pointers without it).
+        if name in ("adaln_row_gather", "context", "gated_residual", "gated_residual_norm_modulate",
+                    "norm_modulate", "timestep_sinusoid"):
+            raise AttributeError(f"kjit.{name} needs PyTorch, which is not installed "
+                                 "(kjit.core works on device pointers without it)")
+        raise AttributeError(f"module 'kjit' has no attribute {name!r}")

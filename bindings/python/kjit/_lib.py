@@ -196,7 +196,9 @@ def candidates():
     copy next to this package, else the dynamic loader's search."""
     env = os.environ.get("KJIT_LIBRARY")
     if env:
-        return [("KJIT_LIBRARY", env)]
+        # A file, even written without a directory: the loader would search
+        # its path for a bare name instead of opening ./libkjit.so.
+        return [("KJIT_LIBRARY", os.path.abspath(env))]
     here = os.path.dirname(os.path.abspath(__file__))
     found = [("next to the package", os.path.join(here, name)) for name in _SONAMES]
     found = [(where, p) for where, p in found if os.path.exists(p)]
@@ -246,10 +248,18 @@ def load():
         if _library is None:
             tried = []
             for where, path in candidates():
+                if os.path.isdir(path):
+                    tried.append(f"{where}: {path}: a directory, not the library file")
+                    continue
                 try:
                     cdll = ctypes.CDLL(path)
                 except OSError as exc:
                     tried.append(f"{where}: {path}: {exc}")
+                    continue
+                # Another library under this name (a stale path, a wrong
+                # file) is refused here, not at the first call.
+                if not hasattr(cdll, "kjit_op_count"):
+                    tried.append(f"{where}: {path}: loads, but is not libkjit (no kjit_op_count)")
                     continue
                 _library = Library(cdll, path)
                 break
@@ -259,12 +269,17 @@ def load():
                 found = [t for (where, path), t in zip(candidates(), tried)
                          if os.sep in path and os.path.isfile(path)]  # a bare name is the loader's search
                 if found:
+                    hint = ("" if all("is not libkjit" in t for t in found) else
+                            "\n(a missing dependency is installed with the packages "
+                            "README.md lists, or found via LD_LIBRARY_PATH)")
                     raise LibraryError("libkjit found but could not be loaded:\n  " + "\n  ".join(found)
-                                       + "\n(a missing dependency is installed with the packages "
-                                       "README.md lists, or found via LD_LIBRARY_PATH)")
+                                       + hint)
                 here = os.path.dirname(os.path.abspath(__file__))
-                raise LibraryError("libkjit not found; tried\n  " + "\n  ".join(tried) +
-                                   f"\n  (and next to the package: no libkjit.so in {here})"
+                # Only the places the search order tried (not beside the
+                # package when KJIT_LIBRARY is set).
+                beside = ("" if os.environ.get("KJIT_LIBRARY")
+                          else f"\n  (and next to the package: no libkjit.so in {here})")
+                raise LibraryError("libkjit not found; tried\n  " + "\n  ".join(tried) + beside +
                                    "\nBuild it (cmake -S . -B build && cmake --build build) and set "
                                    "KJIT_LIBRARY=/path/to/build/libkjit.so, copy it next to the kjit "
                                    "package, or install it on the loader path (then run ldconfig)")

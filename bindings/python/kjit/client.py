@@ -1,7 +1,8 @@
 """kjit.client: talk to a running `kjit serve` over its Unix socket.
 
 Pure standard library (socket, json, struct): usable without libkjit, torch
-or a GPU. The wire format is docs/PROTOCOL.md: a 16-byte frame header
+or a GPU (importing it imports the kjit package, which imports torch when
+torch is installed; a bad KJIT_EAGER does not stop it). The wire format is docs/PROTOCOL.md: a 16-byte frame header
 (magic "KJIT", u16 version, u16 flags, u32 JSON length, u32 payload length,
 little-endian), a JSON header, then an optional binary payload.
 
@@ -18,6 +19,7 @@ ctypes); everything else needs neither.
 
 import ctypes
 import json
+import operator
 import os
 import select
 import socket
@@ -81,6 +83,14 @@ def _request_problem(value, where, depth=1):
         if got:
             return got
     return None
+
+
+def _json_default(value):
+    """Integers of other types (numpy's, a tensor's item()) as JSON numbers;
+    anything else is a TypeError naming its type, as json.dumps raises."""
+    if not isinstance(value, bool) and hasattr(type(value), "__index__"):
+        return operator.index(value)
+    raise TypeError(f"a request value of type {type(value).__name__} cannot be sent (not JSON)")
 
 
 def _no_constant(name):
@@ -220,6 +230,8 @@ class Client:
                 raise TypeError(f"timeout: expected seconds (a number) or None, got {type(timeout).__name__}")
             if not timeout >= 0 or timeout == float("inf"):
                 raise ValueError(f"timeout: {timeout!r} is not a number of seconds >= 0")
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
         if path is not None and (not isinstance(path, str) or not path or "\0" in path):
             raise (TypeError if not isinstance(path, str) else ValueError)(
                 f"path: expected a socket path (or None: $KJIT_SERVER, else the default), got {path!r}")
@@ -289,7 +301,9 @@ class Client:
             try:
                 b = self._sock.recv(min(n, 1 << 20))
             except socket.timeout:
-                raise
+                # The same exception, saying which server and how long.
+                raise socket.timeout(f"the kjit server at {self.path} did not answer in {self._timeout:g} s "
+                                     "(Client(timeout=...) sets the bound)") from None
             except OSError as exc:  # reset, broken pipe: the server went away
                 self._broken = "the server closed the connection"
                 raise ProtocolError(f"the kjit server at {self.path} closed the connection ({exc})") from exc
@@ -370,7 +384,8 @@ class Client:
         try:
             # UTF-8 as it is (a lone surrogate fails here, not as the
             # server's bad_json naming no field).
-            body = json.dumps(req, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode("utf-8")
+            body = json.dumps(req, separators=(",", ":"), allow_nan=False, ensure_ascii=False,
+                              default=_json_default).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ValueError(f"the request holds text that is not UTF-8 ({exc.reason})") from None
         # Past the server's limits it answers bad_frame and closes the

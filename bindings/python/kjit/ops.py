@@ -43,9 +43,19 @@ _contexts_lock = threading.Lock()
 # gradient (less host time per call; the same kernels and bits: on the
 # H200, 589 vs 702 us of host time per norm_modulate step at 4097 rows). Under torch.compile, or any other tracer (_direct), the
 # torch.library ops are always used.
-_EAGER = os.environ.get("KJIT_EAGER", "function")
-if _EAGER not in ("custom_op", "function"):
-    raise ValueError(f"KJIT_EAGER={_EAGER!r}: expected 'custom_op' or 'function'")
+# A value that names neither path is an error at the first eager op call,
+# not at import: kjit.core and kjit.client, which import this package, do
+# not use the setting.
+_EAGER = os.environ.get("KJIT_EAGER", "function").strip().lower()
+_EAGER_ERROR = (None if _EAGER in ("custom_op", "function") else
+                f"KJIT_EAGER={os.environ.get('KJIT_EAGER')!r}: expected 'custom_op' or 'function'")
+
+
+# The ops' implementations are registered for CPU tensors too, only so that
+# a direct torch.ops.kjit.* call on them gets the implementation's argument
+# check (a ValueError naming the tensor's device, as the public functions
+# give) instead of the dispatcher's NotImplementedError.
+_DEVICES = ("cuda", "cpu")
 
 
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None) or (
@@ -79,6 +89,8 @@ def _function_path(t, *others):
     """The Function path: t as _direct wants it and every other tensor
     argument a plain Tensor too (a subclass, e.g. a DTensor weight, goes
     through the ops and their dispatch)."""
+    if _EAGER_ERROR:
+        raise ValueError(_EAGER_ERROR)
     return (_EAGER == "function" and _direct(t)
             and all(o is None or type(o) in _PLAIN for o in others))
 
@@ -474,7 +486,7 @@ def _sinusoid_op(t: Tensor, dim: int, flip_sin_to_cos: bool, downscale_freq_shif
 
 
 _sinusoid = torch.library.custom_op("kjit::timestep_sinusoid", mutates_args=(),
-                                     device_types="cuda")(_sinusoid_op)
+                                     device_types=_DEVICES)(_sinusoid_op)
 
 @_sinusoid.register_fake
 def _(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype):
@@ -524,7 +536,7 @@ def _gather_op(tables: List[Tensor], index: Tensor) -> List[Tensor]:
 
 
 _gather = torch.library.custom_op("kjit::adaln_row_gather", mutates_args=(),
-                                   device_types="cuda")(_gather_op)
+                                   device_types=_DEVICES)(_gather_op)
 
 @_gather.register_fake
 def _(tables, index):
@@ -566,7 +578,7 @@ def _gather_bwd_op(douts: List[Tensor], index: Tensor, rows: int) -> List[Tensor
 # the argument, not a kernel reading the wrong memory. Autograd's own
 # backwards reach the implementations directly or through these checks.
 _gather_bwd = torch.library.custom_op("kjit::adaln_row_gather_bwd", mutates_args=(),
-                                       device_types="cuda")(_gather_bwd_op)
+                                       device_types=_DEVICES)(_gather_bwd_op)
 
 @_gather_bwd.register_fake
 def _(douts, index, rows):
@@ -680,7 +692,7 @@ def _norm_modulate_op(x: Tensor, weight: Optional[Tensor], shift: Tensor, scale:
 
 
 _norm_modulate = torch.library.custom_op("kjit::norm_modulate", mutates_args=(),
-                                          device_types="cuda")(_norm_modulate_op)
+                                          device_types=_DEVICES)(_norm_modulate_op)
 
 @_norm_modulate.register_fake
 def _(x, weight, shift, scale, index, eps):
@@ -743,7 +755,7 @@ def _norm_modulate_bwd_op(dout: Tensor, x: Tensor, weight: Optional[Tensor], sca
 
 
 _norm_modulate_bwd = torch.library.custom_op("kjit::norm_modulate_bwd", mutates_args=(),
-                                              device_types="cuda")(_norm_modulate_bwd_op)
+                                              device_types=_DEVICES)(_norm_modulate_bwd_op)
 
 @_norm_modulate_bwd.register_fake
 def _(dout, x, weight, scale, index, eps, need_dweight, need_tables=True):
@@ -844,7 +856,7 @@ def _gated_residual_op(res: Tensor, y: Tensor, gate: Tensor, index: Tensor) -> T
 
 
 _gated_residual = torch.library.custom_op("kjit::gated_residual", mutates_args=(),
-                                           device_types="cuda")(_gated_residual_op)
+                                           device_types=_DEVICES)(_gated_residual_op)
 
 @_gated_residual.register_fake
 def _(res, y, gate, index):
@@ -891,7 +903,7 @@ def _gated_residual_bwd_op(dout: Tensor, y: Tensor, gate: Tensor, index: Tensor,
 
 
 _gated_residual_bwd = torch.library.custom_op("kjit::gated_residual_bwd", mutates_args=(),
-                                               device_types="cuda")(_gated_residual_bwd_op)
+                                               device_types=_DEVICES)(_gated_residual_bwd_op)
 
 @_gated_residual_bwd.register_fake
 def _(dout, y, gate, index, need_gate=True):
@@ -977,7 +989,7 @@ def _fused_op(res: Tensor, y: Tensor, gate: Tensor, weight: Optional[Tensor], sh
 
 
 _fused = torch.library.custom_op("kjit::gated_residual_norm_modulate", mutates_args=(),
-                                  device_types="cuda")(_fused_op)
+                                  device_types=_DEVICES)(_fused_op)
 
 @_fused.register_fake
 def _(res, y, gate, weight, shift, scale, index, eps):
@@ -1039,7 +1051,7 @@ def _fused_bwd_op(dh: Optional[Tensor], dout: Tensor, h: Tensor, y: Tensor, gate
 
 
 _fused_bwd = torch.library.custom_op("kjit::gated_residual_norm_modulate_bwd", mutates_args=(),
-                                      device_types="cuda")(_fused_bwd_op)
+                                      device_types=_DEVICES)(_fused_bwd_op)
 
 @_fused_bwd.register_fake
 def _(dh, dout, h, y, gate, weight, scale, index, eps, need_dweight, need_tables=True):
