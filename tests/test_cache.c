@@ -415,6 +415,12 @@ static int test_dir_trust(const char *dir)
     ASSERT_EQ_INT(chmod(p, 0777), 0);
     CHECK(expect_refused(p, "mode 0777"));
     CHECK(expect_refused(p, "chmod go-w"));
+    /* Sticky too (a shared scratch space such as /tmp): refused, with a
+     * directory of one's own inside it as the way out, not a chmod. */
+    ASSERT_EQ_INT(chmod(p, 01777), 0);
+    CHECK(expect_refused(p, "mode 1777"));
+    CHECK(expect_refused(p, "name a directory of your own inside it"));
+    ASSERT_TRUE(strstr(kjit_last_error(), "chmod") == NULL);
     ASSERT_EQ_INT(chmod(p, 0770), 0);
     CHECK(expect_refused(p, "mode 0770"));
     ASSERT_EQ_INT(chmod(p, 0702), 0);
