@@ -113,6 +113,15 @@ static int check_dir(int fd, const char *path)
     if (fstat(fd, &st) < 0)
         return kjit__fail(KJIT_EIO, "cannot stat cache directory %s: %s", path, strerror(errno));
     unsigned mode = (unsigned)st.st_mode & 07777;
+    /* A sticky world-writable directory is a shared scratch space (/tmp):
+     * taking it away from the others is not the fix, a directory of one's
+     * own is (first: whoever owns it, a chown is not the fix either). */
+    if ((st.st_mode & 022) && (st.st_mode & S_ISVTX))
+        return kjit__fail(KJIT_EPERM,
+                          "cache directory %s (mode %04o) is a shared directory others can write to, who "
+                          "could plant code that kjit runs; name a directory of your own inside it "
+                          "(--cache-dir, KJIT_CACHE_DIR or the context's cache_dir), e.g. %s/kjit-%u",
+                          path, mode, path, (unsigned)geteuid());
     if (st.st_uid != geteuid())
         return kjit__fail(KJIT_EPERM,
                           "cache directory %s is owned by uid %u (mode %04o), not by you (uid %u): "
@@ -120,15 +129,6 @@ static int check_dir(int fd, const char *path)
                           "one (--cache-dir, KJIT_CACHE_DIR or the context's cache_dir), or chown "
                           "the directory",
                           path, (unsigned)st.st_uid, mode, (unsigned)geteuid());
-    /* A sticky world-writable directory is a shared scratch space (/tmp):
-     * taking it away from the others is not the fix, a directory of one's
-     * own is. */
-    if ((st.st_mode & 022) && (st.st_mode & S_ISVTX))
-        return kjit__fail(KJIT_EPERM,
-                          "cache directory %s (mode %04o) is a shared directory others can write to, who "
-                          "could plant code that kjit runs; name a directory of your own inside it "
-                          "(--cache-dir, KJIT_CACHE_DIR or the context's cache_dir), e.g. %s/kjit-%u",
-                          path, mode, path, (unsigned)geteuid());
     if (st.st_mode & 022)
         return kjit__fail(KJIT_EPERM,
                           "cache directory %s (owner uid %u) has mode %04o, writable by group or "
