@@ -525,6 +525,12 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
             free(img.image);
             if (r == KJIT_ENOTFOUND) /* evicted or cleared since the walk */
                 continue;
+            if (r == KJIT_ENOMEM) {
+                /* Not the entry's fault: the check could not be made, so
+                 * the verify fails as a whole rather than call it bad. */
+                rc = kjit__fail(KJIT_ENOMEM, "cannot verify %s/%s: %s", path, v[i].name, why);
+                break;
+            }
             if (r != KJIT_OK) {
                 e.ok = 0;
                 e.problem = why;
@@ -537,7 +543,7 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
     close(dfd);
     free(path);
     *n_bad = bad;
-    return KJIT_OK;
+    return rc;
 }
 
 /* Removes the lock files no one holds. One that is held belongs to a build

@@ -38,11 +38,19 @@ int kjit_cli_int(const char *s, long lo, long hi, long *out);
  * reading the JSON gets an answer; returns KJIT_EXIT_FAIL. */
 int kjit_cli_fail(const char *cmd, int json, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prints a command's JSON answer on one line of stdout and deletes it: "ok"
- * added (true) where the object has none; bytes of strings that are not
+ * added (true) where the object has none (o NULL: its creation ran out of
+ * memory, and the out-of-memory answer is printed); bytes of strings that are not
  * UTF-8 (a file name) written as \udcXX escapes (Python's surrogateescape:
  * os.fsencode gives the bytes back), so the output always parses. */
 struct cJSON;
 void kjit_cli_json_print(struct cJSON *o);
+/* Routes cJSON's allocations through a check (once, at the start of main):
+ * a tree that lost a node to a failed allocation still prints, without
+ * it, so after any failed allocation kjit_cli_json_print prints the
+ * out-of-memory answer instead, and kjit_cli_json_lost() (1 once it has)
+ * turns the exit status into a failure. */
+void kjit_cli_json_hooks(void);
+int kjit_cli_json_lost(void);
 /* A word a command does not take: "unknown option '--x'" (for --x=VALUE,
  * how to write it: --x VALUE) or "unexpected argument 'x'"; returns
  * KJIT_EXIT_USAGE. */

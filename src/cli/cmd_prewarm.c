@@ -360,15 +360,11 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
                     if (space && mode && kjit__adaln_fast_hidden((int)hidden[h]))
                         n += kjit__tune_space_specs(mode, (int)hidden[h], dts[d], kjit__arch_tune_smem(sms[a]),
                                                     specs + n, KJIT_TUNE_MAX_SPECS);
-                    if (add_jobs(&jobs, &n_jobs, &cap, specs, n, archs[a])) {
-                        fprintf(stderr, "kjit prewarm: out of memory\n");
-                        usage_rc = KJIT_EXIT_FAIL;
-                    }
+                    if (add_jobs(&jobs, &n_jobs, &cap, specs, n, archs[a]))
+                        usage_rc = kjit_cli_fail("prewarm", json, "out of memory for the list of kernels");
                 }
-    if (!usage_rc && dedup_jobs(jobs, &n_jobs)) {
-        fprintf(stderr, "kjit prewarm: out of memory\n");
-        usage_rc = KJIT_EXIT_FAIL;
-    }
+    if (!usage_rc && dedup_jobs(jobs, &n_jobs))
+        usage_rc = kjit_cli_fail("prewarm", json, "out of memory for the list of kernels");
     if (usage_rc) {
         free(jobs);
         kjit_ctx_destroy(ctx);

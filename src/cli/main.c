@@ -24,6 +24,10 @@ static const char usage[] =
  * failure: the caller must not read a missing or cut --json as success. */
 static int finish(int rc)
 {
+    if (kjit_cli_json_lost() && !rc) {
+        fputs("kjit: out of memory for the JSON answer\n", stderr); /* the --json failure's line on stderr */
+        rc = KJIT_EXIT_FAIL;
+    }
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "kjit: cannot write the output to stdout%s%s\n", errno ? ": " : "", errno ? strerror(errno) : "");
@@ -51,7 +55,11 @@ static int (*command(const char *name))(int, char **)
     return NULL;
 }
 
-int main(int argc, char **argv) { return finish(run(argc, argv)); }
+int main(int argc, char **argv)
+{
+    kjit_cli_json_hooks();
+    return finish(run(argc, argv));
+}
 
 static int run(int argc, char **argv)
 {

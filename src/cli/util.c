@@ -10,13 +10,35 @@
 
 #include <cjson/cJSON.h>
 
+/* json_short: an allocation of cJSON's failed (a tree may lack a node);
+ * json_lost: an answer was replaced by the out-of-memory one. */
+static int json_short, json_lost;
+
+static void *json_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) json_short = 1;
+    return p;
+}
+
+void kjit_cli_json_hooks(void)
+{
+    cJSON_Hooks h = {json_malloc, free};
+    cJSON_InitHooks(&h);
+}
+
+int kjit_cli_json_lost(void) { return json_lost; }
+
 void kjit_cli_json_print(cJSON *o)
 {
-    if (!o) return;
-    if (!cJSON_HasObjectItem(o, "ok")) cJSON_AddTrueToObject(o, "ok");
-    char *s = cJSON_PrintUnformatted(o);
+    if (!o) json_short = 1; /* the answer's own object could not be made */
+    else if (!cJSON_HasObjectItem(o, "ok")) cJSON_AddTrueToObject(o, "ok");
+    char *s = json_short ? NULL : cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!s) {
+    if (!s || json_short) {
+        /* An answer missing a field would read as a whole one. */
+        cJSON_free(s);
+        json_lost = 1;
         fputs("{\"ok\":false,\"error\":\"out of memory for the JSON answer\"}\n", stdout);
         fflush(stdout);
         return;

@@ -346,7 +346,9 @@ static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *lab
         .nvrtc_major = nv->major, .nvrtc_minor = nv->minor, .format = KJIT_CACHE_FORMAT,
     };
     build_arg b = {ctx, template_file, label, name_expr, sm, "", opts, n_opts};
-    kjit_cache_key key = kjit__cache_key(&f);
+    kjit_cache_key key;
+    /* Its own error (out of memory for the hash state), not the zero key's. */
+    if ((rc = kjit__cache_make_key(&f, &key)) != KJIT_OK) return rc;
     kjit__cache_key_hex(key, b.key);
     if (key_out) *key_out = key;
     /* The entry's file is named after its template ("adaln", "partition"),

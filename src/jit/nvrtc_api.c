@@ -65,13 +65,17 @@ static void load(void)
     nvrtcResult r = api.Version(&api.major, &api.minor);
     const char *step = "nvrtcVersion";
     if (r == NVRTC_SUCCESS) step = "nvrtcGetNumSupportedArchs", r = api.GetNumSupportedArchs(&n);
-    int *all = r == NVRTC_SUCCESS && n > 0 ? calloc((size_t)n, sizeof *all) : NULL;
+    /* On the stack for any list NVRTC has had (a dozen): the load happens
+     * once a process, so a transient failure of malloc here would leave
+     * the process without NVRTC for good. */
+    int small[256];
+    int *all = r != NVRTC_SUCCESS || n <= 0 ? NULL : n <= 256 ? small : calloc((size_t)n, sizeof *all);
     if (r == NVRTC_SUCCESS && all) step = "nvrtcGetSupportedArchs", r = api.GetSupportedArchs(all);
     if (r != NVRTC_SUCCESS || !all) {
         load_status = KJIT_ENONVRTC;
         snprintf(load_message, sizeof load_message, "%s: %s %s", api.path, step,
                  r != NVRTC_SUCCESS ? "failed" : n > 0 ? "ran out of memory" : "lists no architecture");
-        free(all);
+        if (all != small) free(all);
         return;
     }
     /* Keep the newest that fit: the list is ascending. */
@@ -79,7 +83,7 @@ static void load(void)
     const int skip = n > cap ? n - cap : 0;
     memcpy(api.archs, all + skip, sizeof *all * (size_t)(n - skip));
     api.n_archs = n - skip;
-    free(all);
+    if (all != small) free(all);
 }
 
 const kjit_nvrtc_api *kjit__nvrtc(void)
