@@ -613,6 +613,11 @@ int kjit__req_parse(const char *json, size_t len, uint32_t payload_len, int defa
         return fail(err, "bad_json", "the JSON header nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    /* cJSON answers NULL for text that is not JSON and for an allocation
+     * that failed alike: a second parse keeps a passing shortage of memory
+     * from reaching the client as bad_json (text that is not JSON fails
+     * again). */
+    if (!root) root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
         at = end ? (size_t)(end - json) : 0;
         return fail(err, "bad_json", "the header is not valid JSON (at byte %zu of %zu)", at, len);
