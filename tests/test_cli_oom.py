@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Each command of the CLI with one of its memory allocations failing, for
+"""Each command of the CLI (and kjit call, the C client, against a server
+not under the probe) with one of its memory allocations failing, for
 every allocation it makes (tests/util/oom_probe.c fails the N-th one that
 kjit's code or libcjson asks for). For each N the command must:
 - end by itself with exit status 0, 1 or 2 (no signal, no hang);
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 KJIT, PROBE = sys.argv[1], sys.argv[2]
 T = tempfile.mkdtemp()
@@ -35,6 +37,8 @@ def normal(text, is_json):
     """The output without what differs from run to run (the time taken)."""
     if not is_json:
         return text
+    if is_json == "lines":  # kjit call: the reply and its events, a JSON object a line
+        return [json.loads(line) for line in text.splitlines()]
     o = json.loads(text)
     o.pop("seconds", None)
     o.pop("cache_dir", None)  # a fresh directory per run
@@ -53,7 +57,7 @@ def sweep(name, make_args, fresh_dir=False):
     count_file = os.path.join(T, f"{name}.count")
     args, _ = args_for(0)
     ref = run(args, out_file=count_file)
-    is_json = "--json" in args
+    is_json = "lines" if args[0] == "call" else "--json" in args
     if ref.returncode != 0:
         failures.append(f"{name}: the run without a failure exited {ref.returncode}: {ref.stderr}")
         return 0
@@ -74,7 +78,7 @@ def sweep(name, make_args, fresh_dir=False):
             continue
         if is_json:
             try:
-                got = normal(r.stdout, True)
+                got = normal(r.stdout, is_json)
             except ValueError:
                 failures.append(f"{what}: --json output does not parse: {r.stdout[:300]!r}")
                 continue
@@ -85,10 +89,10 @@ def sweep(name, make_args, fresh_dir=False):
         if r.returncode != 0:
             # With --json a prewarm's kernels that failed are in its
             # "failures" (stderr stays quiet); any other failure has its line.
-            listed = is_json and isinstance(got, dict) and got.get("failures")
+            listed = is_json is True and isinstance(got, dict) and got.get("failures")
             if not r.stderr.strip() and not listed:
                 failures.append(f"{what}: exit {r.returncode} with nothing on stderr")
-            if is_json and (not isinstance(got, dict) or got.get("ok") is not False):
+            if is_json is True and (not isinstance(got, dict) or got.get("ok") is not False):
                 failures.append(f"{what}: exit {r.returncode} but the JSON says {str(got)[:200]}")
         if fresh_dir or name.startswith("cache"):
             v = subprocess.run([KJIT, "cache", "verify", "--cache-dir", d if fresh_dir else SHARED],
@@ -104,7 +108,17 @@ SHARED = os.path.join(T, "shared")
 os.mkdir(SHARED, 0o700)
 subprocess.run([KJIT, "prewarm", "--ops", "timestep_sinusoid", "--hidden", "8", "--dtype", "fp32,bf16",
                 "--arch", "sm_90", "--cache-dir", SHARED], check=True, capture_output=True)
-sock = os.path.join(T, "none.sock")
+# A server (not under the probe) for `kjit call`, the C client's side.
+sock = os.path.join(T, "s.sock")
+server = subprocess.Popen([KJIT, "serve", "--socket", sock, "--cache-dir", SHARED],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(500):
+    if os.path.exists(sock):
+        break
+    time.sleep(0.01)
+compile_req = json.dumps({"type": "compile", "op": "timestep_sinusoid", "hidden": 8, "dtype": "fp32", "arch": "sm_90"})
+prewarm_req = json.dumps({"type": "prewarm", "ops": ["timestep_sinusoid"], "hidden": [8], "dtype": ["fp32"],
+                          "arch": ["sm_90"]})
 cases = [
     ("info", lambda d: ["info", "--json"], False),
     ("prewarm", lambda d: ["prewarm", "--ops", "timestep_sinusoid", "--hidden", "8", "--dtype", "fp32",
@@ -118,10 +132,14 @@ cases = [
     ("cache-verify", lambda d: ["cache", "verify", "--json", "--cache-dir", d], False),
     ("cache-stats", lambda d: ["cache", "stats", "--json", "--cache-dir", d], False),
     ("tune-show", lambda d: ["tune", "--show", "--json", "--cache-dir", d], False),
+    ("call-compile", lambda d: ["call", "--socket", sock, compile_req], False),
+    ("call-prewarm", lambda d: ["call", "--socket", sock, "--events", prewarm_req], False),
 ]
 total = 0
 for name, make_args, fresh in cases:
     total += sweep(name, make_args, fresh)
+server.terminate()
+server.wait()
 shutil.rmtree(T, True)
 for f in failures:
     print("FAIL:", f)
