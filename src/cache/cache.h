@@ -161,7 +161,8 @@ typedef struct kjit_cache_entry_info {
 /* Visits entries (*.cubin) and temp files in name order; the info is valid
  * during the call only. verify reads and checks each entry fully, including
  * that the key in its file name is the one in its header; *n_bad counts the
- * bad ones. */
+ * bad ones. An entry verify cannot read for lack of memory ends the walk
+ * with KJIT_ENOMEM naming it, after fn has seen the entries before it. */
 typedef void (*kjit_cache_visit_fn)(void *arg, const kjit_cache_entry_info *e);
 int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *arg, int *n_bad);
 /* Removes entries, temp files of no write in progress (one its writer

@@ -113,15 +113,21 @@ static int check_dir(int fd, const char *path)
     if (fstat(fd, &st) < 0)
         return kjit__fail(KJIT_EIO, "cannot stat cache directory %s: %s", path, strerror(errno));
     unsigned mode = (unsigned)st.st_mode & 07777;
-    /* A sticky world-writable directory is a shared scratch space (/tmp):
-     * taking it away from the others is not the fix, a directory of one's
-     * own is (first: whoever owns it, a chown is not the fix either). */
-    if ((st.st_mode & 022) && (st.st_mode & S_ISVTX))
+    /* A sticky directory others can write to, owned by someone else or by
+     * root, is a shared scratch space (/tmp): taking it away from the
+     * others (chmod) or taking it over (chown) is not the fix, a directory
+     * of one's own inside it is. (One of a user's own, e.g. a cache made
+     * 1777 by mistake, gets the chmod below.) */
+    if ((st.st_mode & 022) && (st.st_mode & S_ISVTX) && (st.st_uid != geteuid() || st.st_uid == 0)) {
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/') --n; /* "/tmp/" suggests /tmp/kjit-0, not /tmp//kjit-0 */
         return kjit__fail(KJIT_EPERM,
-                          "cache directory %s (mode %04o) is a shared directory others can write to, who "
-                          "could plant code that kjit runs; name a directory of your own inside it "
-                          "(--cache-dir, KJIT_CACHE_DIR or the context's cache_dir), e.g. %s/kjit-%u",
-                          path, mode, path, (unsigned)geteuid());
+                          "cache directory %s (mode %04o, owner uid %u) is a shared directory others can "
+                          "write to, who could plant code that kjit runs; name a directory of your own "
+                          "inside it (--cache-dir, KJIT_CACHE_DIR or the context's cache_dir), e.g. "
+                          "%.*s/kjit-%u",
+                          path, mode, (unsigned)st.st_uid, (int)n, path, (unsigned)geteuid());
+    }
     if (st.st_uid != geteuid())
         return kjit__fail(KJIT_EPERM,
                           "cache directory %s is owned by uid %u (mode %04o), not by you (uid %u): "

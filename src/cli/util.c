@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,13 +12,17 @@
 #include <cjson/cJSON.h>
 
 /* json_short: an allocation of cJSON's failed (a tree may lack a node);
- * json_lost: an answer was replaced by the out-of-memory one. */
-static int json_short, json_lost;
+ * json_lost: an answer was replaced by the out-of-memory one. The hooks
+ * serve the whole process (the library's threads parse too), hence atomic;
+ * and the flag stays set: which tree lost the node is not known, so after
+ * one failure no answer is trusted (a failure the library recovered from
+ * also turns a --json answer into the out-of-memory one). */
+static atomic_int json_short, json_lost;
 
 static void *json_malloc(size_t n)
 {
     void *p = malloc(n);
-    if (!p) json_short = 1;
+    if (!p) atomic_store(&json_short, 1);
     return p;
 }
 
@@ -27,18 +32,18 @@ void kjit_cli_json_hooks(void)
     cJSON_InitHooks(&h);
 }
 
-int kjit_cli_json_lost(void) { return json_lost; }
+int kjit_cli_json_lost(void) { return atomic_load(&json_lost); }
 
 void kjit_cli_json_print(cJSON *o)
 {
-    if (!o) json_short = 1; /* the answer's own object could not be made */
+    if (!o) atomic_store(&json_short, 1); /* the answer's own object could not be made */
     else if (!cJSON_HasObjectItem(o, "ok")) cJSON_AddTrueToObject(o, "ok");
-    char *s = json_short ? NULL : cJSON_PrintUnformatted(o);
+    char *s = atomic_load(&json_short) ? NULL : cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!s || json_short) {
+    if (!s || atomic_load(&json_short)) {
         /* An answer missing a field would read as a whole one. */
         cJSON_free(s);
-        json_lost = 1;
+        atomic_store(&json_lost, 1);
         fputs("{\"ok\":false,\"error\":\"out of memory for the JSON answer\"}\n", stdout);
         fflush(stdout);
         return;

@@ -94,7 +94,7 @@ int kjit__request_parse(const char *json, size_t len, cJSON **out, const char **
     if (kjit__json_depth(json, len, KJIT_MAX_JSON_DEPTH) > KJIT_MAX_JSON_DEPTH)
         return kjit__fail(KJIT_EINVAL, "the request nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
     const char *end = NULL;
-    cJSON *o = cJSON_ParseWithOpts(json, &end, 0);
+    cJSON *o = kjit__json_parse(json, strlen(json), &end); /* a shortage of memory is not the caller's error */
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
@@ -244,7 +244,7 @@ static cJSON *reply_parse(const char *json, size_t len)
 {
     if (memchr(json, '\0', len)) return NULL;
     const char *end = NULL;
-    cJSON *r = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    cJSON *r = kjit__json_parse(json, len, &end);
     if (r && end)
         while (end < json + len && json_space(*end)) ++end;
     if (r && (!cJSON_IsObject(r) || end != json + len)) {
@@ -770,7 +770,7 @@ int kjit_client_run(kjit_client *c, const char *json, const void *handles, int n
      * a run already: no parse here either. */
     const int again = c->last_run && sent_last(c, json, strlen(json));
     const char *end = NULL;
-    cJSON *q = again ? NULL : cJSON_ParseWithOpts(json, &end, 0);
+    cJSON *q = again ? NULL : kjit__json_parse(json, strlen(json), &end);
     if (!again && !cJSON_IsObject(q)) {
         cJSON_Delete(q);
         return kjit__fail(KJIT_EINVAL, "kjit_client_run: the request is not a JSON object: %.80s", json);

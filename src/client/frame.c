@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 static void put16(uint8_t *p, uint16_t v)
 {
     p[0] = (uint8_t)v;
@@ -118,4 +120,13 @@ const char *kjit__json_text_problem(const char *json, size_t len, size_t *at)
         i += k;
     }
     return NULL;
+}
+
+cJSON *kjit__json_parse(const char *json, size_t len, const char **end)
+{
+    const char *e = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(json, len, &e, 0);
+    if (!o) o = cJSON_ParseWithLengthOpts(json, len, &e, 0);
+    if (end) *end = e;
+    return o;
 }

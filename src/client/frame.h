@@ -52,4 +52,12 @@ int kjit__json_depth(const char *json, size_t len, int limit);
  * clean, else the reason, with *at the byte offset of the problem. */
 const char *kjit__json_text_problem(const char *json, size_t len, size_t *at);
 
+/* cJSON_ParseWithLengthOpts (no NUL required), parsed a second time when
+ * the first answers NULL: cJSON answers NULL for text that is not JSON and
+ * for an allocation that failed alike, and a passing shortage of memory
+ * must not be reported as the sender's bad JSON (text that is not JSON
+ * fails again). *end as cJSON sets it; NULL for no interest. */
+struct cJSON;
+struct cJSON *kjit__json_parse(const char *json, size_t len, const char **end);
+
 #endif

@@ -612,12 +612,7 @@ int kjit__req_parse(const char *json, size_t len, uint32_t payload_len, int defa
     if (kjit__json_depth(json, len, KJIT_MAX_JSON_DEPTH) > KJIT_MAX_JSON_DEPTH)
         return fail(err, "bad_json", "the JSON header nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
-    /* cJSON answers NULL for text that is not JSON and for an allocation
-     * that failed alike: a second parse keeps a passing shortage of memory
-     * from reaching the client as bad_json (text that is not JSON fails
-     * again). */
-    if (!root) root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    cJSON *root = kjit__json_parse(json, len, &end); /* a shortage of memory is not bad_json */
     if (!root) {
         at = end ? (size_t)(end - json) : 0;
         return fail(err, "bad_json", "the header is not valid JSON (at byte %zu of %zu)", at, len);

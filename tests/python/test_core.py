@@ -32,8 +32,8 @@ class Loading(unittest.TestCase):
     def test_loads_from_kjit_library(self):
         path = core.library_path()
         self.assertTrue(Path(path).exists(), path)
-        if os.environ.get("KJIT_LIBRARY"):
-            self.assertEqual(path, os.environ["KJIT_LIBRARY"])
+        if os.environ.get("KJIT_LIBRARY"):  # a relative one is taken against the working directory
+            self.assertEqual(path, os.path.abspath(os.environ["KJIT_LIBRARY"]))
 
     def test_search_order(self):
         env = dict(os.environ)
@@ -287,9 +287,17 @@ class ClientEdges(unittest.TestCase):
             got.append(req)
             conn.sendall(frame({"id": req["id"], "ok": True}))
 
+        import numbers
+
         class Int:  # an integer that is not an int (numpy's, ...)
             def __index__(self):
                 return 256
+
+        numbers.Integral.register(Int)  # as numpy registers its integers
+
+        class Indexable:  # __index__ alone (a one-element tensor has it): not an integer
+            def __index__(self):
+                return 7
 
         path = self.serve(script)
         with client.Client(Path(path), timeout=5) as c:
@@ -297,6 +305,8 @@ class ClientEdges(unittest.TestCase):
             c.request({"type": "compile", "hidden": Int()})
             with self.assertRaisesRegex(TypeError, "type object cannot be sent"):
                 c.request({"type": "compile", "hidden": object()})
+            with self.assertRaisesRegex(TypeError, "type Indexable cannot be sent"):
+                c.request({"type": "compile", "hidden": Indexable()})
         self.assertEqual(got[0]["hidden"], 256)
 
     def test_timeout_is_checked_before_a_socket_is_made(self):
@@ -1500,12 +1510,16 @@ class TorchEagerFunction(unittest.TestCase):
         # A bad value fails the first eager op call, not the import (kjit.client
         # and kjit.core do not use it); the case of a good one does not matter.
         code = ("import torch, kjit.client, kjit.ops\n"
+                "kjit.ops._direct = lambda t: True  # as for a CUDA tensor in eager mode\n"
                 "try:\n    kjit.ops._function_path(torch.empty(1))\n"
-                "except ValueError as e:\n    print(e)\n")
+                "except ValueError as e:\n    print(e)\n"
+                "kjit.ops._direct = lambda t: False  # traced: the ops, whatever the setting\n"
+                "print('traced', kjit.ops._function_path(torch.empty(1)))\n")
         env = dict(os.environ, KJIT_EAGER="bogus", PYTHONPATH=str(ROOT / "bindings" / "python"))
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("KJIT_EAGER='bogus': expected 'custom_op' or 'function'", r.stdout)
+        self.assertIn("traced False", r.stdout)
         env["KJIT_EAGER"] = "Custom_Op"
         r = subprocess.run([sys.executable, "-c", "import kjit.ops; print(kjit.ops._EAGER)"], env=env,
                            capture_output=True, text=True)

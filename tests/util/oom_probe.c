@@ -13,8 +13,11 @@
  *                      to F
  * malloc, calloc and realloc are wrapped (free needs no wrapping); the
  * real ones are glibc's __libc_* entry points, so no dlsym (which itself
- * allocates) is needed. Needs glibc; not for sanitizer builds, whose
- * runtime owns the allocator. */
+ * allocates) is needed for them. The libc calls that allocate for kjit
+ * (strdup, strndup, realpath and getcwd with a NULL buffer) are wrapped
+ * too, counted by their caller: inside libc their malloc's caller is libc.
+ * Needs glibc; not for sanitizer builds, whose runtime owns the
+ * allocator. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -102,6 +105,56 @@ void *realloc(void *p, size_t size)
         return NULL;
     }
     return __libc_realloc(p, size);
+}
+
+char *strdup(const char *str)
+{
+    if (fail_now(__builtin_return_address(0))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    const size_t n = strlen(str) + 1;
+    char *p = __libc_malloc(n);
+    if (p) memcpy(p, str, n);
+    return p;
+}
+
+char *strndup(const char *str, size_t max)
+{
+    if (fail_now(__builtin_return_address(0))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    const size_t n = strnlen(str, max);
+    char *p = __libc_malloc(n + 1);
+    if (p) {
+        memcpy(p, str, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+/* The allocating forms only (a NULL buffer); the others pass through. */
+char *realpath(const char *path, char *resolved)
+{
+    static char *(*real)(const char *, char *);
+    if (!resolved && fail_now(__builtin_return_address(0))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (!real) real = (char *(*)(const char *, char *))dlsym(RTLD_NEXT, "realpath");
+    return real(path, resolved);
+}
+
+char *getcwd(char *buf, size_t size)
+{
+    static char *(*real)(char *, size_t);
+    if (!buf && fail_now(__builtin_return_address(0))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (!real) real = (char *(*)(char *, size_t))dlsym(RTLD_NEXT, "getcwd");
+    return real(buf, size);
 }
 
 __attribute__((destructor)) static void report(void)

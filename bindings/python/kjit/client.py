@@ -19,6 +19,7 @@ ctypes); everything else needs neither.
 
 import ctypes
 import json
+import numbers
 import operator
 import os
 import select
@@ -86,9 +87,10 @@ def _request_problem(value, where, depth=1):
 
 
 def _json_default(value):
-    """Integers of other types (numpy's, a tensor's item()) as JSON numbers;
-    anything else is a TypeError naming its type, as json.dumps raises."""
-    if not isinstance(value, bool) and hasattr(type(value), "__index__"):
+    """Integers of other types (numpy's: registered as numbers.Integral) as
+    JSON numbers; anything else (a tensor, an array, numpy's bool) is a
+    TypeError naming its type, as json.dumps raises."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return operator.index(value)
     raise TypeError(f"a request value of type {type(value).__name__} cannot be sent (not JSON)")
 

@@ -89,9 +89,10 @@ def _function_path(t, *others):
     """The Function path: t as _direct wants it and every other tensor
     argument a plain Tensor too (a subclass, e.g. a DTensor weight, goes
     through the ops and their dispatch)."""
-    if _EAGER_ERROR:
+    direct = _direct(t)
+    if direct and _EAGER_ERROR:  # an eager call: traced ones use the ops whatever the setting
         raise ValueError(_EAGER_ERROR)
-    return (_EAGER == "function" and _direct(t)
+    return (_EAGER == "function" and direct
             and all(o is None or type(o) in _PLAIN for o in others))
 
 
