@@ -203,6 +203,30 @@ void kjit__json_add_id(cJSON *o, uint64_t id)
     cJSON_AddRawToObject(o, "id", t);
 }
 
+int kjit__reply_whole(const cJSON *o, int has_id)
+{
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(o, "ok"), *rid = cJSON_GetObjectItemCaseSensitive(o, "id");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
+    const int id_ok = has_id < 0 ? !rid : has_id ? rid && !cJSON_IsNull(rid) : cJSON_IsNull(rid);
+    return cJSON_IsBool(ok) && id_ok &&
+           (cJSON_IsTrue(ok) || cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "code")));
+}
+
+char *kjit__reply_print(cJSON *o, int has_id, uint64_t id)
+{
+    char *text = kjit__reply_whole(o, has_id) ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (text) return text;
+    char id_text[24] = "null", fallback[160];
+    if (has_id) snprintf(id_text, sizeof id_text, "%llu", (unsigned long long)id);
+    const int n = snprintf(fallback, sizeof fallback,
+                           "{\"id\":%s,\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":"
+                           "\"the server is out of memory for this reply\"}}",
+                           id_text);
+    if ((text = cJSON_malloc((size_t)n + 1))) memcpy(text, fallback, (size_t)n + 1);
+    return text;
+}
+
 static void send_error(kjit_conn *c, int has_id, uint64_t id, const char *code, const char *msg, int final)
 {
     cJSON *o = cJSON_CreateObject(), *e;
@@ -212,8 +236,7 @@ static void send_error(kjit_conn *c, int has_id, uint64_t id, const char *code, 
     cJSON_AddItemToObject(o, "error", e = cJSON_CreateObject());
     cJSON_AddStringToObject(e, "code", code);
     cJSON_AddStringToObject(e, "message", msg);
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    char *text = kjit__reply_print(o, has_id, id);
     c->srv->n.errors++;
     if (!text) {
         kjit__conn_close(c);

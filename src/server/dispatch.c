@@ -10,10 +10,9 @@
 #include "core/ctx.h"
 #include "server/server_internal.h"
 
-static void reply_json(kjit_conn *c, cJSON *o)
+static void reply_json(kjit_conn *c, cJSON *o, uint64_t id)
 {
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    char *text = kjit__reply_print(o, 1, id);
     if (!text) {
         kjit__conn_close(c);
         return;
@@ -62,7 +61,7 @@ static void hello(kjit_conn *c, const kjit_req *r)
     cJSON_AddNumberToObject(l, "idle_timeout_s", s->cfg.idle_timeout_s);
     cJSON_AddNumberToObject(l, "max_prewarm", KJIT_REQ_MAX_TUPLES);
     cJSON_AddNumberToObject(l, "max_run_buffers", KJIT_RUN_MAX_BUFFERS);
-    reply_json(c, o);
+    reply_json(c, o, r->id);
 }
 
 static void stats(kjit_conn *c, uint64_t id)
@@ -106,7 +105,7 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddNumberToObject(k, "not_stored", (double)cc.store_failures);
     cJSON_AddStringToObject(o, "cache_dir", kjit_ctx_cache_dir(s->ctx));
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
-    reply_json(c, o);
+    reply_json(c, o, id);
 }
 
 const char *kjit__status_code(int status, const char *otherwise)
@@ -199,7 +198,7 @@ void kjit__dispatch(kjit_conn *c, const char *json, uint32_t json_len, uint32_t 
                              (unsigned)geteuid());
             return;
         }
-        reply_json(c, ok_reply(r.id));
+        reply_json(c, ok_reply(r.id), r.id);
         kjit__server_stop(s, "shutdown requested");
         return;
     }

@@ -47,6 +47,7 @@ typedef struct prewarm {
     int total, done, submitting;
     int next, waiting; /* the next combination to hand out; kernels on jobs */
     int kernels, compiled, cached, failed, cancelled;
+    int failed_other; /* a combination failed for another reason than NVRTC's (out of memory) */
     cJSON *failures;
     kjit_req_tuple t[]; /* total of them */
 } prewarm;
@@ -257,7 +258,7 @@ static char *reply_text(const job *j, int all_cached, size_t *len)
         off += j->imgs[i].cubin_len;
     }
     cJSON_AddNumberToObject(o, "payload_bytes", (double)off);
-    char *text = cJSON_PrintUnformatted(o);
+    char *text = kjit__reply_whole(o, -1) ? cJSON_PrintUnformatted(o) : NULL; /* NULL: out of memory */
     cJSON_Delete(o);
     *len = text ? strlen(text) : 0;
     return text;
@@ -281,7 +282,8 @@ static void prewarm_finish(prewarm *pw)
     cJSON_AddBoolToObject(o, "ok", !pw->failed);
     if (pw->failed) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(e, "code", pw->cancelled ? "shutting_down" : "compile_failed");
+        /* compile_failed only where NVRTC failed: out of memory, say, is internal. */
+        cJSON_AddStringToObject(e, "code", pw->cancelled ? "shutting_down" : pw->failed_other ? "internal" : "compile_failed");
         char msg[160];
         if (pw->cancelled)
             snprintf(msg, sizeof msg, "%d of %d combinations failed, %d of them not started: the server is shutting "
@@ -295,8 +297,7 @@ static void prewarm_finish(prewarm *pw)
     cJSON_AddNumberToObject(o, "cached", pw->cached);
     cJSON_AddNumberToObject(o, "failed", pw->failed);
     cJSON_AddItemToObject(o, "failures", pw->failures);
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    char *text = kjit__reply_print(o, 1, pw->id);
     /* A client that left gets no reply: its cancelled jobs are no error. */
     if (pw->failed && !c->closing) c->srv->n.errors++;
     if (text) kjit__conn_send(c, text, strlen(text), NULL, 0, NULL, 0, 1);
@@ -321,6 +322,7 @@ static void prewarm_step(prewarm *pw, const kjit_req_tuple *t, int n, const kjit
     if (status) {
         pw->failed++;
         pw->cancelled += status == JOB_CANCELLED;
+        pw->failed_other |= status != JOB_CANCELLED && status != KJIT_ECOMPILE;
         if (cJSON_GetArraySize(pw->failures) < MAX_FAILURES_LISTED) {
             cJSON *f = cJSON_CreateObject();
             cJSON_AddStringToObject(f, "op", t->op);

@@ -177,6 +177,18 @@ void kjit__listen_pause(kjit_server *s, const char *why);
  * printing keeps 15 significant digits: ids past 10^15 came back rounded). */
 struct cJSON;
 void kjit__json_add_id(struct cJSON *o, uint64_t id);
+/* Prints a reply tree and deletes it. A tree that lost "id" or "ok" (or,
+ * not ok, its error's "code") to a failed allocation (cJSON drops the node
+ * and goes on) would leave its client waiting for an answer it cannot
+ * match, or holding one it cannot read: such a tree, or a failed print,
+ * gives the out-of-memory error reply instead, written on the stack.
+ * has_id 0: the reply of no request ("id": null). The text is
+ * cJSON_free'd by the caller; NULL only where not even that could be
+ * allocated. */
+char *kjit__reply_print(struct cJSON *o, int has_id, uint64_t id);
+/* 1 when a reply tree holds "ok" (a bool), "id" (has_id 1: a number; 0:
+ * null; -1: none, the sender splices it in) and, not ok, an error code. */
+int kjit__reply_whole(const struct cJSON *o, int has_id);
 /* Queues one frame. The JSON header is head followed by tail (both copied:
  * a reply can wait in the queue for as long as its client does not read);
  * the payload buffers are referenced (cubins owned by the library context).
