@@ -203,19 +203,21 @@ void kjit__json_add_id(cJSON *o, uint64_t id)
     cJSON_AddRawToObject(o, "id", t);
 }
 
-int kjit__reply_whole(const cJSON *o, int has_id)
+char *kjit__reply_text(cJSON *o, int has_id)
 {
     const cJSON *ok = cJSON_GetObjectItemCaseSensitive(o, "ok"), *rid = cJSON_GetObjectItemCaseSensitive(o, "id");
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
     const int id_ok = has_id < 0 ? !rid : has_id ? rid && !cJSON_IsNull(rid) : cJSON_IsNull(rid);
-    return cJSON_IsBool(ok) && id_ok &&
-           (cJSON_IsTrue(ok) || cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "code")));
+    const int whole = cJSON_IsBool(ok) && id_ok &&
+                      (cJSON_IsTrue(ok) || cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "code")));
+    char *text = whole ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return text;
 }
 
 char *kjit__reply_print(cJSON *o, int has_id, uint64_t id)
 {
-    char *text = kjit__reply_whole(o, has_id) ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
+    char *text = kjit__reply_text(o, has_id);
     if (text) return text;
     char id_text[24] = "null", fallback[160];
     if (has_id) snprintf(id_text, sizeof id_text, "%llu", (unsigned long long)id);

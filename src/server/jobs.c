@@ -258,8 +258,7 @@ static char *reply_text(const job *j, int all_cached, size_t *len)
         off += j->imgs[i].cubin_len;
     }
     cJSON_AddNumberToObject(o, "payload_bytes", (double)off);
-    char *text = kjit__reply_whole(o, -1) ? cJSON_PrintUnformatted(o) : NULL; /* NULL: out of memory */
-    cJSON_Delete(o);
+    char *text = kjit__reply_text(o, -1); /* NULL: out of memory */
     *len = text ? strlen(text) : 0;
     return text;
 }

@@ -60,9 +60,7 @@ static char *reply_text(const kernel_job *j)
     cJSON_AddNumberToObject(k, "size", (double)j->img.cubin_len);
     cJSON_AddBoolToObject(k, "cached", j->img.cached);
     cJSON_AddNumberToObject(o, "payload_bytes", (double)j->img.cubin_len);
-    char *text = kjit__reply_whole(o, 1) ? cJSON_PrintUnformatted(o) : NULL; /* NULL: out of memory */
-    cJSON_Delete(o);
-    return text;
+    return kjit__reply_text(o, 1); /* NULL: out of memory */
 }
 
 static void done_cb(uv_work_t *req, int status)

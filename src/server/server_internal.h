@@ -186,9 +186,11 @@ void kjit__json_add_id(struct cJSON *o, uint64_t id);
  * cJSON_free'd by the caller; NULL only where not even that could be
  * allocated. */
 char *kjit__reply_print(struct cJSON *o, int has_id, uint64_t id);
-/* 1 when a reply tree holds "ok" (a bool), "id" (has_id 1: a number; 0:
- * null; -1: none, the sender splices it in) and, not ok, an error code. */
-int kjit__reply_whole(const struct cJSON *o, int has_id);
+/* Prints a reply tree and deletes it when it holds "ok" (a bool), "id"
+ * (has_id 1: a number; 0: null; -1: none, the sender splices it in) and,
+ * not ok, an error code; NULL otherwise or when the print fails (out of
+ * memory: the compile, kernel and tune replies answer that error). */
+char *kjit__reply_text(struct cJSON *o, int has_id);
 /* Queues one frame. The JSON header is head followed by tail (both copied:
  * a reply can wait in the queue for as long as its client does not read);
  * the payload buffers are referenced (cubins owned by the library context).

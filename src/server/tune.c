@@ -48,9 +48,7 @@ static char *reply_text(const kjit_tune_job *j)
     cJSON_AddStringToObject(o, "dtype", kjit_dtype_name(j->t.dtype));
     kjit__tune_result_json(o, &j->res);
     if (j->status) cJSON_AddStringToObject(o, "message", j->message);
-    char *text = kjit__reply_whole(o, -1) ? cJSON_PrintUnformatted(o) : NULL; /* NULL: out of memory */
-    cJSON_Delete(o);
-    return text;
+    return kjit__reply_text(o, -1); /* NULL: out of memory */
 }
 
 static void done_cb(kjit_gpu_item *it)
