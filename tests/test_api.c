@@ -358,9 +358,31 @@ static void adaln_args(kjit_ctx *ctx)
         }
         CHECK_STATUS(fwds[m](NULL, &g, NULL), KJIT_EINVAL);
         CHECK_STATUS(fwds[m](ctx, NULL, NULL), KJIT_EINVAL);
+        /* A workspace or partition buffer whose needed bytes run past the
+         * top of the address space (the device would wrap to low
+         * addresses): refused, named, as every other operand. */
+        {
+            void *top = (void *)(uintptr_t)(UINTPTR_MAX - 255); /* 256-byte aligned, 256 bytes left */
+            CHECK_STATUS(bwds[m](ctx, &g, top, SIZE_MAX, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "workspace:") && strstr(kjit_last_error(), "end of the address space"));
+            CHECK_STATUS(kjit_adaln_train_fwd(ctx, aop, &g, top, SIZE_MAX, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "partition:") && strstr(kjit_last_error(), "end of the address space"));
+            CHECK_STATUS(kjit_adaln_train_bwd(ctx, aop, &g, top, SIZE_MAX, NULL, 0, NULL), KJIT_EINVAL);
+            CHECK(strstr(kjit_last_error(), "partition:") && strstr(kjit_last_error(), "end of the address space"));
+        }
         a = g;
         a.n = 0;
         CHECK_STATUS(fwds[m](ctx, &a, NULL), KJIT_OK);
+        /* n = 0: the operands of n rows and the index are not read, nor
+         * checked; the tables are, as at any n (kjit.h). */
+        a.x = a.res = a.y = a.out = a.h = NULL;
+        a.index.ptr = mem + 2;
+        CHECK_STATUS(fwds[m](ctx, &a, NULL), KJIT_OK);
+        a.index.ptr = NULL;
+        CHECK_STATUS(fwds[m](ctx, &a, NULL), KJIT_OK);
+        a.shift = a.gate = NULL;
+        CHECK_STATUS(fwds[m](ctx, &a, NULL), KJIT_EINVAL);
+        CHECK(strstr(kjit_last_error(), m == 1 ? "gate is NULL" : "shift is NULL") != NULL);
         if (!kjit_ctx_has_device(ctx)) {
             CHECK_STATUS(fwds[m](ctx, &g, NULL), KJIT_ENODRIVER);
             CHECK_STATUS(bwds[m](ctx, &g, NULL, 0, NULL), KJIT_ENODRIVER);
@@ -438,6 +460,15 @@ static void adaln_args(kjit_ctx *ctx)
     CHECK(strstr(kjit_last_error(), "kjit_adaln_row_gather_workspace") != NULL);
     CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &r, mem + 16, (size_t)1 << 40, NULL), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "workspace is not 256-byte aligned") != NULL);
+    CHECK_STATUS(kjit_adaln_row_gather_bwd(ctx, &r, (void *)(uintptr_t)(UINTPTR_MAX - 255), SIZE_MAX, NULL),
+                 KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "workspace:") && strstr(kjit_last_error(), "end of the address space"));
+    /* n = 0: the outputs and the index are not checked, the tables are. */
+    b = r, b.n = 0, b.index.ptr = mem + 2, b.out[1] = NULL;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_OK);
+    b.table[1] = NULL;
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &b, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "table[1] is NULL") != NULL);
     bytes = 7;
     CHECK_STATUS(kjit_adaln_row_gather_workspace(10, 64, 0, 3, &bytes), KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "num_tables = 0 outside 1..8") != NULL);

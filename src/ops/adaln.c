@@ -275,6 +275,9 @@ static int train_partition(const char *op, const char *dir, const void *part, si
     if (bytes < need)
         return kjit__fail(KJIT_EINVAL, "%s %s: partition_bytes %zu, %zu needed (kjit_adaln_partition_bytes)", op,
                           dir, bytes, need);
+    if (need > UINTPTR_MAX - (uintptr_t)part)
+        return kjit__fail(KJIT_EINVAL, "%s %s: partition: %zu bytes from %p run past the end of the address space", op,
+                          dir, need, part);
     return KJIT_OK;
 }
 

@@ -61,11 +61,14 @@ int kjit__check_index(const char *op, const kjit_index *ix, int64_t n)
     if (ix->rows < 1 || ix->rows > KJIT_MAX_TABLE_ROWS)
         return kjit__fail(KJIT_EINVAL, "%s: index.rows (table rows R) = %lld outside 1..%d", op,
                           (long long)ix->rows, KJIT_MAX_TABLE_ROWS);
-    if (n > 0 && !ix->ptr) return kjit__fail(KJIT_EINVAL, "%s: index is NULL", op);
+    /* Like every operand of n rows, the index is not read at n = 0, and
+     * not checked then: NULL or any address passes. */
+    if (n == 0) return KJIT_OK;
+    if (!ix->ptr) return kjit__fail(KJIT_EINVAL, "%s: index is NULL", op);
     if ((uintptr_t)ix->ptr % kjit_dtype_size(ix->dtype))
         return kjit__fail(KJIT_EINVAL, "%s: index is not aligned to its %zu-byte elements", op,
                           kjit_dtype_size(ix->dtype));
-    if (n > 0 && (uint64_t)n > (UINTPTR_MAX - (uintptr_t)ix->ptr) / kjit_dtype_size(ix->dtype))
+    if ((uint64_t)n > (UINTPTR_MAX - (uintptr_t)ix->ptr) / kjit_dtype_size(ix->dtype))
         return kjit__fail(KJIT_EINVAL, "%s: index: %lld entries from %p run past the end of the address space", op,
                           (long long)n, ix->ptr);
     return KJIT_OK;
@@ -145,6 +148,11 @@ int kjit__workspace_check(const char *op, const void *ws, size_t ws_bytes, size_
     if (ws_bytes < need)
         return kjit__fail(KJIT_EINVAL, "%s backward: workspace of %zu bytes, %zu needed (%s)", op, ws_bytes, need, fn);
     if ((uintptr_t)ws % 256) return kjit__fail(KJIT_EINVAL, "%s backward: workspace is not 256-byte aligned", op);
+    /* The bytes the call writes, as for every other operand: past 2^64
+     * the device would wrap to low addresses the overlap check does not see. */
+    if (need > UINTPTR_MAX - (uintptr_t)ws)
+        return kjit__fail(KJIT_EINVAL, "%s backward: workspace: %zu bytes from %p run past the end of the address space",
+                          op, need, ws);
     return KJIT_OK;
 }
 
