@@ -22,6 +22,15 @@ from torch import Tensor
 
 from . import _lib, core
 
+try:
+    from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
+except ImportError:  # an older torch: its sizes are ints or symbols with a hint
+    def guard_or_false(cond):
+        return bool(cond)
+
+    def guard_or_true(cond):
+        return bool(cond)
+
 _ACT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 _PARAM = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 _INDEX = {torch.int32: "int32", torch.int64: "int64"}
@@ -166,8 +175,21 @@ def _tensor(fn, name, t):
     return t
 
 
+def _differ(a, b):
+    """a != b, for sizes. Where torch.compile knows a size only at run time
+    (an unbacked size: .item(), nonzero()) and cannot tell, the two are
+    asserted equal at run time (torch._check) instead of refused here."""
+    if guard_or_false(a != b):
+        return True
+    if not isinstance(a, int) or not isinstance(b, int):
+        torch._check(a == b, lambda: f"sizes {a} and {b} differ")
+    return False
+
+
 def _check_rows(fn, name, n):
-    if n > _MAX_ROWS:
+    # A row count known only at run time (an unbacked size under
+    # torch.compile: .item(), nonzero()) is checked there, by the C call.
+    if guard_or_false(n > _MAX_ROWS):
         raise ValueError(f"{fn}: {name} has {n} rows; kjit takes at most {_MAX_ROWS} (2^31 - 1)")
 
 
@@ -186,17 +208,20 @@ def _rows_layout(fn, name, t, rows=None, hidden=None, like=None):
                          + ("; flatten the leading dimensions with .reshape(-1, hidden)"
                             if t.dim() > 2 else ""))
     r, h = t.shape
-    if rows is not None and r != rows:
+    if rows is not None and _differ(r, rows):
         raise ValueError(f"{fn}: {name} has {r} rows, expected {rows}"
                          + (f" (as {like})" if like else ""))
-    if hidden is not None and h != hidden:
+    if hidden is not None and _differ(h, hidden):
         raise ValueError(f"{fn}: {name} has hidden size {h}, expected {hidden}"
                          + (f" (as {like})" if like else ""))
     row_stride, col_stride = t.stride()
     if h > 1 and col_stride != 1:
         raise ValueError(f"{fn}: {name} has column stride {col_stride}; kjit needs each row "
                          "contiguous (stride(1) == 1): pass .contiguous()")
-    if r > 1 and row_stride < h:
+    # With a row count known only at run time, the stride is checked as for
+    # several rows (N > 1 undecided is taken as true): a refusal at trace
+    # time, never rows that overlap at run time.
+    if guard_or_true(r > 1) and row_stride < h:
         raise ValueError(f"{fn}: {name} has row stride {row_stride} < hidden {h} (overlapping "
                          "or broadcast rows): pass .contiguous()")
 
@@ -205,11 +230,11 @@ def _index(fn, index, n, device):
     """index: (N,) int32/int64, contiguous; n None: any N (the gather's)."""
     _tensor(fn, "index", index)
     _dtype(fn, "index", index, _INDEX)
-    if index.dim() != 1 or (n is not None and index.shape[0] != n):
+    if index.dim() != 1 or (n is not None and _differ(index.shape[0], n)):
         raise ValueError(f"{fn}: index must be 1-D with one entry per row"
                          + ("" if n is None else f" ({n})") + f", got shape {tuple(index.shape)}")
     _check_rows(fn, "index", index.shape[0])
-    if index.shape[0] > 1 and index.stride(0) != 1:
+    if guard_or_true(index.shape[0] > 1) and index.stride(0) != 1:
         raise ValueError(f"{fn}: index must be contiguous, got stride {index.stride(0)}")
     if index.device != device:
         raise ValueError(f"{fn}: index is on {index.device} but the rows are on {device}")
@@ -377,7 +402,7 @@ def _row_major(g):
     A clone, not .contiguous(): an empty tensor counts as contiguous, so
     .contiguous() would keep an expanded one's zero strides, which the
     backward ops' checks refuse (N = 0 under torch.compile)."""
-    ok = (g.shape[1] <= 1 or g.stride(1) == 1) and (g.shape[0] <= 1 or g.stride(0) >= g.shape[1])
+    ok = (g.shape[1] <= 1 or g.stride(1) == 1) and (guard_or_false(g.shape[0] <= 1) or g.stride(0) >= g.shape[1])
     return g if ok else g.clone(memory_format=torch.contiguous_format)
 
 
@@ -442,7 +467,7 @@ def _check_t(fn, t):
     public function makes a strided t contiguous first)."""
     _tensor(fn, "t", t)
     _dtype(fn, "t", t, (torch.float32,))
-    if t.dim() != 1 or (t.shape[0] > 1 and t.stride(0) != 1):
+    if t.dim() != 1 or (guard_or_true(t.shape[0] > 1) and t.stride(0) != 1):
         raise ValueError(f"{fn}: t must be a contiguous 1-D tensor, got shape {tuple(t.shape)} "
                          f"stride {t.stride()}")
 
@@ -504,7 +529,7 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
     Forward only (SPEC.md): timesteps are not differentiated."""
     fn = "kjit.timestep_sinusoid"
     _tensor(fn, "t", t)
-    if t.dim() == 1 and t.shape[0] > 1 and t.stride(0) != 1:
+    if t.dim() == 1 and guard_or_true(t.shape[0] > 1) and t.stride(0) != 1:
         t = t.contiguous()  # e.g. timesteps.expand(batch): N floats
     _check_t(fn, t)
     if t.requires_grad and torch.is_grad_enabled():  # under no_grad no graph is built
