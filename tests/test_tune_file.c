@@ -1022,6 +1022,68 @@ static void test_ctx(const char *dir)
     kjit_ctx_destroy(ctx);
 }
 
+/* On every device size kjit knows (the shared memory of sm_75, sm_80,
+ * sm_86 and sm_90), for every tuned shape: the default fitted to the device
+ * (what the tuner starts from, and saves when nothing beats it) is a config
+ * of the tuning space, so a stored result is used, not skipped at load; the
+ * backward candidates are every (bwd_pf, accs) that fits beside the fitted
+ * forward; and every forward candidate combined with every backward one
+ * (what the tuner can save) is in the space. Before the backward list was
+ * built from the fitted default, 2874 shapes' results were skipped at
+ * 99 KiB and 827 at 163 KiB, and the backward had one candidate there. */
+static void test_space_every_device(void)
+{
+    static const int sms[] = {75, 80, 86, 90};
+    static const kjit_dtype dts[] = {KJIT_BF16, KJIT_F16, KJIT_F32};
+    int bad_default = 0, bad_count = 0, bad_combo = 0, shapes = 0;
+    for (size_t s = 0; s < sizeof sms / sizeof sms[0]; ++s) {
+        const size_t smem = kjit__arch_tune_smem(sms[s]);
+        CHECK(smem > 0);
+        for (int mode = 1; mode <= 3; ++mode)
+            for (size_t t = 0; t < sizeof dts / sizeof dts[0]; ++t)
+                for (int h = 8; h <= KJIT_TUNE_FAST_MAX_HIDDEN; h += 8) {
+                    kjit_adaln_config d, b[KJIT_TUNE_MAX_BWD];
+                    kjit__adaln_config_default(mode, h, dts[t], &d);
+                    kjit__adaln_config_fit(mode, h, dts[t], &d, smem);
+                    ++shapes;
+                    if (!kjit__adaln_config_in_space(mode, h, dts[t], &d, smem)) {
+                        if (bad_default++ < 5)
+                            fprintf(stderr, "sm_%d %s %d %s: the fitted default is not in the space\n", sms[s],
+                                    kjit__adaln_mode_name(mode), h, kjit_dtype_name(dts[t]));
+                    }
+                    int fits = 0;
+                    for (int pf = 0; pf <= 3; ++pf)
+                        for (int a = 0; a <= 2; ++a) {
+                            kjit_adaln_config c = d;
+                            c.bwd_pf = pf, c.accs = a;
+                            fits += kjit__adaln_config_check(mode, h, dts[t], &c, smem, NULL, 0) == KJIT_OK;
+                        }
+                    const int nb = kjit__adaln_space_bwd(mode, h, dts[t], smem, b);
+                    if (nb != (fits ? fits : 1) && bad_count++ < 5)
+                        fprintf(stderr, "sm_%d %s %d %s: %d backward candidates, %d fit\n", sms[s],
+                                kjit__adaln_mode_name(mode), h, kjit_dtype_name(dts[t]), nb, fits);
+                    /* The tuner's combinations, at a few shapes (all of them
+                     * would take minutes). */
+                    if (h % 1024) continue;
+                    kjit_adaln_config f[KJIT_TUNE_MAX_FWD];
+                    const int nf = kjit__adaln_space_fwd(mode, h, dts[t], f);
+                    for (int i = -1; i < nf; ++i)
+                        for (int j = 0; j < nb; ++j) {
+                            kjit_adaln_config c = i < 0 ? d : f[i];
+                            c.bwd_pf = b[j].bwd_pf, c.accs = b[j].accs;
+                            if (!kjit__adaln_config_in_space(mode, h, dts[t], &c, smem) && bad_combo++ < 5)
+                                fprintf(stderr, "sm_%d %s %d %s: rpc %d pf %d grid %d bwd_pf %d accs %d not in the "
+                                        "space\n", sms[s], kjit__adaln_mode_name(mode), h,
+                                        kjit_dtype_name(dts[t]), c.rpc, c.pf, c.grid_per_sm, c.bwd_pf, c.accs);
+                        }
+                }
+    }
+    CHECK_EQ_INT(shapes, 4 * 3 * 3 * (KJIT_TUNE_FAST_MAX_HIDDEN / 8));
+    CHECK_EQ_INT(bad_default, 0);
+    CHECK_EQ_INT(bad_count, 0);
+    CHECK_EQ_INT(bad_combo, 0);
+}
+
 int main(void)
 {
     char *dir = kjit_test_tmpdir();
@@ -1031,6 +1093,7 @@ int main(void)
         CHECK(mkdir(sub[i], 0700) == 0);
     }
     test_space();
+    test_space_every_device();
     test_round_trip(sub[0]);
     test_damaged(sub[1]);
     test_concurrent(sub[2]);

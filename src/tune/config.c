@@ -195,6 +195,10 @@ int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit
 {
     kjit_adaln_config d;
     kjit__adaln_config_default(mode, h, act, &d);
+    /* The forward half as the tuner runs it on this device: an unfitted
+     * one that does not fit would fail every candidate's check, leaving the
+     * default alone (on 99 KiB devices, e.g. norm_modulate 8192 fp32). */
+    if (smem_max) kjit__adaln_config_fit(mode, h, act, &d, smem_max);
     int n = 0;
     for (int pf = 0; pf <= 3; ++pf)
         for (int a = 0; a <= 2; ++a) {
@@ -207,6 +211,24 @@ int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit
                 out[n++] = c;
         }
     return n;
+}
+
+int kjit__adaln_config_in_space(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max)
+{
+    kjit_adaln_config d[2], v[KJIT_TUNE_MAX_FWD + KJIT_TUNE_MAX_BWD];
+    kjit__adaln_config_default(mode, h, act, &d[0]);
+    d[1] = d[0];
+    if (smem_max) kjit__adaln_config_fit(mode, h, act, &d[1], smem_max);
+    int fwd = 0, bwd = 0;
+    for (int i = 0; i < 2; ++i) {
+        fwd |= c->rpc == d[i].rpc && c->pf == d[i].pf && c->grid_per_sm == d[i].grid_per_sm;
+        bwd |= c->bwd_pf == d[i].bwd_pf && c->accs == d[i].accs;
+    }
+    const int nf = kjit__adaln_space_fwd(mode, h, act, v);
+    for (int i = 0; i < nf; ++i) fwd |= c->rpc == v[i].rpc && c->pf == v[i].pf && c->grid_per_sm == v[i].grid_per_sm;
+    const int nb = kjit__adaln_space_bwd(mode, h, act, smem_max, v);
+    for (int i = 0; i < nb; ++i) bwd |= c->bwd_pf == v[i].bwd_pf && c->accs == v[i].accs;
+    return fwd && bwd;
 }
 
 int kjit__adaln_config_equal(const kjit_adaln_config *a, const kjit_adaln_config *b)

@@ -66,11 +66,17 @@ size_t kjit__adaln_bwd_smem(int mode, int h, kjit_dtype act, const kjit_adaln_co
 int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max,
                              char *why, size_t why_len);
 /* The forward candidates (backward fields = the default's) and the backward
- * candidates (forward fields = the default's) of (mode, h, act) that pass
+ * candidates (forward fields = the default's, fitted to smem_max when it is
+ * not 0, as the tuner's own default is) of (mode, h, act) that pass
  * kjit__adaln_config_check; the default is always among them. Return the
  * count (<= KJIT_TUNE_MAX_FWD / _BWD). */
 int kjit__adaln_space_fwd(int mode, int h, kjit_dtype act, kjit_adaln_config *out);
 int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit_adaln_config *out);
+/* Whether c's forward half and its backward half are each the default's
+ * (as written, or fitted to smem_max) or a candidate of the tuning space:
+ * what the tuner can pick on a device with smem_max bytes, and so what
+ * test_tune compares bit for bit with the default. */
+int kjit__adaln_config_in_space(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max);
 int kjit__adaln_config_equal(const kjit_adaln_config *a, const kjit_adaln_config *b);
 
 /* The forward and backward kernel name expressions of a config (fast path,

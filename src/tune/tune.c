@@ -158,22 +158,6 @@ static void mark_tried(kjit_tune_table *t, int mode, int h, kjit_dtype act)
     pthread_rwlock_unlock(&t->lock);
 }
 
-/* Whether c's forward and backward halves are the default's or candidates
- * of the tuning space: only those are what test_tune compares bit for bit
- * with the default, so a stored config from anywhere else is not used. */
-static int in_space(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max)
-{
-    kjit_adaln_config d, v[KJIT_TUNE_MAX_FWD + KJIT_TUNE_MAX_BWD];
-    kjit__adaln_config_default(mode, h, act, &d);
-    int fwd = c->rpc == d.rpc && c->pf == d.pf && c->grid_per_sm == d.grid_per_sm;
-    int bwd = c->bwd_pf == d.bwd_pf && c->accs == d.accs;
-    const int nf = kjit__adaln_space_fwd(mode, h, act, v);
-    for (int i = 0; i < nf; ++i) fwd |= c->rpc == v[i].rpc && c->pf == v[i].pf && c->grid_per_sm == v[i].grid_per_sm;
-    const int nb = kjit__adaln_space_bwd(mode, h, act, smem_max, v);
-    for (int i = 0; i < nb; ++i) bwd |= c->bwd_pf == v[i].bwd_pf && c->accs == v[i].accs;
-    return fwd && bwd;
-}
-
 int kjit__tune_table_load(kjit_tune_table *t, const char *dir)
 {
     if (!t || !t->device[0]) return 0;
@@ -189,7 +173,7 @@ int kjit__tune_table_load(kjit_tune_table *t, const char *dir)
                       kjit_dtype_name(e->dtype), e->device, why);
             continue;
         }
-        if (!in_space(e->mode, e->hidden, e->dtype, &e->cfg, t->smem_max)) {
+        if (!kjit__adaln_config_in_space(e->mode, e->hidden, e->dtype, &e->cfg, t->smem_max)) {
             kjit__log("tuning file: %s hidden %d %s on %s ignored: rpc %d pf %d grid_per_sm %d bwd_pf %d accs %d is "
                       "not a config of the tuning space", kjit__adaln_mode_name(e->mode), e->hidden,
                       kjit_dtype_name(e->dtype), e->device, e->cfg.rpc, e->cfg.pf, e->cfg.grid_per_sm, e->cfg.bwd_pf,
