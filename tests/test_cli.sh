@@ -387,6 +387,14 @@ if ! "$KJIT" info --json | grep -q '"gpus":\[{'; then
   [ $rc = 1 ] || fail "tune without a GPU exited $rc, want 1"
   echo "$out" | grep -qi "GPU" || fail "tune without a GPU: $out"
   [ -e "$T/c1-new" ] && fail "tune without a GPU created its cache directory"
+  # A damaged tuning file is named before anything else (its entries are not
+  # used; a save keeps it as tune.json.damaged), and left as it is here.
+  mkdir -m 700 "$T/dmg"
+  printf '{"format":2,"entries":[' >"$T/dmg/tune.json"
+  out=$("$KJIT" tune --ops norm_modulate --cache-dir "$T/dmg" 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "warning: the tuning file $T/dmg/tune.json is damaged" &&
+    echo "$out" | grep -q "keeps it as tune.json.damaged" || fail "tune with a damaged file: $rc $out"
+  [ "$(cat "$T/dmg/tune.json")" = '{"format":2,"entries":[' ] || fail "tune without a GPU changed a damaged file"
 fi
 # An unknown op is called unknown; a known one without a launch config is named as such.
 for a in "nope|unknown op 'nope'" "timestep_sinusoid|the op 'timestep_sinusoid' has no launch config to tune"; do
@@ -439,6 +447,12 @@ printf '{"format":1,"kjit":"%s","entries":[{"device":"NVIDIA GeForce RTX 4090",%
 out=$("$KJIT" tune --show --cache-dir "$T/show" 2>&1) || fail "tune --show of two entries: $out"
 echo "$out" | grep -q "NVIDIA GeForce RTX 4090 D " || fail "tune --show cut a device name: $out"
 [ "$(echo "$out" | grep -c "NVIDIA GeForce RTX 4090")" = 2 ] || fail "tune --show: two devices expected: $out"
+echo "$out" | grep -q "not used" && fail "tune --show marked a config of the space: $out"
+# A config no device's space holds (rpc 3: a hand edit) is listed with a mark.
+printf '{"format":1,"kjit":"%s","entries":[{"device":"X",%s}]}\n' "$ver" \
+  "$(echo "$ent" | sed 's/"rpc":1/"rpc":3/')" >"$T/show/tune.json"
+out=$("$KJIT" tune --show --cache-dir "$T/show" 2>&1) || fail "tune --show of an entry outside the space: $out"
+echo "$out" | grep -q "^X .*(not used: outside the tuning space)" || fail "tune --show, rpc 3 not marked: $out"
 # kjit tune's name for the fused op works in prewarm too.
 out=$("$KJIT" prewarm --ops fused --hidden 256 --arch sm_90 --cache-dir "$T/fused" --json 2>&1) ||
   fail "prewarm --ops fused: $out"

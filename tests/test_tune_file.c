@@ -72,10 +72,10 @@ static void write_file(const char *dir, const char *name, const char *text)
     fclose(f);
 }
 
-static char *read_text(const char *dir)
+static char *read_named(const char *dir, const char *name)
 {
     char p[4096];
-    snprintf(p, sizeof p, "%s/%s", dir, KJIT_TUNE_FILE);
+    snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "r");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -86,6 +86,8 @@ static char *read_text(const char *dir)
     fclose(f);
     return s;
 }
+
+static char *read_text(const char *dir) { return read_named(dir, KJIT_TUNE_FILE); }
 
 /* Every name in dir other than tune.json and tune.lock. */
 static int stray_files(const char *dir)
@@ -404,6 +406,22 @@ static void expect_file(const char *dir, const char *what, const char *text, kji
         return;
     }
     CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
+    /* A damaged file with content is kept beside the new one, byte for byte
+     * (the last one only); no other state leaves that name. */
+    char *kept = read_named(dir, KJIT_TUNE_DAMAGED);
+    if (state == KJIT_TUNE_FILE_DAMAGED && text[0]) {
+        if (!kept || strcmp(kept, text)) {
+            fprintf(stderr, "%s: the damaged file was not kept as %s\n", what, KJIT_TUNE_DAMAGED);
+            kjit_test_failures++;
+        }
+        char p[4200];
+        snprintf(p, sizeof p, "%.4000s/%s", dir, KJIT_TUNE_DAMAGED);
+        unlink(p);
+    } else if (kept) {
+        fprintf(stderr, "%s: a %s was left\n", what, KJIT_TUNE_DAMAGED);
+        kjit_test_failures++;
+    }
+    free(kept);
     CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT(bad, 0);
     if ((int)l.n != n_ok + 1) {
@@ -455,6 +473,13 @@ static void test_damaged(const char *dir)
     /* Another version's entries (format 1 or 2) are not used, not judged. */
     expect_file(dir, "other kjit", "{\"format\":1,\"kjit\":\"0.0.9\",\"entries\":[" GOOD "]}", KJIT_TUNE_FILE_OK,
                 0, 0);
+    /* Not a format any kjit writes: damaged (rebuilt), not a newer kjit's. */
+    expect_file(dir, "format 0", "{\"format\":0,\"entries\":[]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "format -1", "{\"format\":-1,\"entries\":[]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "format 2.5", "{\"format\":2.5,\"entries\":[]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "format 1e400", "{\"format\":1e400,\"entries\":[]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "format 1e9", "{\"format\":1e9,\"entries\":[]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);
+    expect_file(dir, "format 7", "{\"format\":7,\"entries\":[]}", KJIT_TUNE_FILE_FOREIGN, 0, 0);
     expect_file(dir, "format as string", "{\"format\":\"1\",\"kjit\":\"" KJIT_VERSION_STRING "\",\"entries\":[]}",
                 KJIT_TUNE_FILE_DAMAGED, 0, 0);
     expect_file(dir, "no kjit", "{\"format\":1,\"entries\":[]}", KJIT_TUNE_FILE_DAMAGED, 0, 0);

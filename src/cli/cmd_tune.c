@@ -8,6 +8,7 @@
 
 #include "cache/cache.h"
 #include "cli/cli.h"
+#include "core/error.h"
 #include "core/tune_json.h"
 #include "kjit.h"
 #include "ops/op.h"
@@ -49,6 +50,21 @@ static const char *state_name(kjit_tune_file_state s)
 
 static double ratio(double a, double b) { return a > 0 && b > 0 ? b / a : 0; }
 
+/* Whether an entry's config is one a context uses on some device kjit
+ * knows (its shared memory decides the space): one that none would (a hand
+ * edit) is listed with a mark, not as a result in use. */
+static int used_somewhere(const kjit_tune_entry *e)
+{
+    static const int sms[] = {75, 80, 86, 89, 90, 100, 120};
+    for (size_t i = 0; i < sizeof sms / sizeof sms[0]; ++i) {
+        const size_t smem = kjit__arch_tune_smem(sms[i]);
+        if (kjit__adaln_config_check(e->mode, e->hidden, e->dtype, &e->cfg, smem, NULL, 0) == KJIT_OK &&
+            kjit__adaln_config_in_space(e->mode, e->hidden, e->dtype, &e->cfg, smem))
+            return 1;
+    }
+    return 0;
+}
+
 static int show(const char *cache_dir, int json)
 {
     /* Resolved only, as kjit cache does: --show never creates the directory. */
@@ -87,7 +103,8 @@ static int show(const char *cache_dir, int json)
         if (st == KJIT_TUNE_FILE_MISSING) {
             printf("no tuning file at %s (run kjit tune on a GPU)\n", dir[0] ? path : "(memory-only cache)");
         } else if (st == KJIT_TUNE_FILE_DAMAGED) {
-            printf("tuning file %s is damaged: ignored, rebuilt by the next kjit tune (KJIT_LOG=1 says why)\n", path);
+            printf("tuning file %s is damaged: ignored; the next kjit tune keeps it as %s and writes a new one "
+                   "(KJIT_LOG=1 says why)\n", path, KJIT_TUNE_DAMAGED);
         } else if (st == KJIT_TUNE_FILE_UNREADABLE) {
             printf("tuning file %s could not be read: ignored, and left as it is (kjit tune will not save into "
                    "it; KJIT_LOG=1 says why)\n", path);
@@ -115,9 +132,9 @@ static int show(const char *cache_dir, int json)
                 snprintf(b, sizeof b, "%d / %d", e->cfg.bwd_pf, e->cfg.accs);
                 snprintf(fu, sizeof fu, "%.1f (%.1f)", e->fwd_us, e->default_fwd_us);
                 snprintf(bu, sizeof bu, "%.1f (%.1f)", e->bwd_us, e->default_bwd_us);
-                printf("%-*s %-29s %6d %-5s  %-16s %-10s %-20s %-20s %6.2f\n", dw, e->device,
+                printf("%-*s %-29s %6d %-5s  %-16s %-10s %-20s %-20s %6.2f%s\n", dw, e->device,
                        kjit__adaln_mode_name(e->mode), e->hidden, kjit_dtype_name(e->dtype), f, b, fu, bu,
-                       e->tune_seconds);
+                       e->tune_seconds, used_somewhere(e) ? "" : "  (not used: outside the tuning space)");
             }
         }
     }
@@ -226,9 +243,30 @@ int kjit_cli_tune(int argc, char **argv)
     return rc;
 }
 
+/* Said before tuning (a save replaces a damaged file, keeping it as
+ * KJIT_TUNE_DAMAGED): its entries are not used, and nothing else says so
+ * unless KJIT_LOG=1. */
+static void warn_damaged(const char *cache_dir)
+{
+    char *dir = NULL;
+    if (kjit__cache_resolve_dir(cache_dir, &dir)) {
+        kjit__clear_error();
+        return;
+    }
+    kjit_tune_list l = {0};
+    int n_bad = 0;
+    if (dir[0] && kjit__tune_file_read(dir, &l, &n_bad) == KJIT_TUNE_FILE_DAMAGED)
+        fprintf(stderr, "kjit tune: warning: the tuning file %s/%s is damaged (KJIT_LOG=1 says how): its entries "
+                "are not used; the first save keeps it as %s and writes a new one\n", dir, KJIT_TUNE_FILE,
+                KJIT_TUNE_DAMAGED);
+    kjit__tune_list_free(&l);
+    free(dir);
+}
+
 static int tune(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
                 int n_dtype, long device, const char *cache_dir, int json)
 {
+    warn_damaged(cache_dir);
     /* The GPU first: without one nothing is created (not even the cache
      * directory). */
     kjit_device_info di;

@@ -259,6 +259,13 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
     } else if (!cJSON_IsNumber(fmt) || (fmt->valuedouble == 1 && !cJSON_IsString(ver))) {
         snprintf(why, why_len, "\"format\" (or a format 1 file's \"kjit\") is missing or of the wrong type");
         st = KJIT_TUNE_FILE_DAMAGED;
+    } else if (fmt->valuedouble != 1 && fmt->valuedouble != KJIT_TUNE_FORMAT &&
+               !(fmt->valuedouble > KJIT_TUNE_FORMAT && fmt->valuedouble <= 1e6 &&
+                 fmt->valuedouble == floor(fmt->valuedouble))) {
+        /* Not a format any kjit writes (0, negative, a fraction, huge):
+         * damaged, not a newer kjit's file to be left alone for good. */
+        snprintf(why, why_len, "format %g is not a format number", fmt->valuedouble);
+        st = KJIT_TUNE_FILE_DAMAGED;
     } else if (fmt->valuedouble != 1 && fmt->valuedouble != KJIT_TUNE_FORMAT) {
         snprintf(why, why_len, "format %g, this kjit (%s) reads formats 1 and %d", fmt->valuedouble,
                  KJIT_VERSION_STRING, KJIT_TUNE_FORMAT);
@@ -477,12 +484,12 @@ static int publish(const char *dir, const char *path, char *tmp, const char *tex
 int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n_add)
 {
     if (!dir || !dir[0]) return kjit__fail(KJIT_EINVAL, "tuning file: no cache directory (memory-only cache)");
-    char lock[4096], tmp[4096], path[4096];
+    char lock[4096], tmp[4096], path[4096], kept[4096];
     /* Every name this save makes must fit, before anything is created. The
      * temp file has the cache's prefix: `kjit cache clear` removes a killed
      * writer's leftover. */
     if (join(lock, sizeof lock, dir, KJIT_TUNE_LOCK) || join(path, sizeof path, dir, KJIT_TUNE_FILE) ||
-        join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_FILE ".XXXXXX"))
+        join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_FILE ".XXXXXX") || join(kept, sizeof kept, dir, KJIT_TUNE_DAMAGED))
         return kjit__fail(KJIT_EINVAL, "tuning file: the directory's path (%zu bytes) is too long", strlen(dir));
     int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (lfd < 0) return kjit__fail(KJIT_EIO, "tuning file: cannot open the lock %s: %s", lock, strerror(errno));
@@ -528,8 +535,19 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
         if (text && strlen(text) + 1 > MAX_FILE_BYTES) /* publish adds a newline */
             rc = kjit__fail(KJIT_EIO, "tuning file %s would grow to %zu bytes, more than the %u a reader takes: "
                             "this result not saved (move the file away)", path, strlen(text) + 1, MAX_FILE_BYTES);
-        else
+        else {
+            struct stat st;
+            /* A damaged file with content is kept beside the new one (a
+             * second name for it, so a save that fails leaves it in place). */
+            if (text && fst == KJIT_TUNE_FILE_DAMAGED && lstat(path, &st) == 0 && st.st_size > 0) {
+                if ((unlink(kept) == 0 || errno == ENOENT) && link(path, kept) == 0)
+                    kjit__log("tuning file %s is damaged: kept as %s, replaced by this save", path, kept);
+                else
+                    kjit__log("tuning file %s is damaged and could not be kept as %s (%s): replaced by this save",
+                              path, kept, strerror(errno));
+            }
             rc = text ? publish(dir, path, tmp, text) : kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+        }
         free(text);
     }
     kjit__tune_list_free(&l);

@@ -31,6 +31,9 @@
 
 #define KJIT_TUNE_FILE "tune.json"
 #define KJIT_TUNE_LOCK "tune.lock"
+/* A damaged tuning file, kept by the save that replaces it (the last one
+ * only): its entries are not lost to a hand edit's slip. */
+#define KJIT_TUNE_DAMAGED "tune.json.damaged"
 #define KJIT_TUNE_FORMAT 2
 #define KJIT_TUNE_VERSION_MAX 32 /* a "kjit" value's bytes, NUL included */
 #define KJIT_TUNE_NROWS 4
