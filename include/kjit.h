@@ -280,9 +280,10 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * when that does not fit; when neither fits the call returns KJIT_ENOMEM and
  * the context keeps its buffer). n = 0: a forward writes nothing; a backward
  * writes the table and weight gradients, zeros (sums over no rows), and no
- * row gradient. At n = 0 the operands of n rows and the index are neither
- * read nor checked (NULL passes); the tables, the weight and their
- * gradients are checked as at any n. Once an
+ * row gradient. At n = 0 the operands of n rows and the index's pointer
+ * are neither read nor checked (NULL passes; index.dtype and index.rows
+ * are checked); the tables, the weight and their gradients are checked as
+ * at any n. Once an
  * op's kernels are loaded, calls allocate, synchronize and read back nothing
  * (index checking SYNC aside), so they can be captured in CUDA graphs. */
 

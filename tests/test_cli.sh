@@ -393,8 +393,13 @@ if ! "$KJIT" info --json | grep -q '"gpus":\[{'; then
   printf '{"format":2,"entries":[' >"$T/dmg/tune.json"
   out=$("$KJIT" tune --ops norm_modulate --cache-dir "$T/dmg" 2>&1); rc=$?
   [ $rc = 1 ] && echo "$out" | grep -q "warning: the tuning file $T/dmg/tune.json is damaged" &&
-    echo "$out" | grep -q "keeps it as tune.json.damaged" || fail "tune with a damaged file: $rc $out"
+    echo "$out" | grep -q "the first save keeps it as tune.json.damaged" || fail "tune with a damaged file: $rc $out"
   [ "$(cat "$T/dmg/tune.json")" = '{"format":2,"entries":[' ] || fail "tune without a GPU changed a damaged file"
+  out=$("$KJIT" tune --show --cache-dir "$T/dmg" 2>&1)
+  echo "$out" | grep -q "damaged: ignored; the next save keeps it as tune.json.damaged" || fail "tune --show, damaged: $out"
+  : >"$T/dmg/tune.json"
+  out=$("$KJIT" tune --show --cache-dir "$T/dmg" 2>&1)
+  echo "$out" | grep -q "the next save replaces it (a link in its place, or empty" || fail "tune --show, empty: $out"
 fi
 # An unknown op is called unknown; a known one without a launch config is named as such.
 for a in "nope|unknown op 'nope'" "timestep_sinusoid|the op 'timestep_sinusoid' has no launch config to tune"; do
@@ -453,6 +458,8 @@ printf '{"format":1,"kjit":"%s","entries":[{"device":"X",%s}]}\n' "$ver" \
   "$(echo "$ent" | sed 's/"rpc":1/"rpc":3/')" >"$T/show/tune.json"
 out=$("$KJIT" tune --show --cache-dir "$T/show" 2>&1) || fail "tune --show of an entry outside the space: $out"
 echo "$out" | grep -q "^X .*(not used: outside the tuning space)" || fail "tune --show, rpc 3 not marked: $out"
+"$KJIT" tune --show --json --cache-dir "$T/show" | python3 -c 'import json,sys; e=json.load(sys.stdin)["entries"]; sys.exit(not (len(e) == 1 and e[0]["usable"] is False))' ||
+  fail "tune --show --json: rpc 3 not usable: false"
 # kjit tune's name for the fused op works in prewarm too.
 out=$("$KJIT" prewarm --ops fused --hidden 256 --arch sm_90 --cache-dir "$T/fused" --json 2>&1) ||
   fail "prewarm --ops fused: $out"

@@ -1047,6 +1047,51 @@ static void test_ctx(const char *dir)
     kjit_ctx_destroy(ctx);
 }
 
+/* The keep-aside of a damaged file: a link in tune.json's place is not
+ * kept (its target is someone else's file, left as it is) and replaced; a
+ * damaged file that cannot be kept (a directory holds the kept name) is not
+ * replaced: the save fails, naming both, and the file keeps its bytes. */
+static void test_keep_damaged(const char *dir)
+{
+    char p[4200], k[4200], target[4200];
+    snprintf(p, sizeof p, "%.4000s/%s", dir, KJIT_TUNE_FILE);
+    snprintf(k, sizeof k, "%.4000s/%s", dir, KJIT_TUNE_DAMAGED);
+    snprintf(target, sizeof target, "%.4000s/elsewhere.json", dir);
+    kjit_tune_entry e = entry(DEV, 2, 1024, KJIT_F32, 2, 1, 2, 1, 1);
+    unlink(p);
+    write_file(dir, "elsewhere.json", "{not json");
+    CHECK(symlink(target, p) == 0);
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
+    struct stat st;
+    CHECK(lstat(p, &st) == 0 && S_ISREG(st.st_mode));
+    CHECK(lstat(k, &st) != 0 && errno == ENOENT);
+    char *t = read_named(dir, "elsewhere.json");
+    CHECK(t && !strcmp(t, "{not json"));
+    free(t);
+    unlink(target);
+    /* The kept name taken by a directory: nothing replaced. */
+    write_file(dir, KJIT_TUNE_FILE, "{damaged");
+    CHECK(mkdir(k, 0700) == 0);
+    char inner[4300];
+    snprintf(inner, sizeof inner, "%s/x", k);
+    write_file(k, "x", "x");
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "could not be kept as") && strstr(kjit_last_error(), "not saved"));
+    t = read_text(dir);
+    CHECK(t && !strcmp(t, "{damaged"));
+    free(t);
+    unlink(inner);
+    CHECK(rmdir(k) == 0);
+    /* Freed, the next save keeps it and writes the new file. */
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
+    t = read_named(dir, KJIT_TUNE_DAMAGED);
+    CHECK(t && !strcmp(t, "{damaged"));
+    free(t);
+    unlink(k);
+    CHECK_EQ_INT(stray_files(dir), 0);
+    unlink(p);
+}
+
 /* On every device size kjit knows (the shared memory of sm_75, sm_80,
  * sm_86 and sm_90), for every tuned shape: the default fitted to the device
  * (what the tuner starts from, and saves when nothing beats it) is a config
@@ -1121,6 +1166,7 @@ int main(void)
     test_space_every_device();
     test_round_trip(sub[0]);
     test_damaged(sub[1]);
+    test_keep_damaged(sub[1]);
     test_concurrent(sub[2]);
     test_ctx(sub[3]);
     test_long_path(sub[0]);

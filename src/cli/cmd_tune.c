@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cache/cache.h"
@@ -50,20 +51,15 @@ static const char *state_name(kjit_tune_file_state s)
 
 static double ratio(double a, double b) { return a > 0 && b > 0 ? b / a : 0; }
 
-/* Whether an entry's config is one a context uses on some device kjit
- * knows (its shared memory decides the space): one that none would (a hand
- * edit) is listed with a mark, not as a result in use. */
-static int used_somewhere(const kjit_tune_entry *e)
+/* What a save does with a damaged file (tune_file.c's keep_damaged). */
+static const char *damaged_fate(const char *path)
 {
-    static const int sms[] = {75, 80, 86, 89, 90, 100, 120};
-    for (size_t i = 0; i < sizeof sms / sizeof sms[0]; ++i) {
-        const size_t smem = kjit__arch_tune_smem(sms[i]);
-        if (kjit__adaln_config_check(e->mode, e->hidden, e->dtype, &e->cfg, smem, NULL, 0) == KJIT_OK &&
-            kjit__adaln_config_in_space(e->mode, e->hidden, e->dtype, &e->cfg, smem))
-            return 1;
-    }
-    return 0;
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0
+               ? "keeps it as " KJIT_TUNE_DAMAGED " and writes a new one (or, where it cannot, saves nothing)"
+               : "replaces it (a link in its place, or empty: nothing to keep)";
 }
+
 
 static int show(const char *cache_dir, int json)
 {
@@ -95,6 +91,15 @@ static int show(const char *cache_dir, int json)
         char *text = kjit__tune_print(&l);
         cJSON *parsed = text ? cJSON_Parse(text) : NULL;
         cJSON *ents = parsed ? cJSON_DetachItemFromObject(parsed, "entries") : NULL;
+        /* This version's entries come first, in the list's order: each
+         * says whether some device's tuning space holds its config (false:
+         * a hand edit, listed but used nowhere). */
+        cJSON *it = ents ? ents->child : NULL;
+        for (size_t i = 0; it && i < l.n; ++i, it = it->next) {
+            const kjit_tune_entry *e = &l.v[i];
+            cJSON_AddBoolToObject(it, "usable",
+                                  kjit__adaln_config_usable_somewhere(e->mode, e->hidden, e->dtype, &e->cfg));
+        }
         cJSON_AddItemToObject(root, "entries", ents ? ents : cJSON_CreateArray());
         cJSON_Delete(parsed);
         free(text);
@@ -103,8 +108,8 @@ static int show(const char *cache_dir, int json)
         if (st == KJIT_TUNE_FILE_MISSING) {
             printf("no tuning file at %s (run kjit tune on a GPU)\n", dir[0] ? path : "(memory-only cache)");
         } else if (st == KJIT_TUNE_FILE_DAMAGED) {
-            printf("tuning file %s is damaged: ignored; the next kjit tune keeps it as %s and writes a new one "
-                   "(KJIT_LOG=1 says why)\n", path, KJIT_TUNE_DAMAGED);
+            printf("tuning file %s is damaged: ignored; the next save %s (KJIT_LOG=1 says why)\n", path,
+                   damaged_fate(path));
         } else if (st == KJIT_TUNE_FILE_UNREADABLE) {
             printf("tuning file %s could not be read: ignored, and left as it is (kjit tune will not save into "
                    "it; KJIT_LOG=1 says why)\n", path);
@@ -134,7 +139,10 @@ static int show(const char *cache_dir, int json)
                 snprintf(bu, sizeof bu, "%.1f (%.1f)", e->bwd_us, e->default_bwd_us);
                 printf("%-*s %-29s %6d %-5s  %-16s %-10s %-20s %-20s %6.2f%s\n", dw, e->device,
                        kjit__adaln_mode_name(e->mode), e->hidden, kjit_dtype_name(e->dtype), f, b, fu, bu,
-                       e->tune_seconds, used_somewhere(e) ? "" : "  (not used: outside the tuning space)");
+                       e->tune_seconds,
+                       kjit__adaln_config_usable_somewhere(e->mode, e->hidden, e->dtype, &e->cfg)
+                           ? ""
+                           : "  (not used: outside the tuning space)");
             }
         }
     }
@@ -255,10 +263,11 @@ static void warn_damaged(const char *cache_dir)
     }
     kjit_tune_list l = {0};
     int n_bad = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%.4000s/%s", dir, KJIT_TUNE_FILE);
     if (dir[0] && kjit__tune_file_read(dir, &l, &n_bad) == KJIT_TUNE_FILE_DAMAGED)
-        fprintf(stderr, "kjit tune: warning: the tuning file %s/%s is damaged (KJIT_LOG=1 says how): its entries "
-                "are not used; the first save keeps it as %s and writes a new one\n", dir, KJIT_TUNE_FILE,
-                KJIT_TUNE_DAMAGED);
+        fprintf(stderr, "kjit tune: warning: the tuning file %s is damaged (KJIT_LOG=1 says how): its entries are "
+                "not used; the first save %s\n", path, damaged_fate(path));
     kjit__tune_list_free(&l);
     free(dir);
 }

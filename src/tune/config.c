@@ -92,15 +92,19 @@ void kjit__adaln_config_default(int mode, int h, kjit_dtype act, kjit_adaln_conf
     kjit__adaln_config_fit(mode, h, act, c, KJIT_DEFAULT_SMEM);
 }
 
+/* Opt-in shared memory per block, KiB, of the archs below: every size a
+ * device kjit knows can have. */
+static const size_t known_kib[] = {227, 163, 99, 64};
+
 size_t kjit__arch_tune_smem(int sm)
 {
     /* Opt-in shared memory per block (CUDA C++ Programming Guide, compute
      * capabilities table). An arch not listed (sm_88 among NVRTC 13.0's)
      * gets KJIT_DEFAULT_SMEM, the size the built-in configs assume. */
-    const size_t kib = sm == 90 || sm == 100 || sm == 103 || sm == 110 ? 227
-                       : sm == 80 || sm == 87             ? 163
-                       : sm == 86 || sm == 89 || sm == 120 || sm == 121 ? 99
-                       : sm == 75                         ? 64
+    const size_t kib = sm == 90 || sm == 100 || sm == 103 || sm == 110 ? known_kib[0]
+                       : sm == 80 || sm == 87             ? known_kib[1]
+                       : sm == 86 || sm == 89 || sm == 120 || sm == 121 ? known_kib[2]
+                       : sm == 75                         ? known_kib[3]
                                                           : 0;
     return kib ? kib * 1024 - KJIT_TUNE_STATIC_SMEM : KJIT_DEFAULT_SMEM;
 }
@@ -229,6 +233,24 @@ int kjit__adaln_config_in_space(int mode, int h, kjit_dtype act, const kjit_adal
     const int nb = kjit__adaln_space_bwd(mode, h, act, smem_max, v);
     for (int i = 0; i < nb; ++i) bwd |= c->bwd_pf == v[i].bwd_pf && c->accs == v[i].accs;
     return fwd && bwd;
+}
+
+int kjit__adaln_config_usable(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max,
+                              char *why, size_t why_len)
+{
+    if (kjit__adaln_config_check(mode, h, act, c, smem_max, why, why_len)) return 0;
+    if (kjit__adaln_config_in_space(mode, h, act, c, smem_max)) return 1;
+    if (why && why_len)
+        snprintf(why, why_len, "rpc %d pf %d grid_per_sm %d bwd_pf %d accs %d is not a config of the tuning space",
+                 c->rpc, c->pf, c->grid_per_sm, c->bwd_pf, c->accs);
+    return 0;
+}
+
+int kjit__adaln_config_usable_somewhere(int mode, int h, kjit_dtype act, const kjit_adaln_config *c)
+{
+    for (size_t i = 0; i < sizeof known_kib / sizeof known_kib[0]; ++i)
+        if (kjit__adaln_config_usable(mode, h, act, c, known_kib[i] * 1024 - KJIT_TUNE_STATIC_SMEM, NULL, 0)) return 1;
+    return kjit__adaln_config_usable(mode, h, act, c, KJIT_DEFAULT_SMEM, NULL, 0);
 }
 
 int kjit__adaln_config_equal(const kjit_adaln_config *a, const kjit_adaln_config *b)

@@ -77,6 +77,13 @@ int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit
  * what the tuner can pick on a device with smem_max bytes, and so what
  * test_tune compares bit for bit with the default. */
 int kjit__adaln_config_in_space(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max);
+/* 1 when a stored config is used on a device with smem_max bytes: valid
+ * there (kjit__adaln_config_check) and in the space; else 0 with the
+ * reason in why. _somewhere: on some device kjit knows (every size
+ * kjit__arch_tune_smem gives); a config none uses is a hand edit. */
+int kjit__adaln_config_usable(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max,
+                              char *why, size_t why_len);
+int kjit__adaln_config_usable_somewhere(int mode, int h, kjit_dtype act, const kjit_adaln_config *c);
 int kjit__adaln_config_equal(const kjit_adaln_config *a, const kjit_adaln_config *b);
 
 /* The forward and backward kernel name expressions of a config (fast path,

@@ -168,16 +168,9 @@ int kjit__tune_table_load(kjit_tune_table *t, const char *dir)
         const kjit_tune_entry *e = &l.v[i];
         if (strcmp(e->device, t->device)) continue;
         char why[256];
-        if (kjit__adaln_config_check(e->mode, e->hidden, e->dtype, &e->cfg, t->smem_max, why, sizeof why)) {
+        if (!kjit__adaln_config_usable(e->mode, e->hidden, e->dtype, &e->cfg, t->smem_max, why, sizeof why)) {
             kjit__log("tuning file: %s hidden %d %s on %s ignored: %s", kjit__adaln_mode_name(e->mode), e->hidden,
                       kjit_dtype_name(e->dtype), e->device, why);
-            continue;
-        }
-        if (!kjit__adaln_config_in_space(e->mode, e->hidden, e->dtype, &e->cfg, t->smem_max)) {
-            kjit__log("tuning file: %s hidden %d %s on %s ignored: rpc %d pf %d grid_per_sm %d bwd_pf %d accs %d is "
-                      "not a config of the tuning space", kjit__adaln_mode_name(e->mode), e->hidden,
-                      kjit_dtype_name(e->dtype), e->device, e->cfg.rpc, e->cfg.pf, e->cfg.grid_per_sm, e->cfg.bwd_pf,
-                      e->cfg.accs);
             continue;
         }
         pthread_rwlock_wrlock(&t->lock);

@@ -452,6 +452,64 @@ static int write_full(int fd, const char *p, size_t n)
     return 0;
 }
 
+/* Copies the file at path into the new file fd, whole. */
+static int copy_into(const char *path, int fd)
+{
+    int in = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (in < 0) return -1;
+    char buf[65536];
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(in, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            rc = r < 0 ? -1 : 0;
+            break;
+        }
+        if ((rc = write_full(fd, buf, (size_t)r)) != 0) break;
+    }
+    const int err = errno;
+    close(in);
+    errno = err;
+    return rc;
+}
+
+/* Keeps a damaged tuning file (a regular file with content; a link in its
+ * place points at something else, an empty one holds nothing) as kept: a
+ * second name made under a temp name (a hard link, or a copy where the
+ * file system has none) and renamed over kept, so the kept file before it
+ * stays until this one is whole. 0: kept, or nothing to keep; -1: not
+ * (errno). */
+static int keep_damaged(const char *dir, const char *path, const char *kept)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    char tmp[4096];
+    if (join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_DAMAGED ".XXXXXX")) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc;
+    if (unlink(tmp) == 0 && link(path, tmp) == 0) {
+        close(fd);
+        fd = -1;
+        rc = 0;
+    } else {
+        /* No hard links here: the name is free again; a copy in it. */
+        close(fd);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        rc = fd < 0 || copy_into(path, fd) || fsync(fd) ? -1 : 0;
+    }
+    if (fd >= 0 && close(fd) && !rc) rc = -1;
+    if (!rc && rename(tmp, kept) == 0) return 0;
+    const int err = errno;
+    unlink(tmp);
+    errno = err;
+    return -1;
+}
+
 /* Publishes text as path through a temp file from the template tmp
  * (rewritten in place by mkostemp). */
 static int publish(const char *dir, const char *path, char *tmp, const char *text)
@@ -535,19 +593,15 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
         if (text && strlen(text) + 1 > MAX_FILE_BYTES) /* publish adds a newline */
             rc = kjit__fail(KJIT_EIO, "tuning file %s would grow to %zu bytes, more than the %u a reader takes: "
                             "this result not saved (move the file away)", path, strlen(text) + 1, MAX_FILE_BYTES);
-        else {
-            struct stat st;
-            /* A damaged file with content is kept beside the new one (a
-             * second name for it, so a save that fails leaves it in place). */
-            if (text && fst == KJIT_TUNE_FILE_DAMAGED && lstat(path, &st) == 0 && st.st_size > 0) {
-                if ((unlink(kept) == 0 || errno == ENOENT) && link(path, kept) == 0)
-                    kjit__log("tuning file %s is damaged: kept as %s, replaced by this save", path, kept);
-                else
-                    kjit__log("tuning file %s is damaged and could not be kept as %s (%s): replaced by this save",
-                              path, kept, strerror(errno));
-            }
-            rc = text ? publish(dir, path, tmp, text) : kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
-        }
+        else if (!text)
+            rc = kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
+        else if (fst == KJIT_TUNE_FILE_DAMAGED && keep_damaged(dir, path, kept))
+            /* Replacing it unkept would lose every entry a hand edit's slip
+             * made unreadable. */
+            rc = kjit__fail(KJIT_EIO, "tuning file %s is damaged and could not be kept as %s (%s): left as it "
+                            "is, this result not saved (move the file away)", path, kept, strerror(errno));
+        else
+            rc = publish(dir, path, tmp, text);
         free(text);
     }
     kjit__tune_list_free(&l);
