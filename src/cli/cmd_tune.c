@@ -60,7 +60,6 @@ static const char *damaged_fate(const char *path)
                : "replaces it (a link in its place, or empty: nothing to keep)";
 }
 
-
 static int show(const char *cache_dir, int json)
 {
     /* Resolved only, as kjit cache does: --show never creates the directory. */
