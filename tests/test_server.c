@@ -322,6 +322,10 @@ static void test_bad_input(const char *sock)
         {"{\"id\":1,\"type\":\"compile\",\"../x\":1,\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\"}", "bad_request", "field name"},
         {"{\"id\":1,\"type\":\"hello\",\"client\":\"a/../b\"}", "bad_request", "'client'"},
         {"{\"id\":1,\"type\":\"hello\",\"versions\":[7]}", "version", "version"},
+        /* Protocol versions are integers: 1.5 is no version, not one unsupported. */
+        {"{\"id\":1,\"type\":\"hello\",\"versions\":[1.5]}", "bad_request", "expected integers"},
+        {"{\"id\":1,\"type\":\"hello\",\"versions\":[1,1.5]}", "bad_request", "expected integers"},
+        {"{\"id\":1,\"type\":\"hello\",\"versions\":[1e400]}", "bad_request", "expected integers"},
         {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\\u0001\"}", "bad_request", "control"},
         {"{\"id\":1,\"type\":\"compile\",\"op\":\"timestep_sinusoid\",\"hidden\":256,\"dtype\":\"bf16\\u0085\"}", "bad_request", "control"},
         /* An escaped NUL would end the decoded string before what the checks
@@ -920,6 +924,62 @@ static void staggered_writer(const char *sock)
     close(fd);
 }
 
+/* A half-close with a frame begun and not finished, behind a request slower
+ * than the frame timeout (1 s here): that request is still answered, then
+ * the rest is said (bad_frame), then the connection closes. Before, the
+ * frame timeout fired after the half-close and dropped the owed reply. The
+ * prewarm is made longer until it outlasts the timeout (else the check
+ * could not fail). */
+static void half_close_behind_slow(const char *sock)
+{
+    double took = 0;
+    for (int round = 0, n = 4; round < 4 && took < 1.6; ++round, n *= 2) {
+        int fd = kjit_test_connect(sock);
+        kjit_test_frame(fd, HELLO, NULL, 0);
+        cJSON_Delete(kjit_test_reply(fd, 10000));
+        char q[2048];
+        int len = snprintf(q, sizeof q, "{\"id\":1,\"type\":\"prewarm\",\"ops\":\"norm_modulate\",\"dtype\":\"fp32\","
+                                      "\"arch\":\"sm_80\",\"hidden\":[");
+        for (int k = 0; k < n; ++k) /* sizes no other test compiles */
+            len += snprintf(q + len, sizeof q - (size_t)len, "%s%d", k ? "," : "", 7000 + 8 * (32 * round + k));
+        snprintf(q + len, sizeof q - (size_t)len, "]}");
+        const double t0 = kjit_test_now();
+        kjit_test_frame(fd, q, NULL, 0);
+        uint8_t h[KJIT_FRAME_HEADER];
+        kjit__frame_encode(h, 100, 0);
+        if (write(fd, h, 10) != 10) CHECK(0);
+        CHECK(shutdown(fd, SHUT_WR) == 0);
+        int final_ok = 0;
+        cJSON *r;
+        while ((r = kjit_test_reply(fd, 60000)) && kjit_test_num(r, "id") == 1 &&
+               cJSON_GetObjectItemCaseSensitive(r, "event")) /* progress */
+            cJSON_Delete(r);
+        took = kjit_test_now() - t0;
+        final_ok = r && kjit_test_num(r, "id") == 1 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ok"));
+        if (!final_ok) {
+            fprintf(stderr, "half-close behind a %d-combination prewarm: after %.1f s, %s (%s) instead of its reply\n",
+                    n, took, r ? kjit_test_err_code(r) : "nothing", r ? kjit_test_err_msg(r) : "");
+            kjit_test_failures++;
+        }
+        cJSON_Delete(r);
+        r = final_ok ? kjit_test_reply(fd, 5000) : NULL;
+        if (final_ok && (!r || strcmp(kjit_test_err_code(r), "bad_frame"))) {
+            fprintf(stderr, "half-close behind a prewarm: %s after its reply, bad_frame expected\n",
+                    r ? kjit_test_err_code(r) : "nothing");
+            kjit_test_failures++;
+        }
+        cJSON_Delete(r);
+        CHECK(kjit_test_closed_within(fd, 5000));
+        close(fd);
+        if (!final_ok) return;
+    }
+    if (took < 1.6) {
+        fprintf(stderr, "half-close behind a prewarm: the longest prewarm took %.1f s, not past the 1 s frame timeout\n",
+                took);
+        kjit_test_failures++;
+    }
+}
+
 static void test_limits(const char *cache)
 {
     char sock[4200];
@@ -962,6 +1022,7 @@ static void test_limits(const char *cache)
     for (int i = 0; i < 4; ++i) close(fds[i]);
     slow_reader(sock);
     staggered_writer(sock);
+    half_close_behind_slow(sock);
     /* A client that sends and never reads: the server stops reading it and
      * keeps serving others. */
     int hog = kjit_test_connect(sock);

@@ -533,8 +533,11 @@ void kjit__conn_sweep(kjit_server *s)
         uint64_t quiet = now - c->last_activity;
         if (c->close_after_write) {
             if (quiet > CLOSE_WAIT_MS) kjit__conn_close(c);
-        } else if (c->partial_since && now - c->partial_since > frame) {
-            /* A frame trickling in byte by byte holds a buffer: not forever. */
+        } else if (c->partial_since && !c->eof && now - c->partial_since > frame) {
+            /* A frame trickling in byte by byte holds a buffer: not forever.
+             * After the client's half-close no byte can come: eof_check
+             * answers the rest (bad_frame) once every reply owed is sent,
+             * a slow compile's or prewarm's included. */
             s->n.idle_closed++;
             kjit__conn_fatal(c, "timeout", "a frame took more than %.1f s to arrive", (double)frame / 1000.0);
         } else if (idle && quiet > idle && !c->n_parked) {

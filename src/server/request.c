@@ -539,7 +539,8 @@ static int parse_hello(const cJSON *o, kjit_req *r, kjit_req_error *err)
         return fail(err, "bad_request", "field 'versions': expected a list of 1..16 protocol versions");
     r->version = 0;
     for (const cJSON *it = v->child; it; it = it->next) {
-        if (!cJSON_IsNumber(it)) return fail(err, "bad_request", "field 'versions': expected integers");
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble != floor(it->valuedouble))
+            return fail(err, "bad_request", "field 'versions': expected integers");
         if (it->valuedouble == KJIT_PROTO_VERSION) r->version = KJIT_PROTO_VERSION;
     }
     if (!r->version)

@@ -309,6 +309,46 @@ class ClientEdges(unittest.TestCase):
                 c.request({"type": "compile", "hidden": Indexable()})
         self.assertEqual(got[0]["hidden"], 256)
 
+    def test_full_backlog_waits_for_the_timeout(self):
+        # A server whose backlog is full (it accepts nothing): the client
+        # waits up to its timeout, as the C client does, and then says so;
+        # it failed at once with BlockingIOError ("start one with kjit
+        # serve"). With room made before the timeout, it connects.
+        import socket
+        import threading
+        import time
+        from kjit.client import Client, ProtocolError
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "s.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(ls.close)
+        ls.bind(path)
+        ls.listen(0)
+        fill = []
+        self.addCleanup(lambda: [f.close() for f in fill])
+        for _ in range(64):
+            f = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            f.setblocking(False)
+            try:
+                f.connect(path)
+            except BlockingIOError:
+                f.close()
+                break
+            fill.append(f)
+        else:
+            self.skipTest("the backlog never filled")
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(socket.timeout, "accepted no connection within 0.4 s"):
+            Client(path, timeout=0.4)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.35)
+        # Room made after 0.2 s: the connect goes through (the hello then
+        # waits for a server that never answers: the timeout of the reply).
+        threading.Timer(0.2, lambda: ls.accept()[0].close()).start()
+        with self.assertRaises((ProtocolError, socket.timeout, OSError)) as cm:
+            Client(path, timeout=1)
+        self.assertNotIn("accepted no connection", str(cm.exception))
+
     def test_timeout_is_checked_before_a_socket_is_made(self):
         from kjit import client
         before = len(os.listdir("/proc/self/fd"))

@@ -223,8 +223,29 @@ class Client:
     path: the socket (None: $KJIT_SERVER, else the default socket).
     timeout: seconds the whole of each reply may take (a progress event of
     the request starts it anew; None or 0: forever, as `kjit call --timeout
-    0`).
+    0`); also how long the connect waits while the server's backlog is
+    full (socket.timeout after it).
     """
+
+    def _connect(self):
+        """connect(), waiting while the server's backlog is full (as the C
+        client does, up to the timeout): with a timeout the socket is
+        non-blocking, and a Unix socket's connect to a full backlog fails at
+        once with EAGAIN, which Python does not wait on. socket.timeout
+        when the timeout passes first."""
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        pause = 0.001
+        while True:
+            try:
+                self._sock.connect(self.path)
+                return
+            except BlockingIOError:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    raise socket.timeout(f"the kjit server at {self.path} accepted no connection within "
+                                         f"{self._timeout:g} s (its backlog stayed full)") from None
+                time.sleep(pause if deadline is None else min(pause, max(deadline - now, 0.0)))
+                pause = min(pause * 2, 0.05)
 
     def __init__(self, path=None, timeout=600.0):
         if timeout is not None:
@@ -255,7 +276,9 @@ class Client:
         self.last_order = None  # run()'s ordering the last time: "event" or "host"
         try:
             try:
-                self._sock.connect(self.path)
+                self._connect()
+            except socket.timeout:
+                raise
             except OSError as exc:
                 # The same exception type, with the socket and the way out named.
                 msg = (f"cannot connect to a kjit server at {self.path}: {exc.strerror or exc} "
