@@ -94,7 +94,7 @@ int kjit__request_parse(const char *json, size_t len, cJSON **out, const char **
     if (kjit__json_depth(json, len, KJIT_MAX_JSON_DEPTH) > KJIT_MAX_JSON_DEPTH)
         return kjit__fail(KJIT_EINVAL, "the request nests deeper than %d levels", KJIT_MAX_JSON_DEPTH);
     const char *end = NULL;
-    cJSON *o = kjit__json_parse(json, strlen(json), &end); /* a shortage of memory is not the caller's error */
+    cJSON *o = kjit__json_parse(json, len, &end); /* a shortage of memory is not the caller's error */
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
@@ -768,9 +768,10 @@ int kjit_client_run(kjit_client *c, const char *json, const void *handles, int n
                           KJIT_MAX_REQUEST_PAYLOAD / 64);
     /* The run text this client sent last (kept by kjit_client_request) is
      * a run already: no parse here either. */
-    const int again = c->last_run && sent_last(c, json, strlen(json));
+    const size_t json_len = strlen(json);
+    const int again = c->last_run && sent_last(c, json, json_len);
     const char *end = NULL;
-    cJSON *q = again ? NULL : kjit__json_parse(json, strlen(json), &end);
+    cJSON *q = again ? NULL : kjit__json_parse(json, json_len, &end);
     if (!again && !cJSON_IsObject(q)) {
         cJSON_Delete(q);
         return kjit__fail(KJIT_EINVAL, "kjit_client_run: the request is not a JSON object: %.80s", json);
