@@ -16,7 +16,8 @@ equals itself; torch.equal would take neither):
                        of every size 1..9 and 2^k-1, 2^k, 2^k+1, plus the
                        whole batch reversed;
   params_repeatable    parameter and table gradients of the same batch,
-                       run after run (5 runs).
+                       run after run (5 runs of each full batch, and 3 of
+                       the 131072-row batch).
 Every candidate goes through them with the reports' three input seeds;
 --peer-seeds 1 gives the peers one (a third of the rows; kjit keeps three;
 the counts are in each report), which keeps the whole run near 6 minutes on
@@ -38,9 +39,12 @@ Writes bench/reports/<op>.json and prints a side-by-side table with the
 prior-art reports' B200 figures where they have the op. Each accuracy row
 also holds spec_rel_err: docs/SPEC.md's measure, ||out - ref|| / ||ref||,
 for the forward's outputs and each gradient. Exits 1 when kjit fails a
-contract on any op (batch_invariant or params_repeatable false, or a
-spec_rel_err over SPEC.md's bound or NaN), naming it; the peers' results
-are reported, not judged.
+contract on any op (batch_invariant or params_repeatable not true, or a
+spec_rel_err over SPEC.md's bound or NaN, or a check that did not run: a
+missing size, output or gradient), naming it; the peers' results are
+reported, not judged. The installed kjit package is used where there is one
+(pip install ./bindings/python); otherwise the tree's, with its build's
+library.
 """
 
 import argparse
@@ -52,21 +56,27 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bindings" / "python"))
-if "KJIT_LIBRARY" not in os.environ:
-    for build in ("build-gpu", "build"):
-        if (ROOT / build / "libkjit.so").exists():
-            os.environ["KJIT_LIBRARY"] = str(ROOT / build / "libkjit.so")
-            break
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import kjit  # noqa: E402
+try:
+    # The installed package (pip install ./bindings/python), with the library
+    # it finds itself; the tree's package and build only where none is installed.
+    import kjit  # noqa: E402
+except ImportError:
+    sys.path.insert(0, str(ROOT / "bindings" / "python"))
+    if "KJIT_LIBRARY" not in os.environ:
+        for build in ("build-gpu", "build"):
+            if (ROOT / build / "libkjit.so").exists():
+                os.environ["KJIT_LIBRARY"] = str(ROOT / build / "libkjit.so")
+                break
+    import kjit  # noqa: E402
 from kjit import reference as ref  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -205,12 +215,12 @@ def candidates(op, spec, use_compile, peer_seeds=len(SEEDS)):
     peers = SEEDS[:peer_seeds]
     diffusers = spec["ops"](ref)
     sources = {
-        "timestep_sinusoid": "diffusers get_timestep_embedding (op-for-op replay)",
-        "adaln_row_gather": "diffusers six index_select calls (one per chunk(6) view)",
-        "norm_modulate": "diffusers composition (F.rms_norm + index_select modulation)",
-        "gated_residual": "diffusers residual + gate.index_select(...) * y",
+        "timestep_sinusoid": "diffusers get_timestep_embedding, replayed op for op (kjit/reference.py)",
+        "adaln_row_gather": "diffusers six index_select calls (one per chunk(6) view), replayed (kjit/reference.py)",
+        "norm_modulate": "diffusers composition (F.rms_norm + index_select modulation), replayed (kjit/reference.py)",
+        "gated_residual": "diffusers residual + gate.index_select(...) * y, replayed (kjit/reference.py)",
         "gated_residual_norm_modulate": "diffusers gated residual, then F.rms_norm + "
-                                        "index_select modulation",
+                                        "index_select modulation, replayed (kjit/reference.py)",
     }
     out = [dict(spec, name="kjit", source=f"kjit {kjit.__version__} ({kjit.core.library_path()})",
                 fn=spec["ops"](kjit), seeds=SEEDS),
@@ -282,6 +292,8 @@ class Case:
 
 
 def _same_rows(outs, grads, full_outs, full_grads, case, idx):
+    if len(outs) != len(full_outs):
+        return False, False
     fwd = all(_same(o, f.index_select(0, idx)) for o, f in zip(outs, full_outs))
     grd = all(_same(grads[k], full_grads[k].index_select(0, idx)) for k in case.row_grads())
     return fwd, grd
@@ -320,6 +332,14 @@ def batch_invariance(cand, quick):
     for seed in seeds[:2]:
         case = Case(cand, seed, big)
         fo, fg = case.run()
+        if params and seed == seeds[0]:
+            # The parameter gradients at the largest batch too, where the
+            # fixed partition splits them over the most chunks: 3 runs.
+            for _ in range(2):
+                _, again = case.run()
+                repeat &= all(_same(again[k], fg[k]) for k in params)
+            res["params_repeatable"] = bool(repeat)
+            ok &= repeat
         for sb in subs:
             # Small sub-batches at every 1/512 of the batch; large ones tile it.
             step = sb if sb >= 1024 else max(sb, big // 512)
@@ -536,9 +556,11 @@ def environment():
                  "index_check": ctx.index_check, "eager": kjit.ops._EAGER},
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "timing": "median of 100 CUDA-event samples (30 with --quick) of device time after 3 warm-ups, L2 "
-                  "flushed and the GPU held by a ~5 ms sleep kernel before each sample (the host has queued the "
-                  "whole call: no host gap timed), inputs rotated over buffer sets > 150 MB; *_host_us: the "
-                  "median host time of enqueueing the call",
+                  "flushed " + ("and the GPU held by a ~5 ms sleep kernel before each sample (the host has queued "
+                                "the whole call: no host gap timed)" if hasattr(torch.cuda, "_sleep") else
+                                "before each sample, the GPU not held (torch.cuda._sleep missing: host gaps may "
+                                "be timed)") +
+                  ", inputs rotated over buffer sets > 150 MB; *_host_us: the median host time of enqueueing the call",
         "rel_err": "max|out - ref| / max|ref|, ref in float64 on the same inputs",
         "mode_environment": {"plain": {}},
     }
@@ -597,20 +619,37 @@ def print_table(op, report, seeds_report):
           "time (host queued ahead); floor%: the copy floor's share of fwd_bwd (fwd where there is no backward)")
 
 
-def kjit_verdict(op, report):
-    """The contracts kjit's own entry of a report fails (empty: none)."""
+def kjit_verdict(op, report, sizes=None, grads=None):
+    """The contracts kjit's own entry of a report fails (empty: none).
+    sizes: the row counts whose accuracy rows must be there; grads: the
+    gradients each must hold (None: whatever the report has). A check that
+    did not run fails, as does one that failed."""
     e = report["results"]["plain"].get("kjit")
     if e is None:
         return [f"{op}: no kjit entry"]
     bad = []
     bi = e["batch_invariance"]
-    if not bi.get("batch_invariant"):
+    if bi.get("batch_invariant") is not True:
         bad.append(f"{op}: batch_invariant is {bi.get('batch_invariant')}")
-    if e["has_backward"] and bi.get("params_repeatable") is False:
-        bad.append(f"{op}: params_repeatable is false")
+    if e["has_backward"] and bi.get("params_repeatable") is not True:
+        bad.append(f"{op}: params_repeatable is {bi.get('params_repeatable')}")
     sin_fp32 = op == "timestep_sinusoid"
-    for n, row in e["accuracy_latency"].items():
+    al = e.get("accuracy_latency") or {}
+    for n in sizes if sizes is not None else ():
+        if str(n) not in al:
+            bad.append(f"{op}: no accuracy row at {n} rows")
+    if not al:
+        bad.append(f"{op}: no accuracy rows")
+    for n, row in al.items():
         spec = row.get("spec_rel_err", {})
+        if not spec.get("fwd"):
+            bad.append(f"{op} at {n} rows: no forward error measured")
+        if e["has_backward"]:
+            have = set(spec.get("grads", {}))
+            want = set(grads) if grads is not None else have
+            if not have or want - have:
+                bad.append(f"{op} at {n} rows: gradient errors missing for "
+                           f"{sorted(want - have) if have else 'every gradient'}")
         checks = [(f"fwd {k}", v, spec.get("tol", {}).get(k)) for k, v in spec.get("fwd", {}).items()]
         checks += [(f"grad {k}", v, spec.get("grads_tol", {}).get(k)) for k, v in spec.get("grads", {}).items()]
         for what, v, tol in checks:
@@ -626,19 +665,27 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     specs = _op_specs()
     ap.add_argument("--ops", default=",".join(specs), help="comma-separated ops (default: all)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "reports")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="directory for the <op>.json reports (default bench/reports; with --quick a "
+                         "temporary directory, so a smoke test never replaces the reports)")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test, not a report")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
     ap.add_argument("--peer-seeds", type=int, default=len(SEEDS), choices=range(1, len(SEEDS) + 1),
                     metavar="N", help=f"input seeds for the peers, 1..{len(SEEDS)} (default {len(SEEDS)}, "
                     "as the prior-art reports; kjit always runs all)")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("conformance.py needs a CUDA device")
     ops = args.ops.split(",")
     unknown = set(ops) - set(specs)
     if unknown:
         raise SystemExit(f"unknown op(s) {sorted(unknown)}; choose from {sorted(specs)}")
+    if not torch.cuda.is_available():
+        raise SystemExit("conformance.py needs a CUDA device")
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="kjit-conformance-")) if args.quick else ROOT / "bench" / "reports"
+    try:
+        kjit.core.library_path()
+    except kjit.LibraryError as err:
+        raise SystemExit(f"conformance.py: {err}")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch._dynamo.config.cache_size_limit = 64
@@ -652,7 +699,8 @@ def main():
     for op in ops:
         spec = specs[op]
         results = {}
-        for cand in candidates(op, spec, not args.no_compile, args.peer_seeds):
+        candidates_of_op = candidates(op, spec, not args.no_compile, args.peer_seeds)
+        for cand in candidates_of_op:
             t0 = time.time()
             entry = {"source": cand["source"], "has_backward": bool(cand["grads"])}
             entry["batch_invariance"] = batch_invariance(cand, args.quick)
@@ -675,7 +723,9 @@ def main():
                   "copy_floor": _floor(spec, args.quick)}
         (args.out / f"{op}.json").write_text(json.dumps(report, indent=2) + "\n")
         print_table(op, report, seeds_report)
-        failed += kjit_verdict(op, report)
+        kj = next(c for c in candidates_of_op if c["name"] == "kjit")
+        failed += kjit_verdict(op, report, [k for k in report["copy_floor"] if k != "bandwidth_TBps"],
+                               list(kj["views"]) if kj["grads"] else None)
     print(f"\nreports in {args.out} ({time.time() - t_all:.0f} s)")
     for line in failed:
         print(f"FAIL: kjit: {line}")

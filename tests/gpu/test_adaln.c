@@ -26,13 +26,20 @@ typedef struct cfg {
     int with_w;
     int misalign; /* activation bases offset by one element: scalar path */
     int optional; /* the optional argument left out: fused dh NULL (zeros), gated_residual dx NULL */
+    int pattern;  /* the index: 0 uniform, 1 runs (rows grouped by table row), 2 90% on one row, 3 descending */
 } cfg;
+
+/* The activations; with pad > 0 each has its own row stride. */
+enum { L_X, L_RES, L_Y, L_DOUT, L_DH, L_OUT, L_H, L_DX, L_DY, L_N };
 
 /* Inputs on the host (quantized to their dtype, as doubles, dense) and on the device. */
 typedef struct problem {
     cfg c;
-    int64_t ld, ts; /* activation and table row strides (elements) */
-    size_t toff[3]; /* element offset of shift, scale, gate in the table buffer */
+    int64_t lds[L_N]; /* each activation's row stride (elements): h + pad + 8 * a permutation of 0..8 */
+    int64_t ld;       /* the largest of them: every output buffer holds rows at any of the strides */
+    int64_t ts, dts;  /* table and table-gradient row strides (with pad > 0 they differ) */
+    size_t toff[3];   /* element offset of shift, scale, gate in the table buffer */
+    size_t dtoff[3];  /* and of dshift, dscale, dgate in the table-gradient buffer */
     double *x, *res, *y, *tab[3], *w, *dout, *dh;
     int64_t *idx;
     CUdeviceptr X, RES, Y, T, W, DOUT, DH, IDX;
@@ -95,17 +102,29 @@ static void problem_init(problem *p, const cfg *c)
     p->c = *c;
     const int h = c->h;
     const int64_t n = c->n, r = c->r;
-    p->ld = h + c->pad;
+    /* A stride per activation, in no order (out's past x's, dx's short of
+     * dout's, ...): a kernel that addressed one operand with another's
+     * stride would read or write the wrong rows. Multiples of 8 elements
+     * apart, so the alignment the pad gives is kept. */
+    static const int perm[L_N] = {3, 0, 5, 1, 4, 8, 2, 7, 6};
+    p->ld = 0;
+    for (int k = 0; k < L_N; ++k) {
+        p->lds[k] = c->pad ? h + c->pad + 8 * perm[k] : h;
+        if (p->lds[k] > p->ld) p->ld = p->lds[k];
+    }
     const size_t mis = c->misalign ? 1 : 0;
-    p->x = make_rows(c->A, n, h, p->ld, 0.3, 1.0, &p->X, mis);
-    p->res = make_rows(c->A, n, h, p->ld, 0.0, 1.0, &p->RES, mis);
-    p->y = make_rows(c->A, n, h, p->ld, 0.0, 1.0, &p->Y, mis);
-    p->dout = make_rows(c->A, n, h, p->ld, 0.0, 1.0, &p->DOUT, mis);
-    p->dh = make_rows(c->A, n, h, p->ld, 0.0, 1.0, &p->DH, mis);
+    p->x = make_rows(c->A, n, h, p->lds[L_X], 0.3, 1.0, &p->X, mis);
+    p->res = make_rows(c->A, n, h, p->lds[L_RES], 0.0, 1.0, &p->RES, mis);
+    p->y = make_rows(c->A, n, h, p->lds[L_Y], 0.0, 1.0, &p->Y, mis);
+    p->dout = make_rows(c->A, n, h, p->lds[L_DOUT], 0.0, 1.0, &p->DOUT, mis);
+    p->dh = make_rows(c->A, n, h, p->lds[L_DH], 0.0, 1.0, &p->DH, mis);
     /* Tables: chunk(6) of (R, 6H) (shift, scale, gate at 0, H, 2H) or three (R, H) blocks. */
     p->ts = c->chunked ? 6 * h : h;
     const int64_t trows = c->chunked ? r : 3 * r;
     for (int k = 0; k < 3; ++k) p->toff[k] = c->chunked ? (size_t)k * h : (size_t)k * (size_t)(r * h);
+    /* The gradients' layout is their own: with pad > 0 a longer row. */
+    p->dts = p->ts + (c->pad ? 8 : 0);
+    for (int k = 0; k < 3; ++k) p->dtoff[k] = c->chunked ? (size_t)k * h : (size_t)k * (size_t)(r * p->dts);
     double *tfull = make_rows(c->P, trows, (int)p->ts, p->ts, 0.0, 0.5, &p->T, 0);
     for (int k = 0; k < 3; ++k) {
         p->tab[k] = malloc(sizeof(double) * (size_t)(r * h));
@@ -119,8 +138,14 @@ static void problem_init(problem *p, const cfg *c)
     if (c->with_w) p->w = make_rows(c->P, 1, h, h, 1.0, 0.1, &p->W, 0);
     p->idx = malloc(sizeof(int64_t) * (size_t)n);
     void *qi = malloc(8 * (size_t)n);
+    const int64_t favourite = (int64_t)ref_rng_below(&rng, (uint64_t)r);
     for (int64_t i = 0; i < n; ++i) {
-        p->idx[i] = (int64_t)ref_rng_below(&rng, (uint64_t)r);
+        switch (c->pattern) {
+        case 1: p->idx[i] = (int64_t)((i * r) / n); break; /* runs, ascending */
+        case 2: p->idx[i] = ref_rng_below(&rng, 10) ? favourite : (int64_t)ref_rng_below(&rng, (uint64_t)r); break;
+        case 3: p->idx[i] = r - 1 - (int64_t)((i * r) / n); break; /* runs, descending */
+        default: p->idx[i] = (int64_t)ref_rng_below(&rng, (uint64_t)r);
+        }
         if (c->I == KJIT_I32) ((int32_t *)qi)[i] = (int32_t)p->idx[i];
         else ((int64_t *)qi)[i] = p->idx[i];
     }
@@ -158,7 +183,7 @@ static int untouched(CUdeviceptr dev, size_t bytes)
 static void outs_init(outs *o, const problem *p)
 {
     o->act_bytes = es(p->c.A) * (size_t)(p->c.n * p->ld + 1);
-    o->tab_bytes = es(p->c.P) * (size_t)(p->c.r * (p->c.chunked ? 6 * p->c.h : 3 * p->c.h));
+    o->tab_bytes = es(p->c.P) * (size_t)(p->c.r * (p->c.chunked ? p->dts : 3 * p->dts));
     o->w_bytes = es(p->c.P) * (size_t)p->c.h;
     o->OUT = gpu_alloc(o->act_bytes), o->HOUT = gpu_alloc(o->act_bytes);
     o->DX = gpu_alloc(o->act_bytes), o->DY = gpu_alloc(o->act_bytes);
@@ -178,7 +203,7 @@ static void make_args(const problem *p, const outs *o, CUdeviceptr hin, int64_t 
 {
     const cfg *c = &p->c;
     const size_t ea = es(c->A), ep = es(c->P), mis = c->misalign ? 1 : 0;
-    const size_t in_off = ((size_t)(row0 * p->ld) + mis) * ea, out_off = ((size_t)(out_row0 * p->ld) + mis) * ea;
+#define OFF(k, r0) (((size_t)((r0) * p->lds[k]) + mis) * ea)
     memset(a, 0, sizeof *a);
     a->n = rows;
     a->hidden = c->h;
@@ -188,27 +213,30 @@ static void make_args(const problem *p, const outs *o, CUdeviceptr hin, int64_t 
     a->index.ptr = (const void *)(uintptr_t)(p->IDX + (size_t)row0 * es(c->I));
     a->index.dtype = c->I;
     a->index.rows = c->r;
-#define ACT(field, dev) a->field = (void *)(uintptr_t)((dev) + in_off), a->field##_stride = p->ld
-#define OUTP(field, dev) a->field = (void *)(uintptr_t)((dev) + out_off), a->field##_stride = p->ld
-    ACT(x, c->mode == 3 ? hin : p->X);
-    ACT(res, p->RES);
-    ACT(y, p->Y);
-    ACT(dout, p->DOUT);
-    ACT(dh, p->DH);
-    OUTP(out, o->OUT);
-    OUTP(h, o->HOUT);
-    OUTP(dx, o->DX);
-    OUTP(dy, o->DY);
+#define ACT(field, dev, k) a->field = (void *)(uintptr_t)((dev) + OFF(k, row0)), a->field##_stride = p->lds[k]
+#define OUTP(field, dev, k) a->field = (void *)(uintptr_t)((dev) + OFF(k, out_row0)), a->field##_stride = p->lds[k]
+    /* The fused backward's x is the h a forward wrote: h's stride. */
+    if (c->mode == 3) ACT(x, hin, L_H);
+    else ACT(x, p->X, L_X);
+    ACT(res, p->RES, L_RES);
+    ACT(y, p->Y, L_Y);
+    ACT(dout, p->DOUT, L_DOUT);
+    ACT(dh, p->DH, L_DH);
+    OUTP(out, o->OUT, L_OUT);
+    OUTP(h, o->HOUT, L_H);
+    OUTP(dx, o->DX, L_DX);
+    OUTP(dy, o->DY, L_DY);
 #undef ACT
 #undef OUTP
+#undef OFF
     if (c->optional && c->mode == 3) a->dh = NULL, a->dh_stride = 0;
     if (c->optional && c->mode == 2) a->dx = NULL, a->dx_stride = 0;
     a->shift = (const void *)(uintptr_t)(p->T + p->toff[0] * ep), a->shift_stride = p->ts;
     a->scale = (const void *)(uintptr_t)(p->T + p->toff[1] * ep), a->scale_stride = p->ts;
     a->gate = (const void *)(uintptr_t)(p->T + p->toff[2] * ep), a->gate_stride = p->ts;
-    a->dshift = (void *)(uintptr_t)(o->DT + p->toff[0] * ep), a->dshift_stride = p->ts;
-    a->dscale = (void *)(uintptr_t)(o->DT + p->toff[1] * ep), a->dscale_stride = p->ts;
-    a->dgate = (void *)(uintptr_t)(o->DT + p->toff[2] * ep), a->dgate_stride = p->ts;
+    a->dshift = (void *)(uintptr_t)(o->DT + p->dtoff[0] * ep), a->dshift_stride = p->dts;
+    a->dscale = (void *)(uintptr_t)(o->DT + p->dtoff[1] * ep), a->dscale_stride = p->dts;
+    a->dgate = (void *)(uintptr_t)(o->DT + p->dtoff[2] * ep), a->dgate_stride = p->dts;
     if (c->with_w && c->mode != 2) {
         a->weight = (const void *)(uintptr_t)p->W;
         a->dweight = (void *)(uintptr_t)o->DW;
@@ -325,9 +353,11 @@ static void expect(const char *what, const cfg *c, const double *got, const doub
     double e = ref_rel_err(got, ref, n);
     if (e > *worst) *worst = e;
     if (!(e <= t)) {
-        fprintf(stderr, "%s %s A=%s P=%s I=%s h=%d n=%lld r=%lld pad=%d chunked=%d w=%d mis=%d opt=%d: rel err %g > %g\n",
+        fprintf(stderr,
+                "%s %s A=%s P=%s I=%s h=%d n=%lld r=%lld pad=%d chunked=%d w=%d mis=%d opt=%d pattern=%d: rel err %g > %g\n",
                 mode_name[c->mode], what, kjit_dtype_name(c->A), kjit_dtype_name(c->P), kjit_dtype_name(c->I), c->h,
-                (long long)c->n, (long long)c->r, c->pad, c->chunked, c->with_w, c->misalign, c->optional, e, t);
+                (long long)c->n, (long long)c->r, c->pad, c->chunked, c->with_w, c->misalign, c->optional, c->pattern,
+                e, t);
         kjit_test_failures++;
     }
 }
@@ -365,7 +395,7 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
                                              1e-6, rh_, h, rout, h);
         /* The backward differentiates the op as computed: the norm reads the
          * h the forward rounded to the activation dtype (SPEC: h is an output). */
-        double *hr = fetch(c->A, o.HOUT, n, h, p.ld, mis, atot, NULL), *g = malloc(sizeof(double) * nh);
+        double *hr = fetch(c->A, o.HOUT, n, h, p.lds[L_H], mis, atot, NULL), *g = malloc(sizeof(double) * nh);
         ref_norm_modulate_bwd(n, h, r, p.dout, h, hr, h, w, p.tab[1], h, p.idx, 1e-6, g, h, dw_ref, rdt[0], h,
                               rdt[1], h);
         if (!c->optional)
@@ -373,11 +403,11 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
         ref_gated_residual_bwd(n, h, r, g, h, p.y, h, p.tab[2], h, p.idx, rdx, h, rdy, h, rdt[2], h);
         free(hr), free(g);
     }
-    got = fetch(c->A, o.OUT, n, h, p.ld, mis, atot, &pad_ok);
+    got = fetch(c->A, o.OUT, n, h, p.lds[L_OUT], mis, atot, &pad_ok);
     expect("out", c, got, rout, nh, ta, &worst[0]);
     free(got);
     if (c->mode == 3) {
-        got = fetch(c->A, o.HOUT, n, h, p.ld, mis, atot, &pad_ok);
+        got = fetch(c->A, o.HOUT, n, h, p.lds[L_H], mis, atot, &pad_ok);
         expect("h", c, got, rh_, nh, ta, &worst[0]);
         free(got);
     }
@@ -387,12 +417,12 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
             kjit_test_failures++;
         }
     } else {
-        got = fetch(c->A, o.DX, n, h, p.ld, mis, atot, &pad_ok);
+        got = fetch(c->A, o.DX, n, h, p.lds[L_DX], mis, atot, &pad_ok);
         expect(c->mode == 1 ? "dx" : "dres", c, got, rdx, nh, ta, &worst[1]);
         free(got);
     }
     if (c->mode != 1) {
-        got = fetch(c->A, o.DY, n, h, p.ld, mis, atot, &pad_ok);
+        got = fetch(c->A, o.DY, n, h, p.lds[L_DY], mis, atot, &pad_ok);
         expect("dy", c, got, rdy, nh, ta, &worst[1]);
         free(got);
     }
@@ -401,8 +431,8 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
     int nused = 0;
     for (int k = 0; k < 3; ++k) {
         if ((c->mode == 1 && k == 2) || (c->mode == 2 && k != 2)) continue;
-        used[nused++] = p.toff[k];
-        got = fetch(c->P, o.DT, r, h, p.ts, p.toff[k], ttot, NULL);
+        used[nused++] = p.dtoff[k];
+        got = fetch(c->P, o.DT, r, h, p.dts, p.dtoff[k], ttot, NULL);
         expect(tn[k], c, got, rdt[k], rh, tp, &worst[1]);
         free(got);
     }
@@ -410,7 +440,7 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
      * gate's for norm_modulate, shift's and scale's for gated_residual, the
      * three unused chunk(6) views) and its pads, h but for the fused op, dy
      * for norm_modulate, and dweight for gated_residual (given to it). */
-    if (!outside_untouched(c->P, o.DT, ttot, used, nused, r, h, p.ts)) {
+    if (!outside_untouched(c->P, o.DT, ttot, used, nused, r, h, p.dts)) {
         fprintf(stderr, "%s h=%d chunked=%d: the table gradient was written outside its used chunks\n",
                 mode_name[c->mode], h, c->chunked);
         kjit_test_failures++;
@@ -441,15 +471,15 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
         ref_gated_residual_norm_modulate_bwd(n, h, r, c->optional ? zero : p.dh, h, p.dout, h, p.res, h, p.y, h,
                                              p.tab[2], h, w, p.tab[1], h, p.idx, 1e-6, fres, h, fdy, h, ft[2], h,
                                              c->with_w ? fw : NULL, ft[0], h, ft[1], h);
-        got = fetch(c->A, o.DX, n, h, p.ld, mis, atot, NULL);
+        got = fetch(c->A, o.DX, n, h, p.lds[L_DX], mis, atot, NULL);
         expect("dres (fp64 chain)", c, got, fres, nh, 2 * ta, &unused);
         free(got);
-        got = fetch(c->A, o.DY, n, h, p.ld, mis, atot, NULL);
+        got = fetch(c->A, o.DY, n, h, p.lds[L_DY], mis, atot, NULL);
         expect("dy (fp64 chain)", c, got, fdy, nh, 2 * ta, &unused);
         free(got);
         static const char *const fn[3] = {"dshift (fp64 chain)", "dscale (fp64 chain)", "dgate (fp64 chain)"};
         for (int k = 0; k < 3; ++k) {
-            got = fetch(c->P, o.DT, r, h, p.ts, p.toff[k], ttot, NULL);
+            got = fetch(c->P, o.DT, r, h, p.dts, p.dtoff[k], ttot, NULL);
             expect(fn[k], c, got, ft[k], rh, tp + ta, &unused);
             free(got);
         }
@@ -471,32 +501,42 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
     problem_free(&p);
 }
 
-/* Raw bytes of rows [row0, row0 + rows) of a row-strided activation buffer. */
-static unsigned char *rows_raw(const problem *p, CUdeviceptr dev, int64_t row0, int64_t rows)
+/* Raw bytes of rows [row0, row0 + rows) of an activation buffer of row stride ld. */
+static unsigned char *rows_raw(const problem *p, CUdeviceptr dev, int64_t ld, int64_t row0, int64_t rows)
 {
-    const size_t ea = es(p->c.A), row = (size_t)p->ld * ea;
+    const size_t row = (size_t)ld * es(p->c.A);
     unsigned char *b = malloc(row * (size_t)rows);
     gpu_download(b, dev + (size_t)row0 * row, row * (size_t)rows);
     return b;
 }
 
-/* Compares the payload (not the pad) of rows of two row-strided buffers. */
-static int rows_equal(const problem *p, const unsigned char *a, const unsigned char *b, int64_t rows)
+/* Compares the payload (not the pad) of rows of two buffers of row stride
+ * ld. The reference b must be written: a poisoned element (all-ones bytes)
+ * in it fails, so two rows nothing wrote are not taken for equal. */
+static int rows_equal(const problem *p, int64_t ld, const unsigned char *a, const unsigned char *b, int64_t rows)
 {
-    const size_t ea = es(p->c.A), row = (size_t)p->ld * ea;
-    for (int64_t i = 0; i < rows; ++i)
-        if (memcmp(a + (size_t)i * row, b + (size_t)i * row, (size_t)p->c.h * ea)) return 0;
+    const size_t ea = es(p->c.A), row = (size_t)ld * ea, pay = (size_t)p->c.h * ea;
+    for (int64_t i = 0; i < rows; ++i) {
+        const unsigned char *bi = b + (size_t)i * row;
+        if (memcmp(a + (size_t)i * row, bi, pay)) return 0;
+        for (size_t e = 0; e < pay; e += ea) {
+            size_t k = 0;
+            while (k < ea && bi[e + k] == 0xFF) ++k;
+            if (k == ea) return 0;
+        }
+    }
     return 1;
 }
 
-/* The row outputs a run produces: out (+ h) and row gradients. */
-static int n_row_outputs(int mode, CUdeviceptr *bufs, const outs *o)
+/* The row outputs a run produces: out (+ h) and row gradients, with their strides. */
+static int n_row_outputs(const problem *p, CUdeviceptr *bufs, int64_t *lds, const outs *o)
 {
+    const int mode = p->c.mode;
     int k = 0;
-    bufs[k++] = o->OUT;
-    if (mode == 3) bufs[k++] = o->HOUT;
-    bufs[k++] = o->DX;
-    if (mode != 1) bufs[k++] = o->DY;
+    bufs[k] = o->OUT, lds[k++] = p->lds[L_OUT];
+    if (mode == 3) bufs[k] = o->HOUT, lds[k++] = p->lds[L_H];
+    bufs[k] = o->DX, lds[k++] = p->lds[L_DX];
+    if (mode != 1) bufs[k] = o->DY, lds[k++] = p->lds[L_DY];
     return k;
 }
 
@@ -512,10 +552,12 @@ static void run_sub(kjit_ctx *ctx, const problem *p, const outs *full, const out
 }
 
 /* nb: how many of the batches 64, 257, 2048 to run every row alone against
- * (the sweep and the repeat always run). */
-static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kjit_dtype I, int h, int nb_batches)
+ * (the sweep and the repeat always run); pattern: the index (cfg). Every
+ * activation has its own row stride (pad 8). */
+static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kjit_dtype I, int h, int nb_batches,
+                             int pattern)
 {
-    cfg c = {mode, A, P, I, h, 2048, 9, 0, 1, 1, 0};
+    cfg c = {mode, A, P, I, h, 2048, 9, 8, 1, 1, 0, 0, pattern};
     problem p;
     problem_init(&p, &c);
     outs full, one;
@@ -523,11 +565,12 @@ static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P
     outs_init(&one, &p);
     run_full(ctx, &p, &full);
     CUdeviceptr fb[4], ob[4];
-    const int nb = n_row_outputs(mode, fb, &full);
-    n_row_outputs(mode, ob, &one);
+    int64_t ld[4];
+    const int nb = n_row_outputs(&p, fb, ld, &full);
+    n_row_outputs(&p, ob, ld, &one);
     unsigned char *ref[4];
-    for (int k = 0; k < nb; ++k) ref[k] = rows_raw(&p, fb[k], 0, c.n);
-    const size_t row = (size_t)p.ld * es(c.A);
+    size_t row[4];
+    for (int k = 0; k < nb; ++k) ref[k] = rows_raw(&p, fb[k], ld[k], 0, c.n), row[k] = (size_t)ld[k] * es(c.A);
     int differ = 0, compared = 0;
 
     /* Every row alone vs in its batch, for batches of 64, 257, 2048 (the
@@ -543,16 +586,16 @@ static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P
             bo = full;
         }
         CUdeviceptr bb[4];
-        n_row_outputs(mode, bb, &bo);
+        n_row_outputs(&p, bb, ld, &bo);
         unsigned char *braw[4];
-        for (int k = 0; k < nb; ++k) braw[k] = rows_raw(&p, bb[k], 0, B);
+        for (int k = 0; k < nb; ++k) braw[k] = rows_raw(&p, bb[k], ld[k], 0, B);
         for (int64_t i = 0; i < B; ++i) {
-            for (int k = 0; k < nb; ++k) gpu_poison(ob[k], row); /* no earlier row's result to find */
+            for (int k = 0; k < nb; ++k) gpu_poison(ob[k], row[k]); /* no earlier row's result to find */
             run_sub(ctx, &p, &full, &one, i, 1, 0);
             for (int k = 0; k < nb; ++k) {
-                unsigned char *a1 = rows_raw(&p, ob[k], 0, 1);
+                unsigned char *a1 = rows_raw(&p, ob[k], ld[k], 0, 1);
                 compared++;
-                if (!rows_equal(&p, a1, braw[k] + (size_t)i * row, 1)) {
+                if (!rows_equal(&p, ld[k], a1, braw[k] + (size_t)i * row[k], 1)) {
                     if (differ++ < 5)
                         fprintf(stderr, "%s: row %lld alone differs from batch %lld (output %d)\n", mode_name[mode],
                                 (long long)i, (long long)B, k);
@@ -564,39 +607,62 @@ static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P
         if (B != c.n) outs_free(&bo);
     }
 
-    /* Batch-size sweep: fixed probe rows at every batch size. */
+    /* Batch-size sweep: fixed probe rows at every batch size, and at each
+     * size its first rows, its middle and its last row (a partial tile). */
     static const int64_t sizes[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129,
                                     255, 256, 257, 511, 512, 513, 1023, 1024, 1025, 2047, 2048};
-    static const int64_t probes[] = {0, 259, 515, 771, 1027, 1283, 1539, 2047};
+    static const int64_t fixed[] = {0, 259, 515, 771, 1027, 1283, 1539, 2047};
+    enum { NFIXED = sizeof fixed / sizeof fixed[0] };
     outs so;
     outs_init(&so, &p);
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+        const int64_t m = sizes[si];
+        int64_t probes[NFIXED + 5];
+        int np = 0;
+        for (int f = 0; f < NFIXED; ++f) probes[np++] = fixed[f];
+        const int64_t extra[5] = {1, 7, 8, m / 2, m - 1};
+        for (int e = 0; e < 5; ++e) {
+            int seen = 0;
+            for (int q = 0; q < np; ++q) seen |= probes[q] == extra[e];
+            if (!seen) probes[np++] = extra[e];
+        }
         outs_poison(&so); /* a probe row a smaller batch wrote must be written again */
-        run_sub(ctx, &p, &full, &so, 0, sizes[si], 0);
-        for (size_t pi = 0; pi < sizeof probes / sizeof probes[0]; ++pi) {
-            if (probes[pi] >= sizes[si]) continue;
+        run_sub(ctx, &p, &full, &so, 0, m, 0);
+        CUdeviceptr sb[4];
+        n_row_outputs(&p, sb, ld, &so);
+        for (int pi = 0; pi < np; ++pi) {
+            if (probes[pi] >= m) continue;
             for (int k = 0; k < nb; ++k) {
-                CUdeviceptr sb[4];
-                n_row_outputs(mode, sb, &so);
-                unsigned char *a1 = rows_raw(&p, sb[k], probes[pi], 1);
+                unsigned char *a1 = rows_raw(&p, sb[k], ld[k], probes[pi], 1);
                 compared++;
-                if (!rows_equal(&p, a1, ref[k] + (size_t)probes[pi] * row, 1) && differ++ < 5)
+                if (!rows_equal(&p, ld[k], a1, ref[k] + (size_t)probes[pi] * row[k], 1) && differ++ < 5)
                     fprintf(stderr, "%s: probe row %lld differs at batch size %lld\n", mode_name[mode],
-                            (long long)probes[pi], (long long)sizes[si]);
+                            (long long)probes[pi], (long long)m);
                 free(a1);
             }
         }
     }
     outs_free(&so);
-    printf("%s %s/%s/%s h=%d: batch invariance: %d row comparisons, %d differ\n", mode_name[mode], kjit_dtype_name(A),
-           kjit_dtype_name(P), kjit_dtype_name(I), h, compared, differ);
+    printf("%s %s/%s/%s h=%d index pattern %d: batch invariance: %d row comparisons, %d differ\n", mode_name[mode],
+           kjit_dtype_name(A), kjit_dtype_name(P), kjit_dtype_name(I), h, pattern, compared, differ);
     if (differ) kjit_test_failures++;
 
-    /* Parameter gradients repeat bitwise over 5 runs. */
+    /* Parameter gradients repeat bitwise over 5 runs, and are written. */
     unsigned char *dt0 = malloc(full.tab_bytes), *dt1 = malloc(full.tab_bytes);
     unsigned char *dw0 = malloc(full.w_bytes), *dw1 = malloc(full.w_bytes);
     gpu_download(dt0, full.DT, full.tab_bytes);
     gpu_download(dw0, full.DW, full.w_bytes);
+    int written = 1;
+    for (int k = 0; k < 3; ++k) {
+        if ((mode == 1 && k == 2) || (mode == 2 && k != 2)) continue;
+        double *v = fetch(P, full.DT, c.r, h, p.dts, p.dtoff[k], full.tab_bytes / es(P), NULL);
+        for (int64_t e = 0; e < c.r * h; ++e) written &= isfinite(v[e]);
+        free(v);
+    }
+    if (!written) {
+        fprintf(stderr, "%s: a table gradient was left unwritten\n", mode_name[mode]);
+        kjit_test_failures++;
+    }
     for (int run = 0; run < 5; ++run) {
         gpu_poison(full.DT, full.tab_bytes);
         gpu_poison(full.DW, full.w_bytes);
@@ -615,10 +681,11 @@ static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P
     problem_free(&p);
 }
 
-/* A 131072-row batch vs its split into sub-batches of 1, 7, 4097, 32768 and 65536 rows. */
-static void check_split(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kjit_dtype I, int h)
+/* A 131072-row batch vs its split into sub-batches of 1, 7, 4097, 32768 and
+ * 65536 rows; every activation with its own row stride (pad 8). */
+static void check_split(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kjit_dtype I, int h, int pattern)
 {
-    cfg c = {mode, A, P, I, h, 131072, 9, 0, 1, 1, 0};
+    cfg c = {mode, A, P, I, h, 131072, 9, 8, 1, 1, 0, 0, pattern};
     problem p;
     problem_init(&p, &c);
     outs full, part;
@@ -634,16 +701,18 @@ static void check_split(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P, kji
     }
     gpu_sync();
     CUdeviceptr fb[4], pb[4];
-    const int nb = n_row_outputs(mode, fb, &full);
-    n_row_outputs(mode, pb, &part);
+    int64_t ld[4];
+    const int nb = n_row_outputs(&p, fb, ld, &full);
+    n_row_outputs(&p, pb, ld, &part);
     int differ = 0;
     for (int k = 0; k < nb; ++k) {
-        unsigned char *a = rows_raw(&p, fb[k], 0, c.n), *b = rows_raw(&p, pb[k], 0, c.n);
-        differ += !rows_equal(&p, a, b, c.n);
+        unsigned char *a = rows_raw(&p, fb[k], ld[k], 0, c.n), *b = rows_raw(&p, pb[k], ld[k], 0, c.n);
+        differ += !rows_equal(&p, ld[k], b, a, c.n);
         free(a), free(b);
     }
-    printf("%s %s/%s/%s h=%d: 131072 rows vs %lld sub-batches: %d of %d outputs differ\n", mode_name[mode],
-           kjit_dtype_name(A), kjit_dtype_name(P), kjit_dtype_name(I), h, (long long)subs, differ, nb);
+    printf("%s %s/%s/%s h=%d index pattern %d: 131072 rows vs %lld sub-batches: %d of %d outputs differ\n",
+           mode_name[mode], kjit_dtype_name(A), kjit_dtype_name(P), kjit_dtype_name(I), h, pattern, (long long)subs,
+           differ, nb);
     if (differ) kjit_test_failures++;
     outs_free(&full);
     outs_free(&part);
@@ -958,7 +1027,7 @@ static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ct
         for (int k = 0; k < 3; ++k) {
             if ((mode == 1 && k == 2) || (mode == 2 && k != 2)) continue;
             const size_t ttot = o.tab_bytes / es(c.P);
-            double *v = fetch(c.P, o.DT, c.r, c.h, p.ts, p.toff[k], ttot, NULL);
+            double *v = fetch(c.P, o.DT, c.r, c.h, p.dts, p.dtoff[k], ttot, NULL);
             for (int64_t e = 0; e < c.r * c.h; ++e) params &= isfinite(v[e]);
             free(v);
         }
@@ -983,7 +1052,7 @@ static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ct
         int zeros = 1;
         for (int k = 0; k < 3; ++k) {
             if ((mode == 1 && k == 2) || (mode == 2 && k != 2)) continue;
-            double *v = fetch(c.P, o.DT, c.r, c.h, p.ts, p.toff[k], o.tab_bytes / es(c.P), NULL);
+            double *v = fetch(c.P, o.DT, c.r, c.h, p.dts, p.dtoff[k], o.tab_bytes / es(c.P), NULL);
             for (int64_t e = 0; e < c.r * c.h; ++e) zeros &= v[e] == 0.0;
             free(v);
         }
@@ -1023,8 +1092,9 @@ static void check_scalar_bits(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype 
     run_full(ctx, &pv, &ov);
     run_full(ctx, &ps, &os);
     CUdeviceptr bv[4], bs[4];
-    const int nb = n_row_outputs(mode, bv, &ov);
-    n_row_outputs(mode, bs, &os);
+    int64_t ldv[4];
+    const int nb = n_row_outputs(&pv, bv, ldv, &ov); /* pad 0: every stride h */
+    n_row_outputs(&ps, bs, ldv, &os);
     int differ = 0;
     const size_t ea = es(A), rowb = (size_t)h * ea;
     for (int k = 0; k < nb; ++k) {
@@ -1144,6 +1214,14 @@ int main(void)
              * (norm_modulate: the same case again). */
             {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 500, 9, 0, 1, 1, 0, 1},
             {mode, KJIT_F32, KJIT_F32, KJIT_I64, 1001, 200, 5, 0, 1, 1, 0, 1},
+            /* No weight with fp16 and fp32 activations and fp32 tables. */
+            {mode, KJIT_F16, KJIT_F32, KJIT_I64, 5376, 500, 9, 0, 1, 0, 0},
+            {mode, KJIT_F32, KJIT_BF16, KJIT_I32, 1000, 300, 9, 0, 1, 0, 0},
+            {mode, KJIT_F32, KJIT_F32, KJIT_I64, 3072, 300, 9, 8, 0, 0, 0},
+            /* The other index patterns: runs, 90% on one row, descending runs. */
+            {mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 1000, 9, 0, 1, 1, 0, 0, 1},
+            {mode, KJIT_BF16, KJIT_F32, KJIT_I64, 5376, 1000, 9, 8, 1, 1, 0, 0, 2},
+            {mode, KJIT_F16, KJIT_BF16, KJIT_I32, 1000, 2000, 300, 0, 1, 1, 0, 0, 3},
         };
         for (size_t k = 0; k < sizeof more / sizeof more[0]; ++k) {
             double w2[2] = {0, 0};
@@ -1168,16 +1246,27 @@ int main(void)
         TIMED(mode, T_ACC, check_scalar_bits(ctx, mode, KJIT_BF16, KJIT_BF16, 5376, 300));
         TIMED(mode, T_ACC, check_scalar_bits(ctx, mode, KJIT_F32, KJIT_F32, 1000, 257));
         TIMED(mode, T_BAD, check_bad_index64(sync_ctx, async_ctx, mode));
-        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 3));
+        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 5376, 3, 0));
         /* Other dtypes and a ragged hidden size (the fp32 fused op and
          * gated_residual run their persistent forwards only at large N). */
-        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 3072, 2));
-        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 1000, 1));
+        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 3072, 2, 1));
+        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 1000, 1, 2));
         /* An odd hidden size: the scalar path's batch invariance. */
-        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 1001, 1));
-        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512));
-        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 1000));
-        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 256));
+        TIMED(mode, T_INV, check_invariance(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 1001, 1, 3));
+        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_BF16, KJIT_BF16, KJIT_I32, 512, 0));
+        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_F16, KJIT_F32, KJIT_I64, 1000, 2));
+        TIMED(mode, T_SPLIT, check_split(ctx, mode, KJIT_F32, KJIT_F32, KJIT_I32, 256, 1));
+        /* Every dtype combination and both index types through the sweep,
+         * the repeat and the split, on small rows (the cases above are the
+         * large ones), the index patterns taking turns. */
+        for (int ai = 0; ai < 3; ++ai)
+            for (int pi = 0; pi < 2; ++pi)
+                for (int ii = 0; ii < 2; ++ii) {
+                    const kjit_dtype I = ii ? KJIT_I64 : KJIT_I32;
+                    const int pattern = (ai * 4 + pi * 2 + ii) % 4;
+                    TIMED(mode, T_INV, check_invariance(ctx, mode, acts[ai], pars[pi], I, 256, 0, pattern));
+                    TIMED(mode, T_SPLIT, check_split(ctx, mode, acts[ai], pars[pi], I, 64, (pattern + 1) % 4));
+                }
         TIMED(mode, T_BUILD, check_build_paths(ctx, big_ctx, mode));
         TIMED(mode, T_B2B, check_back_to_back(ctx, mode, KJIT_I32));
         TIMED(mode, T_B2B, check_back_to_back(ctx, mode, KJIT_I64));

@@ -414,6 +414,89 @@ static void batch_invariance(kjit_ctx *ctx, ref_rng *g, gcase c)
     free(idx);
 }
 
+/* The forward at every size of the batch-size sweep (each row equal to its
+ * table row, the rows past the batch untouched), and a 131072-row batch vs
+ * its split into sub-batches of 1, 7, 4097, 32768 and 65536 rows, byte for
+ * byte. A gather's row is a copy, so equal to the table row at every size is
+ * invariance; the comparison of the split is the check as the issue states it. */
+static void sweep_and_split(kjit_ctx *ctx, ref_rng *g, gcase c)
+{
+    static const int64_t sizes[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129,
+                                    255, 256, 257, 511, 512, 513, 1023, 1024, 1025, 2047, 2048};
+    const int64_t big = 131072;
+    const int K = c.k, H = c.h;
+    const int64_t W = (int64_t)K * H, R = c.r;
+    const size_t ies = kjit_dtype_size(c.it);
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)big);
+    gen_index(g, c.pattern, idx, big, R);
+    const double *tab = pool_slice(g, c.dt, (size_t)(R * W));
+    CUdeviceptr didx = upload_index(idx, big, c.it);
+    opnd T;
+    opnd_init(&T, c.shared, K, H, R, c.shared ? W + c.pad_in : H, c.mis_in, c.dt);
+    opnd_upload(&T, tab, W);
+    char what[256];
+    c.n = 2048;
+    describe(&c, what, sizeof what);
+    int64_t bad_sizes = 0;
+    {
+        opnd O;
+        opnd_init(&O, c.shared, K, H, 2048, c.shared ? W + c.pad_out : H, c.mis_out, c.dt);
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+            const int64_t m = sizes[si];
+            opnd_poison(&O);
+            kjit_row_gather_args a;
+            args_for(&a, &c, didx, &T, &O, &O, &O);
+            a.n = m;
+            CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &a, NULL), KJIT_OK);
+            gpu_sync();
+            const int64_t outside = opnd_fetch(&O, NULL, 0);
+            O.rows = m; /* compare the batch's rows */
+            const int64_t wrong = gather_rows_bad(&O, &T, idx);
+            O.rows = 2048;
+            int64_t past = 0;
+            for (int64_t i = m; i < 2048; ++i) past += !opnd_row_poisoned(&O, i);
+            if (outside || wrong || past) {
+                if (bad_sizes++ < 5)
+                    fprintf(stderr, "sweep %s at %lld rows: %lld changed outside, %lld rows wrong, %lld rows past the "
+                            "batch written\n", what, (long long)m, (long long)outside, (long long)wrong, (long long)past);
+            }
+        }
+        opnd_free(&O);
+    }
+    c.n = big;
+    describe(&c, what, sizeof what);
+    opnd F, P;
+    opnd_init(&F, c.shared, K, H, big, c.shared ? W + c.pad_out : H, c.mis_out, c.dt);
+    opnd_init(&P, c.shared, K, H, big, c.shared ? W + c.pad_out : H, c.mis_out, c.dt);
+    opnd_poison(&F), opnd_poison(&P);
+    kjit_row_gather_args a;
+    args_for(&a, &c, didx, &T, &F, &F, &F);
+    CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &a, NULL), KJIT_OK);
+    static const int64_t pieces[] = {1, 7, 4097, 32768, 65536};
+    int64_t at = 0, subs = 0;
+    for (int i = 0; at < big; i = (i + 1) % 5, ++subs) {
+        const int64_t len = pieces[i] < big - at ? pieces[i] : big - at;
+        kjit_row_gather_args s;
+        args_for(&s, &c, didx + (CUdeviceptr)(at * (int64_t)ies), &T, &P, &P, &P);
+        s.n = len;
+        for (int q = 0; q < K; ++q) s.out[q] = (char *)P.view[q] + (size_t)at * (size_t)P.stride * P.es;
+        CHECK_STATUS(kjit_adaln_row_gather_fwd(ctx, &s, NULL), KJIT_OK);
+        at += len;
+    }
+    gpu_sync();
+    const int64_t outside = opnd_fetch(&F, NULL, 0) + opnd_fetch(&P, NULL, 0);
+    const int64_t wrong = gather_rows_bad(&F, &T, idx);
+    int64_t differ = 0;
+    for (int a2 = 0; a2 < F.nalloc; ++a2) differ += memcmp(F.host[a2], P.host[a2], F.nelem * F.es) != 0;
+    printf("test_gather %s: sweep of 32 batch sizes, %lld bad; 131072 rows vs %lld sub-batches: %lld buffer(s) "
+           "differ, %lld rows wrong, %lld changed outside\n", what, (long long)bad_sizes, (long long)subs,
+           (long long)differ, (long long)wrong, (long long)outside);
+    if (bad_sizes || outside || wrong || differ) kjit_test_failures++;
+    opnd_free(&F), opnd_free(&P), opnd_free(&T);
+    gpu_free(didx);
+    free(idx);
+}
+
 /* ---- index checking --------------------------------------------------------- */
 
 static void index_checking(kjit_ctx *sync_ctx, kjit_ctx *async_ctx, ref_rng *g)
@@ -756,6 +839,12 @@ int main(void)
         {KJIT_BF16, KJIT_I64, 3, 64, 1, 0, 1, 8, 0, 1, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof inv / sizeof inv[0]; ++i) batch_invariance(ctx, &g, inv[i]);
+    /* The sweep and the split: the chunk(6) layout in bf16 and separate fp32 tables with int64 indices. */
+    const gcase sweep[] = {
+        {KJIT_BF16, KJIT_I32, 6, 256, 9, 0, 1, 8, 0, 0, 0, 0, 1},
+        {KJIT_F32, KJIT_I64, 3, 136, 300, 0, 0, 0, 0, 1, 1, 0, 2},
+    };
+    for (size_t i = 0; i < sizeof sweep / sizeof sweep[0]; ++i) sweep_and_split(ctx, &g, sweep[i]);
 
     index_checking(sync_ctx, async_ctx, &g);
     bad_arguments(ctx, &g, KJIT_BF16, KJIT_I32);

@@ -1585,5 +1585,61 @@ class TorchEagerFunction(unittest.TestCase):
         self.assertEqual(r.stdout.strip(), "custom_op", r.stderr)
 
 
+@unittest.skipIf(torch is None, "torch is not installed")
+class ConformanceVerdict(unittest.TestCase):
+    """bench/conformance.py's verdict on kjit's entry: it fails a check that
+    failed and a check that never ran, not only a bad number."""
+
+    @classmethod
+    def setUpClass(cls):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("kjit_conformance", ROOT / "bench" / "conformance.py")
+        cls.conf = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cls.conf)
+
+    def report(self):
+        def row():
+            return {"spec_rel_err": {"fwd": {"out0": 1e-3}, "tol": {"out0": 4e-3},
+                                     "grads": {"x": 1e-3, "sh": 2e-3}, "grads_tol": {"x": 4e-3, "sh": 4e-3}}}
+        return {"results": {"plain": {"kjit": {
+            "has_backward": True,
+            "batch_invariance": {"batch_invariant": True, "params_repeatable": True},
+            "accuracy_latency": {"4097": row(), "32768": row()}}}}}
+
+    def verdict(self, rep):
+        return self.conf.kjit_verdict("norm_modulate", rep, ["4097", "32768"], ["x", "sh"])
+
+    def test_complete_report_passes(self):
+        self.assertEqual(self.verdict(self.report()), [])
+
+    def test_each_gap_fails(self):
+        def kj(rep):
+            return rep["results"]["plain"]["kjit"]
+        cases = {
+            "batch_invariant is False": lambda r: kj(r)["batch_invariance"].update(batch_invariant=False),
+            "batch_invariant is None": lambda r: kj(r)["batch_invariance"].pop("batch_invariant"),
+            "params_repeatable is None": lambda r: kj(r)["batch_invariance"].update(params_repeatable=None),
+            "params_repeatable is False": lambda r: kj(r)["batch_invariance"].update(params_repeatable=False),
+            "no accuracy row at 32768": lambda r: kj(r)["accuracy_latency"].pop("32768"),
+            "no accuracy rows": lambda r: kj(r).update(accuracy_latency={}),
+            "no forward error": lambda r: kj(r)["accuracy_latency"]["4097"]["spec_rel_err"].pop("fwd"),
+            "gradient errors missing for ['sh']":
+                lambda r: kj(r)["accuracy_latency"]["4097"]["spec_rel_err"]["grads"].pop("sh"),
+            "gradient errors missing for every": lambda r: kj(r)["accuracy_latency"]["4097"].update(
+                spec_rel_err={"fwd": {"out0": 1e-3}, "tol": {"out0": 4e-3}}),
+            "grad x rel err nan": lambda r: kj(r)["accuracy_latency"]["4097"]["spec_rel_err"]["grads"].update(
+                x=float("nan")),
+            "fwd out0 rel err 0.005": lambda r: kj(r)["accuracy_latency"]["32768"]["spec_rel_err"]["fwd"].update(
+                out0=5e-3),
+            "no kjit entry": lambda r: r["results"]["plain"].pop("kjit"),
+        }
+        for what, damage in cases.items():
+            with self.subTest(what):
+                rep = self.report()
+                damage(rep)
+                got = self.verdict(rep)
+                self.assertTrue(any(what in line for line in got), got)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -26,8 +26,14 @@ DEV = "cuda"
 TOL = {torch.float32: 1e-6, torch.bfloat16: 4e-3, torch.float16: 1e-3}
 
 
+# Fresh inputs every run: every generator's seed is offset by a base drawn
+# per run and printed; KJIT_TEST_SEED=<base> replays a run (as the C tests).
+SEED_BASE = int(os.environ.get("KJIT_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+print(f"test_torch_gpu: seed base {SEED_BASE} (KJIT_TEST_SEED={SEED_BASE} replays this run)", file=sys.stderr)
+
+
 def gen(seed):
-    return torch.Generator(device=DEV).manual_seed(seed)
+    return torch.Generator(device=DEV).manual_seed(SEED_BASE + seed)
 
 
 def randn(seed, *shape, dtype=torch.bfloat16, scale=1.0):
