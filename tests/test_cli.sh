@@ -507,6 +507,15 @@ if sys.argv[2] in ("cache ls", "cache verify"):
     assert b"x\xffy.cubin" in names, names
 PY
 done
+# In text, a name's newline, escape and non-ASCII bytes are written as \xNN
+# (they split the line and reached the terminal as they were).
+: >"$T/j8/a"$'\n'"b"$'\e'"[2J\\.cubin"
+for c in ls verify; do
+  "$KJIT" cache $c --cache-dir "$T/j8" >"$T/j8.txt" 2>/dev/null
+  grep -qF 'x\xffy.cubin' "$T/j8.txt" && grep -qF 'a\x0ab\x1b[2J\\.cubin' "$T/j8.txt" &&
+    ! grep -q $'\e' "$T/j8.txt" || fail "cache $c prints a name's control bytes: $(od -c "$T/j8.txt" | head)"
+done
+rm -f "$T/j8/a"$'\n'"b"$'\e'"[2J\\.cubin"
 
 # An existing cache directory this user cannot write to: the run only
 # checks that the kernels are there, compiling none (each was compiled and
@@ -537,8 +546,26 @@ if [ -n "$ro" ]; then
   chmod 500 "$ro"
   out=$(HOME=/nonexistent "${as_user[@]}" "$KJIT" prewarm $OPS --cache-dir "$ro" --json 2>/dev/null); rc=$?
   [ $rc = 0 ] && [ "$(echo "$out" | field cached)" = 6 ] || fail "prewarm of a read-only cache that holds every kernel: $rc $out"
+  # A damaged entry there cannot be removed: not counted as replaced (it
+  # was counted twice, with a note that it was removed and compiled again).
+  chmod 700 "$ro"
+  bad=$(find "$ro" -maxdepth 1 -name '*.cubin' | head -n 1)
+  truncate -s 10 "$bad"
+  chmod 500 "$ro"
+  out=$(HOME=/nonexistent "${as_user[@]}" "$KJIT" prewarm $OPS --cache-dir "$ro" --json 2>"$T/ro.err"); rc=$?
+  [ $rc = 1 ] && [ "$(echo "$out" | field bad_entries)" = 0 ] && [ "$(echo "$out" | field failed)" = 1 ] &&
+    ! grep -q "damaged cache entr" "$T/ro.err" && [ "$(stat -c %s "$bad")" = 10 ] ||
+    fail "prewarm of a read-only cache with a damaged entry: $rc $out $(cat "$T/ro.err")"
   [ "$(id -u)" = 0 ] && rm -rf "$(dirname "$ro")"
 fi
+
+# Past a file-size limit the store fails (EFBIG) and the run reports it:
+# the signal ended it before, with no report (exit 153).
+out=$(ulimit -f 4; "$KJIT" prewarm --ops timestep_sinusoid --hidden 256 --dtype fp32 --arch sm_90 \
+  --cache-dir "$T/fsize" --json 2>"$T/fsize.err"); rc=$?
+[ $rc = 1 ] && [ "$(echo "$out" | field not_stored)" = 1 ] && grep -q "file-size limit" "$T/fsize.err" &&
+  [ -z "$(find "$T/fsize" -maxdepth 1 -type f)" ] ||
+  fail "prewarm past a file-size limit: rc $rc, $out $(cat "$T/fsize.err")"
 
 # --list: the kernels a prewarm would compile, each arch's own (the AdaLN
 # ops' default config fitted to its shared memory: an sm_86 card launches
@@ -552,6 +579,9 @@ done
   [ "$(diff "$T/list_sm_86" "$T/list_sm_90" | grep -c '^< adaln.cuh kjit_adaln_bwd<')" = 2 ] ||
   fail "prewarm --list per arch: $(diff "$T/list_sm_86" "$T/list_sm_90")"
 [ -e "$T/never-made" ] && fail "prewarm --list made its cache directory"
+# An arch however spelled is listed as sm_<n>, once (it was listed as typed).
+[ "$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32 --arch 90,sm90,sm_90 --list | cut -d' ' -f1)" = sm_90 ] ||
+  fail "prewarm --list --arch 90,sm90,sm_90: $("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32 --arch 90,sm90 --list)"
 # sm_110 takes 227 KiB a block as sm_90 does (the fused op's fp32 backward at
 # 12296 fits the fast path there); sm_88, not in the table, gets the 200 KiB
 # the built-in configs assume (the generic backward).

@@ -251,9 +251,16 @@ static int disk_load(kjit_cache *c, const char *name, kjit_cache_key key, kjit__
         kjit__log("cache: %s/%s %s; left alone, so this kernel cannot be stored until it is removed; "
                   "rebuilding", c->dir, name, why);
     } else if (rc == KJIT_EBADENTRY) {
-        kjit__log("cache: bad entry %s/%s %s; removing it and rebuilding", c->dir, name, why);
-        d->bad_entries++;
-        kjit__unlink_same(c->dfd, name, &st);
+        /* Counted once removed: one that stays (a directory this process may
+         * not write) would be met again by the lookup under the lock, and
+         * was not replaced. */
+        if (kjit__unlink_same(c->dfd, name, &st)) {
+            kjit__log("cache: bad entry %s/%s %s; removed it, rebuilding", c->dir, name, why);
+            d->bad_entries++;
+        } else {
+            kjit__log("cache: bad entry %s/%s %s; cannot remove it (%s), rebuilding", c->dir, name, why,
+                      strerror(errno));
+        }
     } else if (rc != KJIT_ENOTFOUND) {
         kjit__log("cache: entry %s/%s: %s; rebuilding", c->dir, name, why);
     }

@@ -30,6 +30,19 @@ typedef struct visit {
     uint64_t entries, bytes, others; /* others: temp files and non-files */
 } visit;
 
+/* A file name on one line of text: printable ASCII as it is, a backslash
+ * doubled, any other byte (a newline, an escape, non-ASCII) as \xNN, so a
+ * name cannot split a line or reach the terminal as a control sequence
+ * (--json escapes them its own way). */
+static void put_name(const char *name)
+{
+    for (const unsigned char *c = (const unsigned char *)name; *c; ++c) {
+        if (*c == '\\') fputs("\\\\", stdout);
+        else if (*c >= 0x20 && *c < 0x7f) putchar(*c);
+        else printf("\\x%02x", *c);
+    }
+}
+
 static void on_entry(void *arg, const kjit_cache_entry_info *e)
 {
     visit *v = arg;
@@ -58,7 +71,11 @@ static void on_entry(void *arg, const kjit_cache_entry_info *e)
         }
         cJSON_AddItemToArray(v->list, o);
     } else if (v->verify) {
-        if (!e->ok) printf("BAD  %s: %s\n", e->file, e->problem ? e->problem : "invalid");
+        if (!e->ok) {
+            fputs("BAD  ", stdout);
+            put_name(e->file);
+            printf(": %s\n", e->problem ? e->problem : "invalid");
+        }
     } else if (v->print_each) {
         char when[32];
         time_t t = (time_t)e->mtime;
@@ -67,8 +84,9 @@ static void on_entry(void *arg, const kjit_cache_entry_info *e)
          * as seconds. */
         if (!localtime_r(&t, &tm) || !strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm))
             snprintf(when, sizeof when, "@%lld", (long long)e->mtime);
-        printf("%10llu  %s  %s%s%s\n", (unsigned long long)e->bytes, when, e->file, kind ? "  # " : "",
-               kind ? kind : "");
+        printf("%10llu  %s  ", (unsigned long long)e->bytes, when);
+        put_name(e->file);
+        printf("%s%s\n", kind ? "  # " : "", kind ? kind : "");
     }
 }
 

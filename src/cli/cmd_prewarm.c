@@ -31,7 +31,8 @@ static const char help[] =
     "                   (default: all)\n"
     "  --hidden LIST    hidden sizes (for timestep_sinusoid: D) (default: 256,5376)\n"
     "  --dtype LIST     activation dtypes: fp32, bf16, fp16 (default: bf16)\n"
-    "  --arch LIST      target archs, e.g. sm_90,sm_100 (default: the GPU's, else sm_90)\n"
+    "  --arch LIST      target archs, e.g. sm_90,sm_100 (also 90 or sm90) (default: the GPU's,\n"
+    "                   else sm_90)\n"
     "  --space          also every launch config kjit tune times (norm_modulate, gated_residual,\n"
     "                   gated_residual_norm_modulate at hidden sizes that are multiples of 8), so\n"
     "                   that tuning on the GPU only times\n"
@@ -40,6 +41,7 @@ static const char help[] =
     "  --list           print the kernels it would compile (arch, template, kernel), one a line,\n"
     "                   and stop: nothing is compiled and no directory touched\n"
     "  --json           print one JSON object: kernels, compiled, cached, failed, seconds, ...\n"
+    "Each LIST holds at most 64 items (a repeated item counts).\n"
     "\n"
     "Exit status: 0 when every kernel was compiled or found and stored; 1 when any failed to\n"
     "compile or could not be stored (a full disk); 2 on bad usage. In a cache directory it\n"
@@ -321,8 +323,10 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     const int n_arch_arg =
         kjit_cli_split_opt("prewarm", "--arch", "archs, e.g. sm_90,sm_100", arch_copy, archs, MAX_LIST);
     if (n_arch_arg < 0) return KJIT_EXIT_USAGE;
-    /* Each arch once however it is spelled (sm90, sm_90, 90, compute_90). */
+    /* Each arch once however it is spelled (sm90, sm_90, 90), and named
+     * sm_<n> from here on (--list, failures, the report). */
     int sms[MAX_LIST], n_arch = 0;
+    char arch_names[MAX_LIST][16];
     for (int i = 0; i < n_arch_arg; ++i) {
         int sm = 0;
         const int rc = kjit__arch_parse(archs[i], &sm);
@@ -334,7 +338,10 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         }
         int dup = 0;
         for (int k = 0; k < n_arch; ++k) dup |= sms[k] == sm;
-        if (!dup) archs[n_arch] = archs[i], sms[n_arch++] = sm;
+        if (!dup) {
+            snprintf(arch_names[n_arch], sizeof arch_names[n_arch], "sm_%d", sm);
+            archs[n_arch] = arch_names[n_arch], sms[n_arch++] = sm;
+        }
     }
     if (kjit_ctx_create(&ctx, &o)) return kjit_cli_fail("prewarm", json, "%s", kjit_last_error());
 
@@ -478,8 +485,8 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
                jobs_n, jobs_n == 1 ? "" : "s", kjit_ctx_cache_dir(ctx));
     }
     if (cc.store_failures)
-        fprintf(stderr, "kjit prewarm: %llu compiled kernel(s) could not be written to %s (a full disk, no write "
-                "permission, or a directory under an entry's name, which kjit cache verify names; KJIT_LOG=1 says "
+        fprintf(stderr, "kjit prewarm: %llu compiled kernel(s) could not be written to %s (a full disk, a file-size "
+                "limit, no write permission, or a directory under an entry's name, which kjit cache verify names; KJIT_LOG=1 says "
                 "why)\n", (unsigned long long)cc.store_failures, kjit_ctx_cache_dir(ctx));
     /* A note, not a failure: each damaged entry was replaced by a fresh
      * compile; the count says the disk or another writer damaged some. */

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,6 +58,10 @@ static int (*command(const char *name))(int, char **)
 
 int main(int argc, char **argv)
 {
+    /* Past a file-size limit (ulimit -f) a write fails with EFBIG, which a
+     * prewarm reports as a kernel not stored, instead of the signal ending
+     * the process with no report. */
+    signal(SIGXFSZ, SIG_IGN);
     kjit_cli_json_hooks();
     return finish(run(argc, argv));
 }
