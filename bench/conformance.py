@@ -338,6 +338,7 @@ def batch_invariance(cand, quick):
             for _ in range(2):
                 _, again = case.run()
                 repeat &= all(_same(again[k], fg[k]) for k in params)
+            del again
             res["params_repeatable"] = bool(repeat)
             ok &= repeat
         for sb in subs:

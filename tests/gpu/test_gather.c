@@ -839,7 +839,8 @@ int main(void)
         {KJIT_BF16, KJIT_I64, 3, 64, 1, 0, 1, 8, 0, 1, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof inv / sizeof inv[0]; ++i) batch_invariance(ctx, &g, inv[i]);
-    /* The sweep and the split: the chunk(6) layout in bf16 and separate fp32 tables with int64 indices. */
+    /* The sweep and the split: the chunk(6) layout in bf16, and separate fp32 tables with int64 indices
+     * through misaligned views (the scalar path). */
     const gcase sweep[] = {
         {KJIT_BF16, KJIT_I32, 6, 256, 9, 0, 1, 8, 0, 0, 0, 0, 1},
         {KJIT_F32, KJIT_I64, 3, 136, 300, 0, 0, 0, 0, 1, 1, 0, 2},
