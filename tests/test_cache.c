@@ -744,6 +744,16 @@ static int test_temp_leftover(const char *dir)
     ASSERT_STR_EQ(s.files[1], ".tmp.op.Old999");
     ASSERT_EQ_INT(s.ok[1], 0);
     ASSERT_CONTAINS(s.problems[1], "older than 10 minutes");
+    /* One dated ahead of the clock is not called older (it was). */
+    char ahead[512];
+    CHECK(make_temp_file(dir, ".tmp.op.Fut777", time(NULL) + 11 * 60, ahead, sizeof ahead));
+    memset(&s, 0, sizeof s);
+    ASSERT_OK(kjit__cache_list(dir, 1, seen_visit, &s, &n_bad));
+    ASSERT_EQ_INT(n_bad, 2);
+    ASSERT_STR_EQ(s.files[1], ".tmp.op.Fut777");
+    ASSERT_EQ_INT(s.ok[1], 0);
+    ASSERT_CONTAINS(s.problems[1], "in the future");
+    ASSERT_EQ_INT(unlink(ahead), 0);
 
     ASSERT_OK(kjit__cache_open(&c, dir, 0));
     CHECK(get_expect(c, tkey(1), "op", KJIT_FROM_COMPILE));

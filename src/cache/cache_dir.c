@@ -515,8 +515,11 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
         if (verify && v[i].temp) {
             if (stale(dfd, v[i].name, &v[i].st, now)) {
                 e.ok = 0;
-                e.problem = "temp file older than 10 minutes that no writer holds, left by a writer killed "
-                            "mid-write";
+                e.problem = v[i].st.st_mtime > now
+                                ? "temp file dated more than 10 minutes in the future that no writer holds, left "
+                                  "by a writer killed mid-write (or a clock set back)"
+                                : "temp file older than 10 minutes that no writer holds, left by a writer killed "
+                                  "mid-write";
             }
         } else if (verify && (!v[i].owned || !kjit__cache_parse_name(v[i].name, &key))) {
             e.ok = 0;
