@@ -43,8 +43,9 @@ contract on any op (batch_invariant or params_repeatable not true, or a
 spec_rel_err over SPEC.md's bound or NaN, or a check that did not run: a
 missing size, output or gradient), naming it; the peers' results are
 reported, not judged. The installed kjit package is used where there is one
-(pip install ./bindings/python); otherwise the tree's, with its build's
-library.
+(pip install ./bindings/python), else the tree's; the library is
+KJIT_LIBRARY's where set, else one copied next to the package, else this
+tree's build (build-gpu/ or build/).
 """
 
 import argparse
@@ -66,18 +67,23 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 try:
-    # The installed package (pip install ./bindings/python), with the library
-    # it finds itself; the tree's package and build only where none is installed.
+    # The installed package (pip install ./bindings/python); the tree's
+    # package only where none is installed.
     import kjit  # noqa: E402
 except ImportError:
     sys.path.insert(0, str(ROOT / "bindings" / "python"))
-    if "KJIT_LIBRARY" not in os.environ:
-        for build in ("build-gpu", "build"):
-            if (ROOT / build / "libkjit.so").exists():
-                os.environ["KJIT_LIBRARY"] = str(ROOT / build / "libkjit.so")
-                break
     import kjit  # noqa: E402
+from kjit import _lib as _kjit_lib  # noqa: E402
 from kjit import reference as ref  # noqa: E402
+
+# The library: KJIT_LIBRARY where set, else one copied next to the package
+# (the library loads on first use), else this tree's build.
+if "KJIT_LIBRARY" not in os.environ and not any(where == "next to the package"
+                                                for where, _ in _kjit_lib.candidates()):
+    for build in ("build-gpu", "build"):
+        if (ROOT / build / "libkjit.so").exists():
+            os.environ["KJIT_LIBRARY"] = str(ROOT / build / "libkjit.so")
+            break
 
 sys.path.insert(0, str(ROOT / "bench"))
 import report_table  # noqa: E402  (the table's cells, shared with the README's table)
