@@ -559,6 +559,21 @@ if [ -n "$ro" ]; then
   [ "$(id -u)" = 0 ] && rm -rf "$(dirname "$ro")"
 fi
 
+# A file in the lock directory's place: prewarm warns (builds are not
+# shared between processes), verify names it and fails, clear removes it,
+# and the next open makes the directory again (all silent before).
+"$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32 --arch sm_90 --cache-dir "$T/lk" >/dev/null 2>&1 ||
+  fail "prewarm into lk"
+rm -rf "$T/lk/locks" && echo x >"$T/lk/locks"
+"$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --dtype bf16 --arch sm_90 --cache-dir "$T/lk" >/dev/null 2>"$T/lk.err" &&
+  grep -q "locks is not a directory kjit can use" "$T/lk.err" || fail "prewarm with a file as locks: $(cat "$T/lk.err")"
+out=$("$KJIT" cache verify --cache-dir "$T/lk" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "^BAD  locks: not a directory" || fail "verify with a file as locks: $rc $out"
+"$KJIT" cache clear --cache-dir "$T/lk" >/dev/null 2>&1 && [ ! -e "$T/lk/locks" ] || fail "clear left the file named locks"
+"$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --dtype fp32 --arch sm_90 --cache-dir "$T/lk" >/dev/null 2>"$T/lk.err" &&
+  [ -d "$T/lk/locks" ] && ! grep -q "locks" "$T/lk.err" && "$KJIT" cache verify --cache-dir "$T/lk" >/dev/null 2>&1 ||
+  fail "prewarm after clear: $(cat "$T/lk.err")"
+
 # Past a file-size limit the store fails (EFBIG) and the run reports it:
 # the signal ended it before, with no report (exit 153).
 out=$(ulimit -f 4; "$KJIT" prewarm --ops timestep_sinusoid --hidden 256 --dtype fp32 --arch sm_90 \

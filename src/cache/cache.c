@@ -152,6 +152,11 @@ const char *kjit__cache_dir(const kjit_cache *c)
     return c ? c->dir : NULL;
 }
 
+int kjit__cache_locks_usable(const kjit_cache *c)
+{
+    return !c || c->dfd < 0 || c->lockdfd >= 0;
+}
+
 /* The key is already a strong hash: its low bits are the bucket. */
 static entry **chain(kjit_cache *c, kjit_cache_key key)
 {

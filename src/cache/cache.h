@@ -106,6 +106,12 @@ int kjit__cache_dir_check(const char *path);
 /* The resolved directory, "" when memory-only; NULL for a NULL cache. */
 const char *kjit__cache_dir(const kjit_cache *c);
 
+/* 0 when the cache is on disk but its "locks" directory could not be made
+ * or opened (a file, a link or an unreadable directory in its place):
+ * builds then go on without the cross-process lock, so two processes may
+ * compile the same kernel (each publish is still atomic). 1 otherwise. */
+int kjit__cache_locks_usable(const kjit_cache *c);
+
 /* Checks the fields (every pointer set, arch non-empty, n_options >= 0,
  * versions >= 0, format != 0) and hashes them into *out. */
 int kjit__cache_make_key(const kjit_cache_fields *f, kjit_cache_key *out);

@@ -548,6 +548,26 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
         bad += !e.ok;
         fn(arg, &e);
     }
+    /* The lock directory: something else in its place leaves builds
+     * unshared between processes. */
+    struct stat ls;
+    if (verify && rc == KJIT_OK && fstatat(dfd, "locks", &ls, AT_SYMLINK_NOFOLLOW) == 0) {
+        int lfd = S_ISDIR(ls.st_mode) ? openat(dfd, "locks", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (lfd >= 0) {
+            close(lfd);
+        } else {
+            kjit_cache_entry_info e = {"locks", (uint64_t)ls.st_size, (int64_t)ls.st_mtime, 0,
+                                       S_ISDIR(ls.st_mode)
+                                           ? "the lock directory cannot be opened: builds are not shared between "
+                                             "processes (each may compile the same kernel)"
+                                           : "not a directory where kjit keeps its build locks: builds are not "
+                                             "shared between processes (each may compile the same kernel); "
+                                             "kjit cache clear removes it",
+                                       0, S_ISREG(ls.st_mode), 0, 0};
+            bad++;
+            fn(arg, &e);
+        }
+    }
     free_items(v, n);
     close(dfd);
     free(path);
@@ -561,7 +581,14 @@ static void clear_locks(int dfd, const char *path)
 {
     int lfd = openat(dfd, "locks", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (lfd < 0) {
-        if (errno != ENOENT)
+        struct stat st;
+        /* A file, FIFO or link in the lock directory's place: removed, so
+         * the next open makes the directory again (a directory it cannot
+         * open is left to its owner). */
+        if (errno != ENOENT && fstatat(dfd, "locks", &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
+            kjit__unlink_same(dfd, "locks", &st))
+            kjit__log("cache: removed %s/locks, which was not a directory", path);
+        else if (errno != ENOENT)
             kjit__log("cache: cannot open %s/locks: %s", path, strerror(errno));
         return;
     }

@@ -416,6 +416,10 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
         fprintf(stderr, "kjit prewarm: cannot write to the cache directory %s (%s): checking that the kernels are "
                 "there, compiling none\n", wdir, strerror(errno));
         ctx->lookup_only = 1;
+    } else if (!kjit__cache_locks_usable(ctx->cache)) {
+        fprintf(stderr, "kjit prewarm: warning: %s/locks is not a directory kjit can use: builds are not shared "
+                "with other processes (each may compile the same kernel); kjit cache clear removes a file or link "
+                "there\n", wdir);
     }
 
     struct timespec t0, t1;
