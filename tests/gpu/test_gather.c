@@ -355,6 +355,19 @@ static void run_case(kjit_ctx *ctx, ref_rng *g, const gcase *c)
     free(idx), free(got), free(ref);
 }
 
+/* n index values of c's pattern and c's tables, on the host (idx, T's
+ * images) and the device (didx, T). */
+static void inputs_make(ref_rng *g, const gcase *c, int64_t n, int64_t **idx, CUdeviceptr *didx, opnd *T)
+{
+    const int64_t W = (int64_t)c->k * c->h;
+    *idx = malloc(sizeof(int64_t) * (size_t)n);
+    gen_index(g, c->pattern, *idx, n, c->r);
+    const double *tab = pool_slice(g, c->dt, (size_t)(c->r * W));
+    *didx = upload_index(*idx, n, c->it);
+    opnd_init(T, c->shared, c->k, c->h, c->r, c->shared ? W + c->pad_in : c->h, c->mis_in, c->dt);
+    opnd_upload(T, tab, W);
+}
+
 /* ---- batch invariance of the forward -------------------------------------- *
  * Batches of 64, 257 and 2048 rows taken at different offsets of one index
  * array; each row computed alone (n = 1, index pointer at the row) into the
@@ -364,15 +377,12 @@ static void batch_invariance(kjit_ctx *ctx, ref_rng *g, gcase c)
 {
     const int64_t sizes[] = {64, 257, 2048}, offs[] = {1900, 333, 0}, total = 2400;
     const int K = c.k, H = c.h;
-    const int64_t W = (int64_t)K * H, R = c.r;
+    const int64_t W = (int64_t)K * H;
     const size_t ies = kjit_dtype_size(c.it);
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)total);
-    gen_index(g, c.pattern, idx, total, R);
-    const double *tab = pool_slice(g, c.dt, (size_t)(R * W));
-    CUdeviceptr didx = upload_index(idx, total, c.it);
+    int64_t *idx;
+    CUdeviceptr didx;
     opnd T;
-    opnd_init(&T, c.shared, K, H, R, c.shared ? W + c.pad_in : H, c.mis_in, c.dt);
-    opnd_upload(&T, tab, W);
+    inputs_make(g, &c, total, &idx, &didx, &T);
     char what[256];
     for (int s = 0; s < 3; ++s) {
         const int64_t B = sizes[s];
@@ -425,15 +435,12 @@ static void sweep_and_split(kjit_ctx *ctx, ref_rng *g, gcase c)
                                     255, 256, 257, 511, 512, 513, 1023, 1024, 1025, 2047, 2048};
     const int64_t big = 131072;
     const int K = c.k, H = c.h;
-    const int64_t W = (int64_t)K * H, R = c.r;
+    const int64_t W = (int64_t)K * H;
     const size_t ies = kjit_dtype_size(c.it);
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)big);
-    gen_index(g, c.pattern, idx, big, R);
-    const double *tab = pool_slice(g, c.dt, (size_t)(R * W));
-    CUdeviceptr didx = upload_index(idx, big, c.it);
+    int64_t *idx;
+    CUdeviceptr didx;
     opnd T;
-    opnd_init(&T, c.shared, K, H, R, c.shared ? W + c.pad_in : H, c.mis_in, c.dt);
-    opnd_upload(&T, tab, W);
+    inputs_make(g, &c, big, &idx, &didx, &T);
     char what[256];
     c.n = 2048;
     describe(&c, what, sizeof what);
