@@ -490,8 +490,8 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     }
     if (cc.store_failures)
         fprintf(stderr, "kjit prewarm: %llu compiled kernel(s) could not be written to %s (a full disk, a file-size "
-                "limit, no write permission, or a directory under an entry's name, which kjit cache verify names; KJIT_LOG=1 says "
-                "why)\n", (unsigned long long)cc.store_failures, kjit_ctx_cache_dir(ctx));
+                "limit, no write permission, or a directory under an entry's name, which kjit cache verify names; "
+                "KJIT_LOG=1 says why)\n", (unsigned long long)cc.store_failures, kjit_ctx_cache_dir(ctx));
     /* A note, not a failure: each damaged entry was replaced by a fresh
      * compile; the count says the disk or another writer damaged some. */
     if (cc.bad_entries)
