@@ -328,6 +328,23 @@ static double *fetch(kjit_dtype dt, CUdeviceptr dev, int64_t rows, int h, int64_
     return v;
 }
 
+/* Whether the op of mode has table chunk k (0 shift, 1 scale, 2 gate). */
+static int tab_used(int mode, int k) { return !((mode == 1 && k == 2) || (mode == 2 && k != 2)); }
+
+/* 1 when every element of o's used table-gradient chunks is finite (the
+ * poison is NaN: all written), or with zero, when every one is 0. */
+static int dtable_all(const problem *p, const outs *o, int zero)
+{
+    int ok = 1;
+    for (int k = 0; k < 3; ++k) {
+        if (!tab_used(p->c.mode, k)) continue;
+        double *v = fetch(p->c.P, o->DT, p->c.r, p->c.h, p->dts, p->dtoff[k], o->tab_bytes / es(p->c.P), NULL);
+        for (int64_t e = 0; e < p->c.r * p->c.h; ++e) ok &= zero ? v[e] == 0.0 : isfinite(v[e]);
+        free(v);
+    }
+    return ok;
+}
+
 /* 1 if every element of a device buffer of total elements outside the
  * payloads (rows x h at each of offs[], row stride ld) still holds the poison. */
 static int outside_untouched(kjit_dtype dt, CUdeviceptr dev, size_t total, const size_t *offs, int noff, int64_t rows,
@@ -430,7 +447,7 @@ static void check_accuracy(kjit_ctx *ctx, const cfg *c, double worst[2])
     size_t used[3];
     int nused = 0;
     for (int k = 0; k < 3; ++k) {
-        if ((c->mode == 1 && k == 2) || (c->mode == 2 && k != 2)) continue;
+        if (!tab_used(c->mode, k)) continue;
         used[nused++] = p.dtoff[k];
         got = fetch(c->P, o.DT, r, h, p.dts, p.dtoff[k], ttot, NULL);
         expect(tn[k], c, got, rdt[k], rh, tp, &worst[1]);
@@ -652,14 +669,7 @@ static void check_invariance(kjit_ctx *ctx, int mode, kjit_dtype A, kjit_dtype P
     unsigned char *dw0 = malloc(full.w_bytes), *dw1 = malloc(full.w_bytes);
     gpu_download(dt0, full.DT, full.tab_bytes);
     gpu_download(dw0, full.DW, full.w_bytes);
-    int written = 1;
-    for (int k = 0; k < 3; ++k) {
-        if ((mode == 1 && k == 2) || (mode == 2 && k != 2)) continue;
-        double *v = fetch(P, full.DT, c.r, h, p.dts, p.dtoff[k], full.tab_bytes / es(P), NULL);
-        for (int64_t e = 0; e < c.r * h; ++e) written &= isfinite(v[e]);
-        free(v);
-    }
-    if (!written) {
+    if (!dtable_all(&p, &full, 0)) {
         fprintf(stderr, "%s: a table gradient was left unwritten\n", mode_name[mode]);
         kjit_test_failures++;
     }
@@ -1023,14 +1033,7 @@ static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ct
         }
         free(b2);
         /* Every used chunk of the table gradient written: no element left poisoned. */
-        int params = 1;
-        for (int k = 0; k < 3; ++k) {
-            if ((mode == 1 && k == 2) || (mode == 2 && k != 2)) continue;
-            const size_t ttot = o.tab_bytes / es(c.P);
-            double *v = fetch(c.P, o.DT, c.r, c.h, p.dts, p.dtoff[k], ttot, NULL);
-            for (int64_t e = 0; e < c.r * c.h; ++e) params &= isfinite(v[e]);
-            free(v);
-        }
+        const int params = dtable_all(&p, &o, 0);
         if (!skipped || !others || !params) {
             fprintf(stderr, "%s: asynchronous checking, full backward: bad row %s, other rows %s, parameter "
                     "gradients %s\n", mode_name[mode], skipped ? "skipped" : "WRITTEN", others ? "written" : "NOT written",
@@ -1049,13 +1052,7 @@ static void check_bad_args(kjit_ctx *ctx, kjit_ctx *sync_ctx, kjit_ctx *async_ct
     CHECK_STATUS(bwd(ctx, mode, &a), KJIT_OK);
     gpu_sync();
     {
-        int zeros = 1;
-        for (int k = 0; k < 3; ++k) {
-            if ((mode == 1 && k == 2) || (mode == 2 && k != 2)) continue;
-            double *v = fetch(c.P, o.DT, c.r, c.h, p.dts, p.dtoff[k], o.tab_bytes / es(c.P), NULL);
-            for (int64_t e = 0; e < c.r * c.h; ++e) zeros &= v[e] == 0.0;
-            free(v);
-        }
+        int zeros = dtable_all(&p, &o, 1);
         if (mode != 2) {
             double *v = fetch(c.P, o.DW, 1, c.h, c.h, 0, (size_t)c.h, NULL);
             for (int e = 0; e < c.h; ++e) zeros &= v[e] == 0.0;
