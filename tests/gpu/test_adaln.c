@@ -1156,8 +1156,24 @@ static void check_bad_index64(kjit_ctx *sync_ctx, kjit_ctx *async_ctx, int mode)
     problem_free(&p);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* test_adaln [OP]: one op's checks (norm_modulate, gated_residual or
+     * fused), so that ctest runs the three side by side; no argument, all
+     * three. Checked before the GPU: a misspelled op fails everywhere. */
+    int mode_lo = 1, mode_hi = 3;
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "all") != 0)) {
+        int m = 0;
+        for (int k = 1; k <= 3 && argc == 2; ++k)
+            if (strcmp(argv[1], mode_name[k]) == 0) m = k;
+        if (argc == 2 && strcmp(argv[1], "gated_residual_norm_modulate") == 0) m = 3;
+        if (!m) {
+            fprintf(stderr, "usage: test_adaln [norm_modulate|gated_residual|fused|all]: got '%s'%s\n", argv[1],
+                    argc > 2 ? " and more" : "");
+            return 2;
+        }
+        mode_lo = mode_hi = m;
+    }
     kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_adaln", KJIT_INDEX_CHECK_OFF);
     ref_rng_seed(&rng, kjit_test_seed("test_adaln"));
     kjit_ctx_options o;
@@ -1182,7 +1198,7 @@ int main(void)
     const char *only_env = getenv("KJIT_TEST_HIDDEN");
     const int only = only_env ? atoi(only_env) : 0;
     int only_cases = 0; /* a KJIT_TEST_HIDDEN no case has checks nothing: a failure */
-    for (int mode = 1; mode <= 3; ++mode) {
+    for (int mode = mode_lo; mode <= mode_hi; ++mode) {
         /* Every dtype combination, both index types, chunk(6) tables. */
         for (int ai = 0; ai < 3 && !only; ++ai)
             for (int pi = 0; pi < 2; ++pi)
@@ -1274,11 +1290,11 @@ int main(void)
                 only_env);
         kjit_test_failures++;
     }
-    for (int mode = 1; mode <= 3; ++mode)
+    for (int mode = mode_lo; mode <= mode_hi; ++mode)
         printf("%-14s worst rel err (fwd / grads): bf16 %.2e / %.2e  fp16 %.2e / %.2e  fp32 %.2e / %.2e\n",
                mode_name[mode], worst[mode][0][0], worst[mode][0][1], worst[mode][1][0], worst[mode][1][1],
                worst[mode][2][0], worst[mode][2][1]);
-    for (int mode = 1; mode <= 3; ++mode) {
+    for (int mode = mode_lo; mode <= mode_hi; ++mode) {
         printf("%-14s seconds:", mode_name[mode]);
         for (int k = 0; k < T_PARTS; ++k) printf(" %s %.1f%s", part_name[k], part_s[mode][k], k + 1 < T_PARTS ? "," : "\n");
     }
