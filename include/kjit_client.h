@@ -26,8 +26,10 @@ extern "C" {
 
 typedef struct kjit_client kjit_client;
 
-/* The socket a server listens on by default: $XDG_RUNTIME_DIR/kjit/kjit.sock,
- * else /tmp/kjit-<uid>/kjit.sock. KJIT_EINVAL when it does not fit in len. */
+/* The socket a server listens on by default: $XDG_RUNTIME_DIR/kjit/kjit.sock
+ * where XDG_RUNTIME_DIR is an absolute path (a relative one is ignored, as the
+ * XDG spec says), else /tmp/kjit-<uid>/kjit.sock. KJIT_EINVAL when it does
+ * not fit in len. */
 KJIT_API int kjit_client_default_socket(char *buf, size_t len);
 
 /* Connects to path (NULL: $KJIT_SERVER if set, else the default socket) and

@@ -41,8 +41,24 @@ done
 [ $? = 1 ] && [ ! -e "$T/pay.bin" ] || fail "call without a server: exit 1 and no payload file left"
 # A dangling link is refused, not followed (nor removed).
 ln -s "$T/nowhere" "$T/dangling"
-"$KJIT" call --socket "$T/nosock" --payload-out "$T/dangling" '{"type":"stats"}' >/dev/null 2>&1
-[ $? = 2 ] && [ -L "$T/dangling" ] && [ ! -e "$T/nowhere" ] || fail "call --payload-out through a dangling link"
+out=$("$KJIT" call --socket "$T/nosock" --payload-out "$T/dangling" '{"type":"stats"}' 2>&1); rc=$?
+[ $rc = 2 ] && [ -L "$T/dangling" ] && [ ! -e "$T/nowhere" ] || fail "call --payload-out through a dangling link"
+echo "$out" | grep -q "a symbolic link to a missing file" || fail "call --payload-out, dangling link: $out"
+# A socket path the environment makes too long is not a usage error (1, not 2).
+long=/tmp/$(printf 'x%.0s' $(seq 120))
+out=$(KJIT_SERVER=$long "$KJIT" call '{"type":"ping"}' 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "longer than" || fail "call with a too long KJIT_SERVER: $rc $out"
+out=$("$KJIT" call --socket "$long" '{"type":"ping"}' 2>&1); rc=$?
+[ $rc = 2 ] || fail "call with a too long --socket: $rc $out"
+# A relative XDG_RUNTIME_DIR is ignored (the XDG spec): never rel/kjit/kjit.sock.
+out=$(cd "$T" && env -u KJIT_SERVER XDG_RUNTIME_DIR=rel "$KJIT" call --timeout 2000 '{"type":"ping"}' 2>&1)
+echo "$out" | grep -q "rel/kjit" && fail "call with a relative XDG_RUNTIME_DIR: $out"
+# Invalid JSON is called that, not "not a JSON object".
+out=$("$KJIT" call --socket "$T/nosock" '{"x":NaN}' 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "not valid JSON" || fail "call with invalid JSON: $rc $out"
+# An option where a command goes is called an option.
+out=$("$KJIT" -V 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "unknown option '-V'" || fail "kjit -V: $rc $out"
 # A FIFO nobody reads is refused at once (exit 2, named), not waited on.
 mkfifo "$T/fifo"
 out=$(timeout 20 "$KJIT" call --socket "$T/nosock" --payload-out "$T/fifo" '{"type":"stats"}' 2>&1); rc=$?
@@ -396,10 +412,12 @@ if ! "$KJIT" info --json | grep -q '"gpus":\[{'; then
     echo "$out" | grep -q "the first save keeps it as tune.json.damaged" || fail "tune with a damaged file: $rc $out"
   [ "$(cat "$T/dmg/tune.json")" = '{"format":2,"entries":[' ] || fail "tune without a GPU changed a damaged file"
   out=$("$KJIT" tune --show --cache-dir "$T/dmg" 2>&1)
-  echo "$out" | grep -q "damaged: ignored; the next save keeps it as tune.json.damaged" || fail "tune --show, damaged: $out"
+  echo "$out" | grep -q "is damaged (.*): ignored; the next save keeps it as tune.json.damaged" || fail "tune --show, damaged: $out"
+  # ... saying why, in JSON too.
+  "$KJIT" tune --show --json --cache-dir "$T/dmg" | grep -q '"reason":"[^"]' || fail "tune --show --json, damaged: no reason"
   : >"$T/dmg/tune.json"
   out=$("$KJIT" tune --show --cache-dir "$T/dmg" 2>&1)
-  echo "$out" | grep -q "the next save replaces it (a link in its place, or empty" || fail "tune --show, empty: $out"
+  echo "$out" | grep -q "the next save replaces it (not a regular file, or empty" || fail "tune --show, empty: $out"
 fi
 # An unknown op is called unknown; a known one without a launch config is named as such.
 for a in "nope|unknown op 'nope'" "timestep_sinusoid|the op 'timestep_sinusoid' has no launch config to tune"; do
@@ -439,7 +457,24 @@ out=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --arch sm_90 --cache-di
 # over it), not "damaged, rebuilt by the next kjit tune".
 mkdir -m 700 "$T/tdir" "$T/tdir/tune.json"
 out=$("$KJIT" tune --show --cache-dir "$T/tdir" 2>&1) || fail "tune --show, a directory for the file: $out"
-echo "$out" | grep -q "could not be read: ignored, and left as it is" || fail "tune --show, a directory for the file: $out"
+echo "$out" | grep -q "could not be read (a directory): ignored, and left as it is" || fail "tune --show, a directory for the file: $out"
+# A file no save may replace (a newer format's, or a directory) refuses kjit
+# tune before anything is tuned, with or without a GPU, and is left as it is.
+mkdir -m 700 "$T/foreign"
+printf '{"format":3,"entries":[]}' >"$T/foreign/tune.json"
+for d in foreign tdir; do
+  out=$("$KJIT" tune --ops norm_modulate --hidden 256 --cache-dir "$T/$d" 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "no result could be saved into it; nothing tuned" &&
+    ! echo "$out" | grep -q "needs a GPU" || fail "tune with an unsavable tuning file ($d): $rc $out"
+done
+echo "$out" | grep -q "could not be read (a directory)" || fail "tune, a directory for the file: $out"
+[ "$(cat "$T/foreign/tune.json")" = '{"format":3,"entries":[]}' ] || fail "tune changed a newer format's file"
+# A memory-only cache ('') keeps no tuning file: refused as prewarm refuses it
+# (it read ./tune.json before).
+for a in "--show" "--ops norm_modulate"; do
+  out=$(cd "$T/dmg" && "$KJIT" tune $a --cache-dir "" 2>&1); rc=$?
+  [ $rc = 2 ] && echo "$out" | grep -q "a memory-only cache keeps no tuning file" || fail "tune $a --cache-dir '': $rc $out"
+done
 mkdir -m 777 "$T/open"; chmod 777 "$T/open"
 out=$("$KJIT" tune --show --cache-dir "$T/open" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "writable by group or others" || fail "tune --show of a 0777 dir: $rc $out"

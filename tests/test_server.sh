@@ -28,6 +28,9 @@ out=$(timeout 10 "$KJIT" serve --socket "$T/idle.sock" --idle-timeout 0.0001 2>&
 [ $rc = 2 ] && echo "$out" | grep -q "below the 1 ms resolution" || fail "--idle-timeout 0.0001: $rc $out"
 [ -e "$T/idle.sock" ] || [ -e "$T/idle.sock.lock" ] && fail "a refused --idle-timeout made the socket or its lock"
 "$KJIT" serve --bogus 1 2>/dev/null; [ $? = 2 ] || fail "unknown option must exit 2"
+# A memory-only cache ('') is said in words (it printed "cache )").
+out=$(timeout 3 "$KJIT" serve --socket "$T/mem.sock" --cache-dir "" 2>&1)
+echo "$out" | grep -q "cache in memory only)" || fail "serve --cache-dir '': $out"
 "$KJIT" call 2>/dev/null; [ $? = 2 ] || fail "call without JSON must exit 2"
 
 # No server: a message and exit 1.
@@ -449,7 +452,7 @@ PY
 kill -TERM $P7; wait $P7
 mkdir -m 777 "$T/d777"; chmod 777 "$T/d777"
 out=$(timeout 20 "$KJIT" serve --socket "$T/d777/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
-[ $rc = 1 ] && echo "$out" | grep -q "writable by others" || fail "serve in a world-writable directory: $rc $out"
+[ $rc = 1 ] && echo "$out" | grep -q "writable by its group or others" || fail "serve in a world-writable directory: $rc $out"
 [ "$(stat -c %a "$T/d777")" = 777 ] || fail "the refused server changed the directory's mode"
 chmod 1777 "$T/d777"
 "$KJIT" serve --socket "$T/d777/kjit.sock" --cache-dir "$T/cache" 2>"$T/s5.log" & P5=$!; pids+=($P5)

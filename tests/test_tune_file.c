@@ -306,7 +306,7 @@ static void test_round_trip(const char *dir)
     CHECK_EQ_INT(stray_files(dir), 0);
     kjit_tune_list l = {0};
     int bad = -1;
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT(bad, 0);
     CHECK_EQ_INT(l.n, 3);
     for (size_t i = 0; i < l.n && i < 3; ++i) CHECK(same_entry(&l.v[i], &in[i]));
@@ -314,7 +314,7 @@ static void test_round_trip(const char *dir)
     /* Same key: replaced, not added. */
     kjit_tune_entry up = entry(DEV, 1, 5376, KJIT_BF16, 1, 0, 2, 0, 0);
     CHECK_STATUS(kjit__tune_file_update(dir, &up, 1), KJIT_OK);
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT(l.n, 3);
     CHECK(l.n == 3 && same_entry(&l.v[0], &up));
     kjit__tune_list_free(&l);
@@ -376,7 +376,7 @@ static void expect_file(const char *dir, const char *what, const char *text, kji
     write_file(dir, KJIT_TUNE_FILE, text);
     kjit_tune_list l = {0};
     int bad = -1;
-    kjit_tune_file_state st = kjit__tune_file_read(dir, &l, &bad);
+    kjit_tune_file_state st = kjit__tune_file_read(dir, &l, &bad, NULL, 0);
     if ((int)st != (int)state || (int)l.n != n_ok || bad != n_bad) {
         fprintf(stderr, "%s: state %d, %zu entries, %d bad; expected %d, %d, %d\n", what, (int)st, l.n, bad,
                 (int)state, n_ok, n_bad);
@@ -422,7 +422,7 @@ static void expect_file(const char *dir, const char *what, const char *text, kji
         kjit_test_failures++;
     }
     free(kept);
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT(bad, 0);
     if ((int)l.n != n_ok + 1) {
         fprintf(stderr, "%s: rebuilt file has %zu entries, expected %d\n", what, l.n, n_ok + 1);
@@ -526,7 +526,7 @@ static void test_damaged(const char *dir)
             write_file(dir, KJIT_TUNE_FILE, text);
             kjit_tune_list l = {0};
             int nb = -1;
-            CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_OK);
+            CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb, NULL, 0), KJIT_TUNE_FILE_OK);
             CHECK_EQ_INT((int)l.n, 1);
             kjit__tune_list_free(&l);
             kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
@@ -612,7 +612,9 @@ static void test_damaged(const char *dir)
     CHECK(mkdir(p, 0700) == 0);
     kjit_tune_list l = {0};
     int nb = 0;
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_UNREADABLE);
+    char why[512] = "unset";
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb, why, sizeof why), KJIT_TUNE_FILE_UNREADABLE);
+    CHECK(strcmp(why, "a directory") == 0); /* the reason, for kjit tune --show */
     CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_EIO);
     CHECK(strstr(kjit_last_error(), "tune.json") != NULL && strstr(kjit_last_error(), "a directory") != NULL);
     rmdir(p);
@@ -622,19 +624,21 @@ static void test_damaged(const char *dir)
      * save replaces it with the file. */
     CHECK(mkfifo(p, 0600) == 0);
     alarm(20);
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_DAMAGED);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb, why, sizeof why), KJIT_TUNE_FILE_DAMAGED);
+    CHECK(strstr(why, "not a regular file") != NULL);
     CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
     alarm(0);
     struct stat st;
     CHECK(lstat(p, &st) == 0 && S_ISREG(st.st_mode));
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb, NULL, 0), KJIT_TUNE_FILE_OK);
     kjit__tune_list_free(&l);
     memset(&l, 0, sizeof l);
     unlink(p);
     CHECK_EQ_INT(stray_files(dir), 0);
     /* No file at all. */
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_MISSING);
-    CHECK_EQ_INT(kjit__tune_file_read("", &l, &nb), KJIT_TUNE_FILE_MISSING);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb, why, sizeof why), KJIT_TUNE_FILE_MISSING);
+    CHECK_EQ_INT((int)strlen(why), 0);
+    CHECK_EQ_INT(kjit__tune_file_read("", &l, &nb, NULL, 0), KJIT_TUNE_FILE_MISSING);
     CHECK_EQ_INT(l.n, 0);
 }
 
@@ -750,7 +754,7 @@ static void test_too_big(const char *dir)
     write_file(dir, KJIT_TUNE_FILE, t);
     kjit_tune_list l = {0};
     int nb = -1;
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_OK); /* under the cap: read */
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb, NULL, 0), KJIT_TUNE_FILE_OK); /* under the cap: read */
     CHECK_EQ_INT((int)l.n_other, 1);
     kjit__tune_list_free(&l);
     kjit_tune_entry e = entry(DEV, 1, 5376, KJIT_BF16, 2, 1, 4, 2, 1);
@@ -793,7 +797,7 @@ static void test_cap_exact(const char *dir)
     write_file(dir, KJIT_TUNE_FILE, t);
     kjit_tune_list l = {0};
     int nb = -1;
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &nb, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_STATUS(kjit__tune_list_put(&l, &e), KJIT_OK);
     char *text = kjit__tune_print(&l);
     CHECK(text && strlen(text) == cap); /* the boundary itself */
@@ -840,7 +844,7 @@ static void test_unreadable(const char *dir)
     int nb = -1;
     /* And a read alone, with no descriptor for it. */
     const int fd_last = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    const kjit_tune_file_state st = kjit__tune_file_read(dir, &l, &nb);
+    const kjit_tune_file_state st = kjit__tune_file_read(dir, &l, &nb, NULL, 0);
     if (fd_last >= 0) close(fd_last);
     kjit__tune_list_free(&l);
     while (nf > 0) close(fds[--nf]);
@@ -880,7 +884,7 @@ static void test_other_versions(const char *dir)
                "{\"kjit\":\"0.0.1\",\"device\":\"" DEV "\",\"op\":\"norm_modulate\",\"hidden\":5376,\"rpc\":99}]}");
     kjit_tune_list l = {0};
     int bad = -1;
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT((int)l.n, 0);
     CHECK_EQ_INT((int)l.n_other, 2);
     CHECK_EQ_INT(bad, 0);
@@ -892,7 +896,7 @@ static void test_other_versions(const char *dir)
     /* This version saves the same key: both versions' entries then stand. */
     kjit_tune_entry e = entry(DEV, 1, 5376, KJIT_BF16, 1, 0, 0, 0, 1);
     CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT((int)l.n, 1);
     CHECK_EQ_INT((int)l.n_other, 2);
     CHECK(l.n == 1 && same_entry(&l.v[0], &e));
@@ -943,7 +947,9 @@ static void test_long_path(const char *dir)
     CHECK_EQ_INT(stray_files(deep), 0);
     kjit_tune_list l = {0};
     int nb = 0;
-    CHECK_EQ_INT(kjit__tune_file_read(deep, &l, &nb), KJIT_TUNE_FILE_MISSING);
+    char why[256] = "";
+    CHECK_EQ_INT(kjit__tune_file_read(deep, &l, &nb, why, sizeof why), KJIT_TUNE_FILE_MISSING);
+    CHECK(strstr(why, "longer than") != NULL); /* kjit tune --show says so, not "no tuning file" */
     CHECK_EQ_INT((int)l.n, 0);
 }
 
@@ -970,7 +976,7 @@ static void test_concurrent(const char *dir)
     }
     kjit_tune_list l = {0};
     int bad = 0;
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT(l.n, PROCS * EACH);
     for (int p = 0; p < PROCS; ++p)
         for (int i = 0; i < EACH; ++i) {

@@ -80,8 +80,10 @@ int kjit_cli_call(int argc, char **argv)
         pfd = open(payload_out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (pfd >= 0)
             created = 1;
-        else if (errno == EEXIST)
-            pfd = open(payload_out, O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+        else if (errno == EEXIST && (pfd = open(payload_out, O_WRONLY | O_CLOEXEC | O_NONBLOCK)) < 0 &&
+                 errno == ENOENT) /* there, yet not there: a link to nothing */
+            return kjit_cli_usage_error("call", "--payload-out '%s': a symbolic link to a missing file: refused, "
+                                        "not followed", payload_out);
         if (pfd < 0 && errno == ENXIO)
             return kjit_cli_usage_error("call", "--payload-out '%s': a FIFO with no reader", payload_out);
         if (pfd < 0)
@@ -94,8 +96,9 @@ int kjit_cli_call(int argc, char **argv)
             return kjit_cli_usage_error("call", "--payload-out '%s': cannot write it: %s", payload_out, strerror(e));
         }
     }
-    kjit_client *c;
+    kjit_client *c = NULL;
     int rc = kjit_client_connect(&c, socket, (int)timeout);
+    const int connected = rc == KJIT_OK;
     kjit_client_reply r = {0};
     if (!rc) {
         rc = kjit_client_request(c, json, NULL, 0, events ? print_event : NULL, NULL, &r);
@@ -106,7 +109,9 @@ int kjit_cli_call(int argc, char **argv)
         close(pfd);
         pfd = -1;
     }
-    if (rc == KJIT_EINVAL) return kjit_cli_usage_error("call", "%s", kjit_last_error());
+    /* A bad JSON argument or --socket is bad usage; a bad socket from the
+     * environment (KJIT_SERVER, XDG_RUNTIME_DIR) is not the command line's. */
+    if (rc == KJIT_EINVAL && (connected || socket)) return kjit_cli_usage_error("call", "%s", kjit_last_error());
     if (rc) {
         fprintf(stderr, "kjit call: %s\n", kjit_last_error());
         return KJIT_EXIT_FAIL;

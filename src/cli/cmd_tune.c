@@ -57,7 +57,7 @@ static const char *damaged_fate(const char *path)
     struct stat st;
     return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0
                ? "keeps it as " KJIT_TUNE_DAMAGED " and writes a new one (or, where it cannot, saves nothing)"
-               : "replaces it (a link in its place, or empty: nothing to keep)";
+               : "replaces it (not a regular file, or empty: nothing to keep)";
 }
 
 static int show(const char *cache_dir, int json)
@@ -77,11 +77,21 @@ static int show(const char *cache_dir, int json)
     snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
     kjit_tune_list l = {0};
     int n_bad = 0;
-    kjit_tune_file_state st = dir[0] ? kjit__tune_file_read(dir, &l, &n_bad) : KJIT_TUNE_FILE_MISSING;
+    char why[512] = "";
+    kjit_tune_file_state st =
+        dir[0] ? kjit__tune_file_read(dir, &l, &n_bad, why, sizeof why) : KJIT_TUNE_FILE_MISSING;
+    if (st == KJIT_TUNE_FILE_MISSING && why[0]) { /* no file can be there: its path is too long */
+        const int rc = kjit_cli_fail("tune", json, "no tuning file can be read under %s: %s", dir, why);
+        free(dir);
+        return rc;
+    }
     if (json) {
         cJSON *root = cJSON_CreateObject();
         cJSON_AddStringToObject(root, "file", dir[0] ? path : "");
         cJSON_AddStringToObject(root, "state", state_name(st));
+        /* What was wrong: the file (damaged, foreign, unreadable) or, with
+         * skipped entries, the first of them; "" when nothing was. */
+        cJSON_AddStringToObject(root, "reason", why);
         cJSON_AddStringToObject(root, "kjit", KJIT_VERSION_STRING);
         cJSON_AddNumberToObject(root, "skipped_entries", n_bad);
         /* "entries" holds every version's, each with its "kjit"; this
@@ -107,17 +117,16 @@ static int show(const char *cache_dir, int json)
         if (st == KJIT_TUNE_FILE_MISSING) {
             printf("no tuning file at %s (run kjit tune on a GPU)\n", dir[0] ? path : "(memory-only cache)");
         } else if (st == KJIT_TUNE_FILE_DAMAGED) {
-            printf("tuning file %s is damaged: ignored; the next save %s (KJIT_LOG=1 says why)\n", path,
-                   damaged_fate(path));
+            printf("tuning file %s is damaged (%s): ignored; the next save %s\n", path, why, damaged_fate(path));
         } else if (st == KJIT_TUNE_FILE_UNREADABLE) {
-            printf("tuning file %s could not be read: ignored, and left as it is (kjit tune will not save into "
-                   "it; KJIT_LOG=1 says why)\n", path);
+            printf("tuning file %s could not be read (%s): ignored, and left as it is (kjit tune will not save "
+                   "into it)\n", path, why);
         } else if (st != KJIT_TUNE_FILE_OK) {
-            printf("tuning file %s is of a format this kjit does not read: ignored, and left as it is (kjit tune "
-                   "will not save into it; KJIT_LOG=1 says why)\n", path);
+            printf("tuning file %s is of a format this kjit does not read (%s): ignored, and left as it is (kjit "
+                   "tune will not save into it)\n", path, why);
         } else {
             printf("tuning file %s (kjit %s): %zu entr%s", path, KJIT_VERSION_STRING, l.n, l.n == 1 ? "y" : "ies");
-            if (n_bad) printf(", %d invalid skipped", n_bad);
+            if (n_bad) printf(", %d invalid skipped (the first: %s)", n_bad, why);
             if (l.n_other) printf("; %zu of other kjit versions, kept, not used", l.n_other);
             printf("\n");
             /* The device column as wide as its longest name: names that
@@ -193,6 +202,10 @@ int kjit_cli_tune(int argc, char **argv)
             return kjit_cli_unknown("tune", a);
         }
     }
+    /* As prewarm and cache: a memory-only cache has no tuning file to show
+     * or save into (the library reads "" as memory-only). */
+    if (cache_dir && !cache_dir[0])
+        return kjit_cli_usage_error("tune", "--cache-dir '': a memory-only cache keeps no tuning file");
     if (do_show) {
         if (ops_arg || hidden_arg || dtype_arg || device_given)
             return kjit_cli_usage_error("tune", "--show takes no --ops, --hidden, --dtype or --device");
@@ -250,31 +263,44 @@ int kjit_cli_tune(int argc, char **argv)
     return rc;
 }
 
-/* Said before tuning (a save replaces a damaged file, keeping it as
- * KJIT_TUNE_DAMAGED): its entries are not used, and nothing else says so
- * unless KJIT_LOG=1. */
-static void warn_damaged(const char *cache_dir)
+/* Before tuning: a damaged file is said (a save replaces it, keeping it as
+ * KJIT_TUNE_DAMAGED; its entries are not used, and nothing else says so
+ * unless KJIT_LOG=1); one no save may replace (of a newer format, or
+ * unreadable: a directory in its place, permissions) refuses the run, whose
+ * results every save would refuse after minutes of tuning. Returns 0 or
+ * the exit status. */
+static int check_file(const char *cache_dir, int json)
 {
     char *dir = NULL;
     if (kjit__cache_resolve_dir(cache_dir, &dir)) {
         kjit__clear_error();
-        return;
+        return 0;
     }
     kjit_tune_list l = {0};
-    int n_bad = 0;
-    char path[4200];
+    int n_bad = 0, rc = 0;
+    char path[4200], why[512] = "";
     snprintf(path, sizeof path, "%.4000s/%s", dir, KJIT_TUNE_FILE);
-    if (dir[0] && kjit__tune_file_read(dir, &l, &n_bad) == KJIT_TUNE_FILE_DAMAGED)
-        fprintf(stderr, "kjit tune: warning: the tuning file %s is damaged (KJIT_LOG=1 says how): its entries are "
-                "not used; the first save %s\n", path, damaged_fate(path));
+    const kjit_tune_file_state st =
+        dir[0] ? kjit__tune_file_read(dir, &l, &n_bad, why, sizeof why) : KJIT_TUNE_FILE_MISSING;
+    if (st == KJIT_TUNE_FILE_DAMAGED)
+        fprintf(stderr, "kjit tune: warning: the tuning file %s is damaged (%s): its entries are not used; the first "
+                "save %s\n", path, why, damaged_fate(path));
+    else if (st == KJIT_TUNE_FILE_FOREIGN || st == KJIT_TUNE_FILE_UNREADABLE)
+        rc = kjit_cli_fail("tune", json, "the tuning file %s %s (%s): no result could be saved into it; nothing "
+                           "tuned (move it away, or give another --cache-dir)", path,
+                           st == KJIT_TUNE_FILE_FOREIGN ? "is of a format this kjit does not read"
+                                                        : "could not be read",
+                           why);
     kjit__tune_list_free(&l);
     free(dir);
+    return rc;
 }
 
 static int tune(const char **op_names, int n_op_names, const long *hidden, int n_hidden, const kjit_dtype *dts,
                 int n_dtype, long device, const char *cache_dir, int json)
 {
-    warn_damaged(cache_dir);
+    const int frc = check_file(cache_dir, json);
+    if (frc) return frc;
     /* The GPU first: without one nothing is created (not even the cache
      * directory). */
     kjit_device_info di;

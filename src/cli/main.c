@@ -99,6 +99,6 @@ static int run(int argc, char **argv)
     }
     int (*fn)(int, char **) = command(argv[1]);
     if (fn) return fn(argc - 1, argv + 1);
-    fprintf(stderr, "kjit: unknown command '%s'\n\n%s", argv[1], usage);
+    fprintf(stderr, "kjit: unknown %s '%s'\n\n%s", argv[1][0] == '-' ? "option" : "command", argv[1], usage);
     return KJIT_EXIT_USAGE;
 }

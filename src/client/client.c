@@ -61,8 +61,12 @@ int kjit_client_default_socket(char *buf, size_t len)
     kjit__clear_error();
     if (!buf) return kjit__fail(KJIT_EINVAL, "kjit_client_default_socket: buf is NULL");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
+    /* A relative one is ignored, as the XDG spec says (and as the cache does
+     * with XDG_CACHE_HOME): a server and a client started in two different
+     * working directories would otherwise miss each other. */
+    if (xdg && xdg[0] != '/') xdg = NULL;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
-    int n = xdg && *xdg ? snprintf(path, sizeof path, "%s/kjit/kjit.sock", xdg)
+    int n = xdg ? snprintf(path, sizeof path, "%s/kjit/kjit.sock", xdg)
                         : snprintf(path, sizeof path, "/tmp/kjit-%u/kjit.sock", (unsigned)geteuid());
     if (n < 0 || (size_t)n >= sizeof path - 1)
         return kjit__fail(KJIT_EINVAL, "the default socket path is too long for a Unix socket (XDG_RUNTIME_DIR=%s)",
@@ -96,8 +100,10 @@ int kjit__request_parse(const char *json, size_t len, cJSON **out, const char **
     const char *end = NULL;
     cJSON *o = kjit__json_parse(json, len, &end); /* a shortage of memory is not the caller's error */
     if (!cJSON_IsObject(o)) {
+        const int parsed = o != NULL;
         cJSON_Delete(o);
-        return kjit__fail(KJIT_EINVAL, "the request is not a JSON object: %.80s", json);
+        return kjit__fail(KJIT_EINVAL, "the request is %s: %.80s",
+                          parsed ? "not a JSON object" : "not valid JSON", json);
     }
     /* cJSON stops after the object: the first object alone went out
      * ('{...} {"type":"shutdown"}' sent a ping). */

@@ -370,9 +370,10 @@ int kjit__server_run(const kjit_server_config *cfg)
     int rc = start(s);
     if (rc == KJIT_OK) {
         fit_fd_limit(&s->cfg); /* before the loop accepts anyone */
+        const char *cdir = kjit_ctx_cache_dir(s->ctx);
         fprintf(stderr, "kjit serve: listening on %s (pid %d, arch %s%s, cache %s)\n", s->socket_path, (int)getpid(),
                 kjit_ctx_arch(s->ctx), kjit_ctx_has_device(s->ctx) ? ", GPU" : ", no GPU: compile only",
-                kjit_ctx_cache_dir(s->ctx));
+                cdir && cdir[0] ? cdir : "in memory only");
         run_loop(s);
     } else {
         /* Keep the message: closing below must not overwrite it. */

@@ -163,7 +163,7 @@ int kjit__tune_table_load(kjit_tune_table *t, const char *dir)
     if (!t || !t->device[0]) return 0;
     kjit_tune_list l = {0};
     int n_bad = 0, n = 0;
-    kjit__tune_file_read(dir, &l, &n_bad);
+    kjit__tune_file_read(dir, &l, &n_bad, NULL, 0);
     for (size_t i = 0; i < l.n; ++i) {
         const kjit_tune_entry *e = &l.v[i];
         if (strcmp(e->device, t->device)) continue;

@@ -316,13 +316,18 @@ kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_li
     return st;
 }
 
-kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, int *n_bad)
+kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, int *n_bad, char *why,
+                                          size_t why_len)
 {
+    char dummy[8];
+    if (!why || !why_len) why = dummy, why_len = sizeof dummy;
+    why[0] = '\0';
     if (n_bad) *n_bad = 0;
     if (!dir || !dir[0]) return KJIT_TUNE_FILE_MISSING;
     char path[4096];
     if (join(path, sizeof path, dir, KJIT_TUNE_FILE)) {
         /* No file can have that name (PATH_MAX). */
+        snprintf(why, why_len, "the path is longer than %zu bytes", sizeof path - 1);
         kjit__log("tuning file: the path %.64s.../%s is longer than %zu bytes: none read", dir, KJIT_TUNE_FILE,
                   sizeof path - 1);
         return KJIT_TUNE_FILE_MISSING;
@@ -338,6 +343,7 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
         /* A symbolic link in its place (ELOOP) is damaged: a save replaces
          * the link. Anything else (permissions, too many open files, I/O)
          * says nothing of the file's content: it is left as it is. */
+        snprintf(why, why_len, "cannot open: %s", err == ELOOP ? "a symbolic link" : why_read);
         kjit__log("tuning file %s: cannot open (%s): ignored", path, why_read);
         return err == ELOOP ? KJIT_TUNE_FILE_DAMAGED : KJIT_TUNE_FILE_UNREADABLE;
     }
@@ -352,20 +358,23 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
     }
     kjit_tune_file_state s;
     if (failure) {
+        snprintf(why, why_len, "%s", failure);
         kjit__log("tuning file %s: cannot be read (%s): ignored, left as it is", path, failure);
         s = KJIT_TUNE_FILE_UNREADABLE;
     } else if (problem) {
+        snprintf(why, why_len, "%s", problem);
         kjit__log("tuning file %s: %s: ignored, rebuilt on the next save", path, problem);
         s = KJIT_TUNE_FILE_DAMAGED;
     } else {
-        char why[512];
-        s = kjit__tune_parse(buf, got, out, n_bad, why, sizeof why);
+        s = kjit__tune_parse(buf, got, out, n_bad, why, why_len);
         if (s == KJIT_TUNE_FILE_DAMAGED)
             kjit__log("tuning file %s is damaged (%s): ignored, rebuilt on the next save", path, why);
         else if (s == KJIT_TUNE_FILE_FOREIGN)
             kjit__log("tuning file %s is of another format (%s): ignored, and left as it is by saves", path, why);
-        else if (s == KJIT_TUNE_FILE_UNREADABLE)
+        else if (s == KJIT_TUNE_FILE_UNREADABLE) {
+            snprintf(why, why_len, "out of memory while reading it");
             kjit__log("tuning file %s: out of memory while reading it: ignored, left as it is", path);
+        }
     }
     if (s == KJIT_TUNE_FILE_UNREADABLE) { /* ignored: none of what was read before the failure is used */
         kjit__tune_list_free(out);
@@ -564,19 +573,18 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
      * kjit's): left as it is, since rewriting it would drop every entry of
      * the kjit that wrote it. Unreadable (permissions, I/O, memory): left
      * as it is too, since its entries may be fine. */
-    const kjit_tune_file_state fst = kjit__tune_file_read(dir, &l, &n_bad);
+    char fwhy[512];
+    const kjit_tune_file_state fst = kjit__tune_file_read(dir, &l, &n_bad, fwhy, sizeof fwhy);
     if (fst == KJIT_TUNE_FILE_FOREIGN || fst == KJIT_TUNE_FILE_UNREADABLE) {
         kjit__tune_list_free(&l);
         close(lfd);
         if (fst == KJIT_TUNE_FILE_UNREADABLE)
-            return kjit__fail(KJIT_EIO,
-                              "tuning file %s could not be read (a directory in its place, permissions, I/O or "
-                              "memory; KJIT_LOG=1 says which): left as it is, this result not saved",
-                              path);
+            return kjit__fail(KJIT_EIO, "tuning file %s could not be read (%s): left as it is, this result not saved",
+                              path, fwhy);
         return kjit__fail(KJIT_EIO,
-                          "tuning file %s is of a format this kjit (%s) does not read: left as it is, this "
+                          "tuning file %s is of a format this kjit (%s) does not read (%s): left as it is, this "
                           "result not saved (move the file away, or tune into another cache directory)",
-                          path, KJIT_VERSION_STRING);
+                          path, KJIT_VERSION_STRING, fwhy);
     }
     int rc = KJIT_OK;
     for (size_t i = 0; !rc && i < n_add; ++i) {

@@ -76,8 +76,11 @@ typedef enum kjit_tune_file_state {
 kjit_tune_file_state kjit__tune_parse(const char *text, size_t len, kjit_tune_list *out, int *n_bad, char *why,
                                       size_t why_len);
 /* Reads <dir>/tune.json (dir "" or NULL: MISSING). Never fails on the file's
- * content: problems are logged and give DAMAGED / FOREIGN with no entries. */
-kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, int *n_bad);
+ * content: problems are logged and give DAMAGED / FOREIGN with no entries.
+ * why (may be NULL) says what was wrong (DAMAGED, FOREIGN, UNREADABLE; with
+ * OK and *n_bad > 0, the first skipped entry); "" when nothing was. */
+kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, int *n_bad, char *why,
+                                          size_t why_len);
 /* Merges entries into <dir>/tune.json (same key: replaced) as described
  * above; a damaged file is replaced. KJIT_EINVAL for an empty dir, KJIT_EIO
  * (message) when the file cannot be written or is of a format this kjit

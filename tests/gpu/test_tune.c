@@ -408,7 +408,7 @@ static void check_tuner(kjit_ctx *ctx)
     CHECK(access(path, R_OK) == 0);
     kjit_tune_list l = {0};
     int bad = 0;
-    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT(bad, 0);
     int found = 0;
     for (size_t i = 0; i < l.n; ++i) {
@@ -483,7 +483,7 @@ static void check_tune_on_use(kjit_ctx *ctx)
     free(before), free(after);
     kjit_tune_list l = {0};
     int bad = 0, found = 0;
-    kjit__tune_file_read(kjit_ctx_cache_dir(ctx3), &l, &bad);
+    kjit__tune_file_read(kjit_ctx_cache_dir(ctx3), &l, &bad, NULL, 0);
     for (size_t i = 0; i < l.n; ++i) found |= l.v[i].mode == 2 && l.v[i].hidden == 3072 && l.v[i].dtype == KJIT_BF16;
     CHECK(found);
     kjit__tune_list_free(&l);
