@@ -132,6 +132,40 @@ class Loading(unittest.TestCase):
                              text=True, check=True).stdout
         self.assertIn("timestep_sinusoid", out)
 
+    def test_contexts_and_clients_are_not_copied(self):
+        # A copy shared the handle and destroyed it twice: a crash at exit.
+        import copy
+        import pickle
+        from kjit import client
+        c = core.Context(None, cache_dir="")
+        self.addCleanup(c.close)
+        for f in (copy.copy, copy.deepcopy, pickle.dumps):
+            with self.subTest(f=f.__name__), self.assertRaisesRegex(TypeError, "kjit Context cannot be"):
+                f(c)
+        cl = client.Client.__new__(client.Client)  # no server needed to refuse a copy
+        for f in (copy.copy, copy.deepcopy, pickle.dumps):
+            with self.subTest(f=f.__name__), self.assertRaisesRegex(TypeError, "kjit Client cannot be"):
+                f(cl)
+
+    def test_a_torch_that_fails_to_import_is_named(self):
+        # A torch whose import fails (a missing libcudnn) is not "not installed";
+        # one without torch.library.custom_op (before 2.4) is named, and kjit.core
+        # still imports.
+        stub = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, stub)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([stub, str(ROOT / "bindings" / "python")]))
+        check = ("import kjit\ntry:\n    kjit.norm_modulate\n"
+                 "except AttributeError as e:\n    print(e)\nprint(kjit.core.op_names()[0])\n")
+        for body, want in (("raise ImportError('libcudnn.so.9: cannot open shared object file')",
+                            "failed to import: libcudnn.so.9"),
+                           ("import types\n__version__ = '2.3.1'\nlibrary = types.SimpleNamespace()",
+                            "PyTorch 2.4 or later (torch.library.custom_op); this is 2.3.1")):
+            with self.subTest(want=want):
+                Path(stub, "torch.py").write_text(body + "\n")
+                r = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn(want, r.stdout)
+
     def test_missing_symbol_is_a_library_error(self):
         lib = _lib.load()
         with self.assertRaises(AttributeError):
@@ -1017,6 +1051,13 @@ class TorchRefusals(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "KJIT_INDEX_CHECK='bogus': expected off, sync or async"):
             ops.context("cuda:7")
         self.assertEqual(ops._contexts, before)  # no context made
+        # Case and spaces are ignored (as KJIT_EAGER's): past the check, the
+        # context is refused for want of a driver, not for the value.
+        os.environ["KJIT_INDEX_CHECK"] = " SYNC "
+        try:
+            ops.context("cuda:7")
+        except Exception as e:  # noqa: BLE001
+            self.assertNotIn("KJIT_INDEX_CHECK", str(e))
 
     def test_scalar_checks_trace_with_varying_values(self):
         # torch.compile makes a float argument symbolic once it varies: the
@@ -1036,12 +1077,27 @@ class TorchRefusals(unittest.TestCase):
         before = dict(ops._contexts)
         for bad, err, msg in (("bogus", ValueError, "device 'bogus'"), ("meta", ValueError, "meta is not a CUDA device"),
                               (-1, ValueError, "device -1"), (1.5, TypeError, "device: expected"),
-                              (True, TypeError, "device: expected")):
+                              (True, TypeError, "device: expected"), ([0], TypeError, "device: expected"),
+                              # torch keeps 8 bits of an index: 256 was device 0, 'cuda:300' device 44
+                              (256, ValueError, "device 256: 256 is not a CUDA device index"),
+                              (128, ValueError, "device 128: 128 is not a CUDA device index"),
+                              ("cuda:300", ValueError, "device 'cuda:300': 300 is not a CUDA device index")):
             with self.subTest(device=bad), self.assertRaisesRegex(err, "kjit.context: " + msg):
                 ops.context(bad)
         self.assertEqual(ops._contexts, before)
 
     def test_types(self):
+        t = torch.empty(4, device="meta")
+        for kw, msg in (({"flip_sin_to_cos": "False"}, "flip_sin_to_cos: expected a bool, got str"),
+                        ({"flip_sin_to_cos": None}, "flip_sin_to_cos: expected a bool"),
+                        ({"out_dtype": ["bf16"]}, "out_dtype")):
+            with self.subTest(kw=kw), self.assertRaisesRegex(TypeError, "kjit.timestep_sinusoid: " + msg):
+                kjit.timestep_sinusoid(t, 8, **kw)
+        a = torch.empty(2, 8, device="meta", dtype=torch.bfloat16)
+        b = torch.empty(2, 8, device="meta", dtype=torch.float32)
+        idx = torch.empty(3, dtype=torch.int32, device="meta")
+        with self.assertRaisesRegex(TypeError, "the tables share one dtype"):  # the gather has no weight
+            kjit.adaln_row_gather([a, b], idx)
         with self.assertRaisesRegex(TypeError, "kjit.norm_modulate: x must be a torch.Tensor"):
             kjit.norm_modulate([1.0], None, self.x, self.x, self.idx)
         with self.assertRaisesRegex(ValueError, "tables must be a list of 1..8"):
@@ -1187,6 +1243,25 @@ class TorchMeta(unittest.TestCase):
         x, res, proj, w = self.step(5, unbacked=mark)
         self.assertEqual([tuple(p.grad.shape) for p in (x, res, proj, w)],
                          [(5, self.H), (5, self.H), (self.R, 6 * self.H), (self.H,)])
+
+    def test_table_rows_are_not_specialized(self):
+        # The table-row check formatted its message before failing, and an
+        # f-string of a symbolic R made torch.compile take R for a constant:
+        # a recompile per table size, and with fullgraph the ninth a failure.
+        from torch._dynamo.utils import counters
+
+        def f(x, proj, idx):
+            sh, sc = proj.chunk(2, dim=1)
+            return kjit.norm_modulate(x, None, sh, sc, idx)
+
+        torch._dynamo.reset()
+        counters.clear()
+        cf = torch.compile(f, fullgraph=True, backend="eager")
+        x = torch.empty(8, 64, device="meta")
+        idx = torch.empty(8, dtype=torch.int64, device="meta")
+        for r in range(2, 14):
+            self.assertEqual(tuple(cf(x, torch.empty(r, 128, device="meta"), idx).shape), (8, 64))
+        self.assertLessEqual(counters["stats"]["unique_graphs"], 2)  # static, then dynamic R
 
     def test_sinusoid_fake_refuses(self):
         t = torch.empty(4, device="meta")

@@ -12,9 +12,22 @@ __version__ = "0.1.0"
 
 __all__ = ["core", "Context", "KjitError", "InvalidArgument", "LibraryError"]
 
+# Why the torch ops are absent, when they are: torch not installed, torch
+# that fails to import (its own error kept: a missing libcudnn is not "not
+# installed"), or a torch without torch.library.custom_op (before 2.4).
+_torch_missing = None
 try:
     import torch
-except ImportError:
+except ModuleNotFoundError as e:
+    torch = None
+    _torch_missing = ("PyTorch, which is not installed" if e.name == "torch"
+                      else f"PyTorch, which failed to import: {e}")
+except ImportError as e:
+    torch = None
+    _torch_missing = f"PyTorch, which failed to import: {e}"
+if torch is not None and not hasattr(getattr(torch, "library", None), "custom_op"):
+    _torch_missing = (f"PyTorch 2.4 or later (torch.library.custom_op); this is "
+                      f"{getattr(torch, '__version__', 'an unknown version')}")
     torch = None
 
 # The torch ops register themselves with torch.library on import, so they are
@@ -32,6 +45,6 @@ else:
         # AttributeError (kjit.core works on pointers without it).
         if name in ("adaln_row_gather", "context", "gated_residual", "gated_residual_norm_modulate",
                     "norm_modulate", "timestep_sinusoid"):
-            raise AttributeError(f"kjit.{name} needs PyTorch, which is not installed "
+            raise AttributeError(f"kjit.{name} needs {_torch_missing} "
                                  "(kjit.core works on device pointers without it)")
         raise AttributeError(f"module 'kjit' has no attribute {name!r}")

@@ -307,6 +307,16 @@ class Client:
             _libcuda().cuEventDestroy_v2(self._event[0])
             self._event = None
 
+    # A copy would share the socket and the CUDA event, and close both twice.
+    def __copy__(self):
+        raise TypeError("a kjit Client cannot be copied: open another connection")
+
+    def __deepcopy__(self, memo):
+        raise TypeError("a kjit Client cannot be copied: open another connection")
+
+    def __reduce__(self):
+        raise TypeError("a kjit Client cannot be pickled: it holds a connection of this process")
+
     def __enter__(self):
         return self
 

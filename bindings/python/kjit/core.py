@@ -363,6 +363,16 @@ class Context:
                 self._lib.kjit_ctx_destroy(self._handle)
                 self._handle = None
 
+    # A copy would share the handle and destroy it twice (a crash at exit).
+    def __copy__(self):
+        raise TypeError("a kjit Context cannot be copied: share the one object, or create another")
+
+    def __deepcopy__(self, memo):
+        raise TypeError("a kjit Context cannot be copied: share the one object, or create another")
+
+    def __reduce__(self):
+        raise TypeError("a kjit Context cannot be pickled: it holds a CUDA context of this process")
+
     def __enter__(self):
         return self
 

@@ -125,7 +125,10 @@ def context(device=None):
     """The kjit Context of a CUDA device (an index, torch.device or None for
     the current one), created on first use. Index checking follows
     $KJIT_INDEX_CHECK ("off" by default, "sync" or "async"; see core.Context)."""
-    ctx = _by_device.get(device)  # the per-call path: a tensor's own device
+    try:
+        ctx = _by_device.get(device)  # the per-call path: a tensor's own device
+    except TypeError:  # unhashable (a list): named below
+        ctx = None
     if ctx is not None and ctx._handle is not None:
         return ctx
     key = device
@@ -136,6 +139,13 @@ def context(device=None):
         device = torch.device(device) if device is not None else None
     except RuntimeError as e:  # torch's own words for a bad name or index
         raise ValueError(f"kjit.context: device {key!r}: {e}") from None
+    # torch keeps an index in 8 bits: 256 came back as 0, "cuda:300" as 44.
+    given = key if isinstance(key, int) else None
+    if isinstance(key, str) and ":" in key:
+        tail = key.rsplit(":", 1)[1].strip()
+        given = int(tail) if tail.isdigit() else None
+    if device is not None and given is not None and device.index != given:
+        raise ValueError(f"kjit.context: device {key!r}: {given} is not a CUDA device index")
     if device is not None and device.type != "cuda":
         raise ValueError(f"kjit.context: {device} is not a CUDA device")
     if device is None or device.index is None:
@@ -150,7 +160,8 @@ def context(device=None):
         with _contexts_lock:
             ctx = _contexts.get(ordinal)
             if ctx is None or ctx._handle is None:  # none yet, or the last one closed
-                check = os.environ.get("KJIT_INDEX_CHECK", "off")
+                # Case and spaces ignored, as KJIT_EAGER's.
+                check = os.environ.get("KJIT_INDEX_CHECK", "off").strip().lower()
                 if check not in core._INDEX_CHECK:  # named here: core.Context names its argument
                     raise ValueError(f"KJIT_INDEX_CHECK={check!r}: expected off, sync or async")
                 ctx = core.Context(ordinal, index_check=check)
@@ -248,7 +259,8 @@ def _tables(fn, named, hidden, device):
         _dtype(fn, name, t, _PARAM)
         if dtype is not None and t.dtype != dtype:
             raise TypeError(f"{fn}: {name} has dtype {t.dtype} but {named[0][0]} has {dtype}; "
-                            "tables and weight share one dtype")
+                            + ("tables and weight share one dtype" if any(n == "weight" for n, _ in named)
+                               else "the tables share one dtype"))
         dtype = t.dtype
         if t.device != device:
             raise ValueError(f"{fn}: {name} is on {t.device} but the rows are on {device}")
@@ -260,7 +272,9 @@ def _tables(fn, named, hidden, device):
         _rows_layout(fn, name, t, rows, hidden, first)
         if rows is None:
             rows, first = t.shape[0], name
-            _check_table_rows(fn, rows, f"{name} has {rows} rows")
+            # The name, not a message: an f-string of a symbolic R made
+            # torch.compile specialize on it (a recompile per table size).
+            _check_table_rows(fn, rows, name)
 
 
 def _activations(fn, named, allowed=_ACT):
@@ -312,11 +326,13 @@ def _check_dweight(fn, weight, need_dweight):
         raise ValueError(f"{fn}: need_dweight is True but weight is None")
 
 
-def _check_table_rows(fn, rows, what=None):
-    """R within 1.._MAX_TABLE_ROWS; what names it in the message."""
+def _check_table_rows(fn, rows, name=None):
+    """R within 1.._MAX_TABLE_ROWS; name (the tensor) is in the message. The
+    message is formatted only on failure: formatting a symbolic size makes
+    torch.compile take it for a constant."""
     if not 1 <= rows <= _MAX_TABLE_ROWS:
-        raise ValueError(f"{fn}: {what or f'rows {rows}'}; kjit takes 1..{_MAX_TABLE_ROWS} "
-                         "table rows")
+        what = f"{name} has {rows} rows" if name else f"rows {rows}"
+        raise ValueError(f"{fn}: {what}; kjit takes 1..{_MAX_TABLE_ROWS} table rows")
 
 
 # ---- helpers of the implementations ----------------------------------------------
@@ -473,7 +489,11 @@ def _check_t(fn, t):
 
 
 def _check_out_dtype(fn, out_dtype):
-    if out_dtype not in _ACT:
+    try:
+        known = out_dtype in _ACT
+    except TypeError:  # unhashable (a list)
+        known = False
+    if not known:
         raise TypeError(f"{fn}: out_dtype {out_dtype}; expected torch.float32, bfloat16 or float16")
 
 
@@ -536,6 +556,9 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
         raise ValueError(f"{fn}: t requires grad, but the op has no backward (timesteps are not "
                          "differentiated); pass t.detach()")
     _check_out_dtype(fn, out_dtype)
+    # bool("False") is True: a string (or None) is refused, not read.
+    if not isinstance(flip_sin_to_cos, (bool, int)) and type(flip_sin_to_cos).__name__ != "bool_":
+        raise TypeError(f"{fn}: flip_sin_to_cos: expected a bool, got {type(flip_sin_to_cos).__name__}")
     dim, downscale_freq_shift, scale, max_period = _check_sinusoid_args(
         fn, dim, downscale_freq_shift, scale, max_period)
     call = _sinusoid_impl if _function_path(t) else _sinusoid
