@@ -66,8 +66,8 @@ static int prepare_dir(const kjit_server *s, const char *dir)
         return KJIT_OK;
     }
     if ((st.st_mode & 0022) && !(st.st_mode & S_ISVTX))
-        return kjit__fail(KJIT_EPERM, "socket directory %s is writable by its group or others (mode %o) without the sticky bit: "
-                                      "another user could replace the socket; fix: chmod go-w %s",
+        return kjit__fail(KJIT_EPERM, "socket directory %s is writable by its group or others (mode %o) without "
+                                      "the sticky bit: another user could replace the socket; fix: chmod go-w %s",
                           dir, (unsigned)(st.st_mode & 07777), dir);
     if (shared(s) && !(st.st_mode & 0001))
         return kjit__fail(KJIT_EPERM, "socket directory %s (mode %o) does not let the allowed users reach the "
