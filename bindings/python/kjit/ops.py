@@ -139,6 +139,8 @@ def context(device=None):
         device = torch.device(device) if device is not None else None
     except RuntimeError as e:  # torch's own words for a bad name or index
         raise ValueError(f"kjit.context: device {key!r}: {e}") from None
+    if device is not None and device.type != "cuda":
+        raise ValueError(f"kjit.context: {device} is not a CUDA device")
     # torch keeps an index in 8 bits: 256 came back as 0, "cuda:300" as 44.
     given = key if isinstance(key, int) else None
     if isinstance(key, str) and ":" in key:
@@ -146,8 +148,6 @@ def context(device=None):
         given = int(tail) if tail.isdigit() else None
     if device is not None and given is not None and device.index != given:
         raise ValueError(f"kjit.context: device {key!r}: {given} is not a CUDA device index")
-    if device is not None and device.type != "cuda":
-        raise ValueError(f"kjit.context: {device} is not a CUDA device")
     if device is None or device.index is None:
         try:
             ordinal = torch.cuda.current_device()
@@ -161,9 +161,10 @@ def context(device=None):
             ctx = _contexts.get(ordinal)
             if ctx is None or ctx._handle is None:  # none yet, or the last one closed
                 # Case and spaces ignored, as KJIT_EAGER's.
-                check = os.environ.get("KJIT_INDEX_CHECK", "off").strip().lower()
+                raw = os.environ.get("KJIT_INDEX_CHECK", "off")
+                check = raw.strip().lower()
                 if check not in core._INDEX_CHECK:  # named here: core.Context names its argument
-                    raise ValueError(f"KJIT_INDEX_CHECK={check!r}: expected off, sync or async")
+                    raise ValueError(f"KJIT_INDEX_CHECK={raw!r}: expected off, sync or async")
                 ctx = core.Context(ordinal, index_check=check)
                 _contexts[ordinal] = ctx
     if isinstance(key, torch.device) and key.index is not None:
