@@ -250,6 +250,20 @@ int main(void)
     char full[108];
     CHECK_STATUS(kjit_client_default_socket(full, sizeof full), KJIT_OK);
     CHECK(strstr(full, "kjit.sock") != NULL);
+    /* XDG_RUNTIME_DIR: an absolute one is used, a relative one ignored (the
+     * XDG spec; a server and a client in two working directories missed
+     * each other). */
+    const char *xdg_was = getenv("XDG_RUNTIME_DIR");
+    char *xdg_keep = xdg_was ? strdup(xdg_was) : NULL;
+    setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1);
+    CHECK_STATUS(kjit_client_default_socket(full, sizeof full), KJIT_OK);
+    CHECK(strcmp(full, "/run/user/4242/kjit/kjit.sock") == 0);
+    setenv("XDG_RUNTIME_DIR", "rel", 1);
+    CHECK_STATUS(kjit_client_default_socket(full, sizeof full), KJIT_OK);
+    CHECK(strncmp(full, "/tmp/kjit-", 10) == 0);
+    if (xdg_keep) setenv("XDG_RUNTIME_DIR", xdg_keep, 1);
+    else unsetenv("XDG_RUNTIME_DIR");
+    free(xdg_keep);
 
     test_deadline(dir, TRICKLE, "a hello reply trickled byte by byte");
     test_deadline(dir, OTHER_IDS, "frames of other requests only");

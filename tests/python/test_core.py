@@ -636,6 +636,15 @@ class ClientEdges(unittest.TestCase):
         finally:
             self.HELLO = old
 
+    def test_default_socket_ignores_a_relative_xdg_runtime_dir(self):
+        from kjit import client
+        env = dict(os.environ)
+        self.addCleanup(lambda: (os.environ.clear(), os.environ.update(env)))
+        os.environ["XDG_RUNTIME_DIR"] = "/run/user/4242"
+        self.assertEqual(client.default_socket(), "/run/user/4242/kjit/kjit.sock")
+        os.environ["XDG_RUNTIME_DIR"] = "rel"  # as the C client: the XDG spec ignores it
+        self.assertEqual(client.default_socket(), "/tmp/kjit-%d/kjit.sock" % os.geteuid())
+
     def test_bad_paths_are_refused(self):
         from kjit import client
         for bad, exc in (("", ValueError), ("/tmp/a\0b", ValueError), (b"/tmp/s", TypeError), (5, TypeError)):

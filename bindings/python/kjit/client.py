@@ -211,7 +211,7 @@ def _spin_us():
 def default_socket():
     """Where `kjit serve` listens by default."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg:
+    if xdg and xdg.startswith("/"):  # a relative one is ignored (the XDG spec), as the C client does
         return os.path.join(xdg, "kjit", "kjit.sock")
     return "/tmp/kjit-%d/kjit.sock" % os.geteuid()
 
