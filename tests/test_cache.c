@@ -342,7 +342,15 @@ static int test_dir_resolution(const char *dir)
     c = NULL;
     ASSERT_STATUS(kjit__cache_open(&c, NULL, 0), KJIT_EINVAL);
     ASSERT_CONTAINS(kjit_last_error(), "KJIT_CACHE_DIR");
+    ASSERT_CONTAINS(kjit_last_error(), "are all unset");
     ASSERT_TRUE(c == NULL);
+    /* A relative XDG_CACHE_HOME is set, only ignored: said so (the message
+     * called all three unset). */
+    setenv("XDG_CACHE_HOME", "relxdg", 1);
+    ASSERT_STATUS(kjit__cache_open(&c, NULL, 0), KJIT_EINVAL);
+    ASSERT_CONTAINS(kjit_last_error(), "XDG_CACHE_HOME is relative");
+    ASSERT_TRUE(c == NULL);
+    unsetenv("XDG_CACHE_HOME");
 
     /* The size cap. */
     kjit_cache_stats st;

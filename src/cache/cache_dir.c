@@ -34,6 +34,10 @@ int kjit__cache_resolve_dir(const char *dir, char **out)
         suffix = "/kjit";
     else if ((base = env("HOME")))
         suffix = "/.cache/kjit";
+    else if (env("XDG_CACHE_HOME"))
+        return kjit__fail(KJIT_EINVAL, "no cache directory: KJIT_CACHE_DIR and HOME are unset and "
+                                       "XDG_CACHE_HOME is relative (ignored, as the XDG spec says); "
+                                       "set KJIT_CACHE_DIR");
     else
         return kjit__fail(KJIT_EINVAL, "no cache directory: KJIT_CACHE_DIR, XDG_CACHE_HOME and HOME "
                                        "are all unset; set KJIT_CACHE_DIR");
