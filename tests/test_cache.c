@@ -350,6 +350,7 @@ static int test_dir_resolution(const char *dir)
     ASSERT_STATUS(kjit__cache_open(&c, NULL, 0), KJIT_EINVAL);
     ASSERT_CONTAINS(kjit_last_error(), "XDG_CACHE_HOME is relative");
     ASSERT_TRUE(c == NULL);
+    ASSERT_TRUE(access("relxdg", F_OK) != 0); /* nothing made */
     unsetenv("XDG_CACHE_HOME");
 
     /* The size cap. */

@@ -471,10 +471,23 @@ echo "$out" | grep -q "could not be read (a directory)" || fail "tune, a directo
 [ "$(cat "$T/foreign/tune.json")" = '{"format":3,"entries":[]}' ] || fail "tune changed a newer format's file"
 # A memory-only cache ('') keeps no tuning file: refused as prewarm refuses it
 # (it read ./tune.json before).
+# (In a directory of its own: $T/dmg exists only where no GPU is.)
+mkdir -m 700 "$T/memonly"
+printf 'garbage' >"$T/memonly/tune.json"
 for a in "--show" "--ops norm_modulate"; do
-  out=$(cd "$T/dmg" && "$KJIT" tune $a --cache-dir "" 2>&1); rc=$?
+  out=$(cd "$T/memonly" && "$KJIT" tune $a --cache-dir "" 2>&1); rc=$?
   [ $rc = 2 ] && echo "$out" | grep -q "a memory-only cache keeps no tuning file" || fail "tune $a --cache-dir '': $rc $out"
 done
+[ "$(ls -A "$T/memonly")" = tune.json ] && [ "$(cat "$T/memonly/tune.json")" = garbage ] ||
+  fail "tune --cache-dir '' touched the working directory: $(ls -A "$T/memonly")"
+# A cache path with no room left for tune.json under PATH_MAX: said, exit 1
+# (it said "no tuning file", exit 0), and nothing made.
+deep=$T/$(printf 'd%.0s' $(seq 200))
+while [ ${#deep} -lt 4090 ]; do deep=$deep/$(printf 'd%.0s' $(seq 200)); done
+deep=${deep:0:4090}
+out=$("$KJIT" tune --show --cache-dir "$deep" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "no tuning file can be read under" || fail "tune --show, a path too long: $rc ${out:0:200}"
+[ -e "$T/$(printf 'd%.0s' $(seq 200))" ] && fail "tune --show of a too long path created a directory"
 mkdir -m 777 "$T/open"; chmod 777 "$T/open"
 out=$("$KJIT" tune --show --cache-dir "$T/open" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "writable by group or others" || fail "tune --show of a 0777 dir: $rc $out"

@@ -1162,17 +1162,16 @@ int main(int argc, char **argv)
      * fused), so that ctest runs the three side by side; no argument, all
      * three. Checked before the GPU: a misspelled op fails everywhere. */
     int mode_lo = 1, mode_hi = 3;
-    if (argc > 2 || (argc == 2 && strcmp(argv[1], "all") != 0)) {
-        int m = 0;
-        for (int k = 1; k <= 3 && argc == 2; ++k)
-            if (strcmp(argv[1], mode_name[k]) == 0) m = k;
-        if (argc == 2 && strcmp(argv[1], "gated_residual_norm_modulate") == 0) m = 3;
-        if (!m) {
-            fprintf(stderr, "usage: test_adaln [norm_modulate|gated_residual|fused|all]: got '%s'%s\n", argv[1],
-                    argc > 2 ? " and more" : "");
-            return 2;
-        }
-        mode_lo = mode_hi = m;
+    if (argc > 1 && strcmp(argv[1], "all") != 0) {
+        mode_lo = strcmp(argv[1], "gated_residual_norm_modulate") == 0 ? 3 : 0;
+        for (int k = 1; k <= 3; ++k)
+            if (strcmp(argv[1], mode_name[k]) == 0) mode_lo = k;
+        mode_hi = mode_lo;
+    }
+    if (argc > 2 || !mode_lo) {
+        fprintf(stderr, "usage: test_adaln [norm_modulate|gated_residual|fused|all]: got '%s'%s\n", argv[1],
+                argc > 2 ? " and more" : "");
+        return 2;
     }
     kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_adaln", KJIT_INDEX_CHECK_OFF);
     ref_rng_seed(&rng, kjit_test_seed("test_adaln"));
