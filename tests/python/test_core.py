@@ -158,6 +158,10 @@ class Loading(unittest.TestCase):
                  "except AttributeError as e:\n    print(e)\nprint(kjit.core.op_names()[0])\n")
         for body, want in (("raise ImportError('libcudnn.so.9: cannot open shared object file')",
                             "failed to import: libcudnn.so.9"),
+                           # A torch whose CUDA libraries are missing fails with an
+                           # OSError from its ctypes loads, not an ImportError.
+                           ("raise OSError('libtorch_cuda.so: cannot open shared object file')",
+                            "failed to import: libtorch_cuda.so"),
                            ("import types\n__version__ = '2.3.1'\nlibrary = types.SimpleNamespace()",
                             "PyTorch 2.4 or later (torch.library.custom_op); this is 2.3.1")):
             with self.subTest(want=want):

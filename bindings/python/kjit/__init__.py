@@ -13,8 +13,9 @@ __version__ = "0.1.0"
 __all__ = ["core", "Context", "KjitError", "InvalidArgument", "LibraryError"]
 
 # Why the torch ops are absent, when they are: torch not installed, torch
-# that fails to import (its own error kept: a missing libcudnn is not "not
-# installed"), or a torch without torch.library.custom_op (before 2.4).
+# that fails to import, with whatever error (its own kept: a missing
+# libcudnn is not "not installed"; a missing libtorch_cuda.so is an
+# OSError), or a torch without torch.library.custom_op (before 2.4).
 _torch_missing = None
 try:
     import torch
@@ -22,7 +23,7 @@ except ModuleNotFoundError as e:
     torch = None
     _torch_missing = ("PyTorch, which is not installed" if e.name == "torch"
                       else f"PyTorch, which failed to import: {e}")
-except ImportError as e:
+except Exception as e:  # noqa: BLE001  ImportError, or OSError from a missing libtorch_cuda.so
     torch = None
     _torch_missing = f"PyTorch, which failed to import: {e}"
 if torch is not None and not hasattr(getattr(torch, "library", None), "custom_op"):
