@@ -254,8 +254,10 @@ KJIT_API int kjit_timestep_sinusoid(kjit_ctx *ctx, const float *t, int64_t n, in
  * cannot be graph-captured: a call on a capturing stream is refused with
  * KJIT_EINVAL before it records anything, the capture left valid); ASYNC: rows with a bad index are skipped on the
  * device and a flag is raised, read with kjit_ctx_index_error.
- * Memory: an output may not share a byte with another output, an input, the
- * workspace or the partition buffer (KJIT_EINVAL naming both), except in
+ * Memory: an output may not share a byte with another output, an input, or
+ * the bytes of the workspace and partition buffer the call uses (their
+ * first kjit_adaln_workspace / kjit_adaln_partition_bytes bytes: the rest
+ * of a larger buffer is neither read nor written) (KJIT_EINVAL naming both), except in
  * place: the forward's out given exactly as x (norm_modulate) or res
  * (gated_residual), the fused op's h exactly as res (the same pointer and
  * row stride). Inputs may share memory; chunk(6) views of one table, whose

@@ -92,9 +92,14 @@ static void op_args(kjit_ctx *ctx)
         CHECK(strstr(kjit_last_error(), "hidden") != NULL);
     }
     n = -3;
+    /* Each function's messages name it (kjit_kernel_build's named fetch). */
     CHECK_STATUS(kjit_kernel_build(NULL, &spec, NULL, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "kjit_kernel_build: ctx is NULL") != NULL);
+    CHECK_STATUS(kjit_kernel_fetch(NULL, &spec, NULL, NULL), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "kjit_kernel_fetch: ctx is NULL") != NULL);
     memset(&spec, 0, sizeof spec);
     CHECK_STATUS(kjit_kernel_build(ctx, &spec, NULL, NULL), KJIT_EINVAL); /* no op */
+    CHECK(strstr(kjit_last_error(), "kjit_kernel_build: spec does not come from") != NULL);
     spec.op = "no_such_op";
     spec.template_file = "timestep_sinusoid.cuh";
     CHECK_STATUS(kjit_kernel_build(ctx, &spec, NULL, NULL), KJIT_EINVAL);

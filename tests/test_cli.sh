@@ -535,6 +535,13 @@ if [ -n "$want" ] && [ "$want" != "No such file or directory" ]; then
   out=$("$KJIT" prewarm $OPS --cache-dir "$nodir" 2>&1); rc=$?
   [ $rc = 1 ] && echo "$out" | grep -q "cannot create cache directory.*: $want" || fail "mkdir failure: $rc $out (want $want)"
 fi
+# A path too long for the system fails only after its first 4 KB of
+# directories are made: they are removed again.
+deep=$T/deep
+for i in $(seq 25); do deep=$deep/$(printf 'd%.0s' $(seq 200)); done
+out=$("$KJIT" prewarm $OPS --cache-dir "$deep" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "cannot create cache directory.*: the path is too long" && [ ! -e "$T/deep" ] ||
+  fail "too long a cache path: rc $rc, $(echo "$out" | tail -c 200), left: $(ls -d "$T/deep" 2>&1)"
 
 # Every --json answer has "ok" (true on success), and parses whatever bytes
 # a file name holds: one that is not UTF-8 comes as \udcXX escapes, which

@@ -382,6 +382,27 @@ int main(void)
         CHECK_STATUS(kjit_client_tune(NULL, "norm_modulate", 5376, KJIT_BF16, &tm), KJIT_EINVAL);
         CHECK(tm.config.rpc == 0 && tm.n_rows == 0);
     }
+    /* The other calls' refused arguments: reply and out zeroed as well (they
+     * were left as they were, and kjit_client_compiled_free of one freed
+     * garbage). */
+    {
+        kjit_client_reply rr;
+        kjit_client_compiled cc;
+        memset(&rr, 0x5a, sizeof rr);
+        CHECK_STATUS(kjit_client_request(NULL, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &rr), KJIT_EINVAL);
+        CHECK(rr.json == NULL && rr.payload == NULL && rr.payload_len == 0 && rr.ok == 0);
+        memset(&rr, 0x5a, sizeof rr);
+        CHECK_STATUS(kjit_client_request(NULL, "{}", NULL, 3, NULL, NULL, &rr), KJIT_EINVAL);
+        CHECK(rr.json == NULL && rr.payload_len == 0);
+        memset(&cc, 0x5a, sizeof cc);
+        CHECK_STATUS(kjit_client_compile(NULL, NULL, 256, KJIT_BF16, NULL, &cc), KJIT_EINVAL);
+        CHECK(cc.n == 0 && cc.kernels == NULL && cc.priv_ == NULL);
+        kjit_client_compiled_free(&cc);
+        memset(&cc, 0x5a, sizeof cc);
+        CHECK_STATUS(kjit_client_kernel_fetch(NULL, "norm_modulate", NULL, "x", NULL, &cc), KJIT_EINVAL);
+        CHECK(cc.n == 0 && cc.kernels == NULL && cc.priv_ == NULL);
+        kjit_client_compiled_free(&cc);
+    }
 
     /* An error reply: its status, out zeroed (it was left as it was). */
     fake_start(&f, dir, TUNE_ERROR);

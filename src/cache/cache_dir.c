@@ -74,39 +74,54 @@ int kjit__cache_resolve_dir(const char *dir, char **out)
     return KJIT_OK;
 }
 
-/* mkdir -p: what it creates is 0700; parents that exist are left as they are. */
+/* mkdir -p: what it creates is 0700; parents that exist are left as they
+ * are. On failure the directories this call made are removed again (a path
+ * too long for the system failed only after making its first 4 KB). */
 static int mkdir_p(const char *path)
 {
+    const size_t len = strlen(path);
     char *p = strdup(path);
-    if (!p)
+    unsigned char *made = calloc(len + 1, 1); /* made[i]: the component ending at i */
+    if (!p || !made) {
+        free(p);
+        free(made);
         return kjit__fail(KJIT_ENOMEM, "no memory for the cache directory name");
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
+    }
+    int rc = KJIT_OK;
+    for (size_t i = 1; i <= len; i++) {
+        if (p[i] != '/' && p[i] != '\0')
             continue;
-        char saved = *s;
-        *s = '\0';
+        p[i] = '\0';
         struct stat st;
         /* mkdir's errno is the reason: the stat that follows (a directory
          * made by someone else, or a name mkdir may not see as existing,
          * such as one in a read-only parent) must not replace it. */
-        const int made = mkdir(p, 0700) == 0;
+        made[i] = mkdir(p, 0700) == 0;
         const int e = errno;
-        if (!made && e != EEXIST && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
+        if (!made[i] && e != EEXIST && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
             /* The component that failed, when it is not the directory itself. */
-            const int whole = strcmp(p, path) == 0;
-            int rc = kjit__fail(e == EACCES || e == EPERM || e == EROFS ? KJIT_EPERM : KJIT_EIO,
-                                "cannot create cache directory %s%s%s%s: %s", path, whole ? "" : " (at ",
-                                whole ? "" : p, whole ? "" : ")",
-                                e == ENOTDIR ? "a directory on its path is a file" : strerror(e));
-            free(p);
-            return rc;
-        }
-        *s = saved;
-        if (!saved)
+            const int whole = i == len;
+            rc = kjit__fail(e == EACCES || e == EPERM || e == EROFS ? KJIT_EPERM : KJIT_EIO,
+                            "cannot create cache directory %s%s%s%s: %s", path, whole ? "" : " (at ",
+                            whole ? "" : p, whole ? "" : ")",
+                            e == ENOTDIR ? "a directory on its path is a file" : e == ENAMETOOLONG
+                                ? "the path is too long" : strerror(e));
             break;
+        }
+        p[i] = path[i];
     }
+    /* Undo, deepest first: each made here is empty unless someone else has
+     * since put something in it, and then rmdir leaves it. */
+    for (size_t i = len; rc && i > 0; i--) {
+        if (!made[i])
+            continue;
+        memcpy(p, path, i);
+        p[i] = '\0';
+        (void)rmdir(p);
+    }
+    free(made);
     free(p);
-    return KJIT_OK;
+    return rc;
 }
 
 /* A cubin in the directory is code kjit will load and run: anyone who can

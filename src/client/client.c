@@ -297,10 +297,10 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
                         kjit_client_event_fn on_event, void *arg, kjit_client_reply *reply)
 {
     kjit__clear_error();
+    if (reply) memset(reply, 0, sizeof *reply);  /* zeroed on every return, as documented */
     if (!c || !json || !reply || (payload_len && !payload))
         return kjit__fail(KJIT_EINVAL, "kjit_client_request: %s", !c ? "client is NULL" : !json ? "json is NULL"
                                                                   : !reply ? "reply is NULL" : "payload is NULL");
-    memset(reply, 0, sizeof *reply);
     if (c->broken) return kjit__fail(KJIT_EIO, "this connection to %s failed earlier: reconnect", c->path);
     if (payload_len > KJIT_MAX_REQUEST_PAYLOAD)
         return kjit__fail(KJIT_EINVAL, "payload of %zu bytes: requests carry at most %u", payload_len,
@@ -673,8 +673,8 @@ int kjit_client_compile(kjit_client *c, const char *op, int hidden, kjit_dtype d
                         kjit_client_compiled *out)
 {
     kjit__clear_error();
+    if (out) memset(out, 0, sizeof *out);  /* so kjit_client_compiled_free is safe after any return */
     if (!c || !op || !out) return kjit__fail(KJIT_EINVAL, "kjit_client_compile: %s is NULL", !c ? "client" : !op ? "op" : "out");
-    memset(out, 0, sizeof *out);
     cJSON *q = cJSON_CreateObject();
     cJSON_AddStringToObject(q, "type", "compile");
     cJSON_AddStringToObject(q, "op", op);
@@ -688,10 +688,10 @@ int kjit_client_kernel_fetch(kjit_client *c, const char *op, const char *templat
                              const char *arch, kjit_client_compiled *out)
 {
     kjit__clear_error();
+    if (out) memset(out, 0, sizeof *out);
     if (!c || !op || !template_file || !expr || !out)
         return kjit__fail(KJIT_EINVAL, "kjit_client_kernel_fetch: %s is NULL", !c ? "client" : !op ? "op"
                                        : !template_file ? "template_file" : !expr ? "expr" : "out");
-    memset(out, 0, sizeof *out);
     cJSON *q = cJSON_CreateObject();
     cJSON_AddStringToObject(q, "type", "kernel");
     cJSON_AddStringToObject(q, "op", op);

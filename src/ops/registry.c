@@ -97,19 +97,14 @@ int kjit__op_kernels_arch(const char *op, int hidden, kjit_dtype dtype, int sm, 
     return KJIT_OK;
 }
 
-int kjit_kernel_build(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch, int *cached)
-{
-    kjit_kernel_image img;
-    int rc = kjit_kernel_fetch(ctx, spec, arch, &img);
-    if (rc == KJIT_OK && cached) *cached = img.cached;
-    return rc;
-}
-
-int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch, kjit_kernel_image *out)
+/* kjit_kernel_fetch and kjit_kernel_build; fn names the caller's function
+ * in the messages. */
+static int kernel_fetch(const char *fn, kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch,
+                        kjit_kernel_image *out)
 {
     kjit__clear_error();
     if (!ctx || !spec || !out)
-        return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: %s is NULL", !ctx ? "ctx" : !spec ? "spec" : "out");
+        return kjit__fail(KJIT_EINVAL, "%s: %s is NULL", fn, !ctx ? "ctx" : !spec ? "spec" : "out");
     /* The name expression is compiled as C++: accept only template-id text. */
     const kjit_template_file *tf;
     int ok = kjit__op_find(spec->op) && spec->template_file &&
@@ -122,7 +117,7 @@ int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *a
      * cannot read). */
     const int trc = ok ? kjit__template_find(spec->template_file, &tf) : KJIT_ENOTFOUND;
     if (trc == KJIT_ENOTFOUND)
-        return kjit__fail(KJIT_EINVAL, "kjit_kernel_fetch: spec does not come from kjit_op_kernels");
+        return kjit__fail(KJIT_EINVAL, "%s: spec does not come from kjit_op_kernels", fn);
     if (trc) return trc;
     int sm = ctx->sm;
     if (arch) {
@@ -130,4 +125,17 @@ int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *a
         if (rc) return rc;
     }
     return kjit__ctx_build(ctx, spec->template_file, spec->op, spec->name_expr, sm, out);
+}
+
+int kjit_kernel_fetch(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch, kjit_kernel_image *out)
+{
+    return kernel_fetch("kjit_kernel_fetch", ctx, spec, arch, out);
+}
+
+int kjit_kernel_build(kjit_ctx *ctx, const kjit_kernel_spec *spec, const char *arch, int *cached)
+{
+    kjit_kernel_image img;
+    int rc = kernel_fetch("kjit_kernel_build", ctx, spec, arch, &img);
+    if (rc == KJIT_OK && cached) *cached = img.cached;
+    return rc;
 }
