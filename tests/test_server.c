@@ -339,6 +339,18 @@ static void test_bad_input(const char *sock)
         {"{\"id\":1,\"type\":\"\xed\xa0\x80\"}", "bad_json", "UTF-8"},
         {"{\"id\":1,\"type\":\"\xf4\x90\x80\x80\"}", "bad_json", "UTF-8"},
         {"{\"\xff\":1,\"id\":1,\"type\":\"ping\"}", "bad_json", "UTF-8"},
+        /* What cJSON takes but JSON is not (the first ones answered ok,
+         * and a client of another JSON library could not send them). */
+        {"{\"id\":05,\"type\":\"ping\"}", "bad_json", "leading zero"},
+        {"{\"id\":1.,\"type\":\"ping\"}", "bad_json", "number JSON does not allow"},
+        {"{\"id\":1e,\"type\":\"ping\"}", "bad_json", "number JSON does not allow"},
+        {"{\"id\":-,\"type\":\"ping\"}", "bad_json", "number JSON does not allow"},
+        {"\xef\xbb\xbf{\"id\":1,\"type\":\"ping\"}", "bad_json", "byte-order mark"},
+        {"{\"id\":1,\x01\"type\":\"ping\"}", "bad_json", "control byte outside"},
+        {"\x1f{\"id\":1,\"type\":\"ping\"}", "bad_json", "control byte outside"},
+        {"{\"id\":1\x0c,\"type\":\"ping\"}", "bad_json", "control byte outside"},
+        {"{\"id\":1,\"type\":\"pi\tng\"}", "bad_json", "not escaped in a string"},
+        {"{\"id\":1,\"type\":\"ping\"\xc2\xa0}", "bad_json", "non-ASCII byte outside"},
         /* An escaped backslash before u0000 is text, not a NUL: refused by name. */
         {"{\"id\":1,\"type\":\"ping\\\\u0000\"}", "unknown_type", "u0000"},
         {"{\"id\":1,\"type\":\"caf\xc3\xa9\"}", "unknown_type", "caf\xc3\xa9"},

@@ -79,9 +79,10 @@ int kjit_client_default_socket(char *buf, size_t len)
     return KJIT_OK;
 }
 
-/* What follows a parsed JSON object past the whitespace and control bytes
- * cJSON skips: NULL when nothing does (anything else is a second request
- * or garbage, which must be refused, not dropped). */
+/* What follows a parsed JSON object past the bytes cJSON skips (any up to
+ * 0x20; kjit__json_text_problem has refused all but JSON's whitespace):
+ * NULL when nothing does (anything else is a second request or garbage,
+ * which must be refused, not dropped). */
 static const char *after_object(const char *end)
 {
     while (end && *end && (unsigned char)*end <= 32) ++end;
@@ -321,8 +322,8 @@ int kjit_client_request(kjit_client *c, const char *json, const void *payload, s
     const int spin = again ? c->last_run : cJSON_IsString(type) && !strcmp(type->valuestring, "run");
     char *text = NULL;
     /* The splice below copies the caller's bytes: only for a text that is
-     * the object alone between JSON whitespace (cJSON also skips other
-     * control bytes around it: those texts are printed again). */
+     * the object alone between JSON whitespace (the only bytes the parse
+     * lets through around it). */
     const char *p = json;
     while (json_space(*p)) ++p;
     int plain = *p == '{';

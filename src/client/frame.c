@@ -100,16 +100,81 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
     return k;
 }
 
+/* Length of the JSON number (RFC 8259: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?)
+ * at p (n bytes left, p[0] a '-' or a digit), 0 when it is not one: a
+ * leading zero ("05"), "1.", "1e" (cJSON's strtod takes all three). */
+static size_t json_number(const unsigned char *p, size_t n)
+{
+#define DIGIT(k) ((k) < n && p[k] >= '0' && p[k] <= '9')
+    size_t j = p[0] == '-';
+    if (j < n && p[j] == '0') j++;
+    else if (DIGIT(j)) while (DIGIT(j)) j++;
+    else return 0;
+    if (j < n && p[j] == '.') {
+        if (!DIGIT(j + 1)) return 0;
+        for (j++; DIGIT(j);) j++;
+    }
+    if (j < n && (p[j] == 'e' || p[j] == 'E')) {
+        j += j + 1 < n && (p[j + 1] == '+' || p[j + 1] == '-') ? 2 : 1;
+        if (!DIGIT(j)) return 0;
+        while (DIGIT(j)) j++;
+    }
+    /* "05": a number followed by what could only continue it. */
+    if (DIGIT(j) || (j < n && (p[j] == '.' || p[j] == 'e' || p[j] == 'E' || p[j] == '+' || p[j] == '-'))) return 0;
+    return j;
+#undef DIGIT
+}
+
 const char *kjit__json_text_problem(const char *json, size_t len, size_t *at)
 {
     const unsigned char *p = (const unsigned char *)json;
+    int in_string = 0;
     for (size_t i = 0; i < len;) {
-        if (p[i] == '\\' && i + 1 < len) {
+        const unsigned c = p[i];
+        if (in_string && c == '\\' && i + 1 < len) {
             if (p[i + 1] == 'u' && i + 6 <= len && !memcmp(p + i + 2, "0000", 4)) {
                 *at = i;
                 return "escapes a NUL (\\u0000)";
             }
             i += 2; /* the escaped character: an escaped backslash escapes nothing after it */
+            continue;
+        }
+        if (c == '"') {
+            in_string = !in_string;
+            i++;
+            continue;
+        }
+        if (in_string && c < 0x20) {
+            *at = i;
+            return "has a control byte not escaped in a string";
+        }
+        if (!in_string) {
+            /* cJSON skips any byte up to 0x20 as whitespace, and reads
+             * numbers with strtod: JSON has four whitespace bytes and one
+             * number syntax. */
+            if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+                i++;
+                continue;
+            }
+            if (c < 0x20 || c == 0x7f) {
+                *at = i;
+                return "has a control byte outside a string";
+            }
+            if (c >= 0x80) {
+                *at = i;
+                return i == 0 && len >= 3 && !memcmp(p, "\xef\xbb\xbf", 3) ? "starts with a byte-order mark"
+                                                                        : "has a non-ASCII byte outside a string";
+            }
+            if (c == '-' || (c >= '0' && c <= '9')) {
+                const size_t k = json_number(p + i, len - i);
+                if (!k) {
+                    *at = i;
+                    return "has a number JSON does not allow (a leading zero, no digit after '.' or 'e')";
+                }
+                i += k;
+                continue;
+            }
+            i++;
             continue;
         }
         const size_t k = utf8_seq(p + i, len - i);

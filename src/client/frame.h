@@ -48,8 +48,12 @@ int kjit__json_depth(const char *json, size_t len, int limit);
 /* What a JSON header must not hold before it is parsed: bytes that are not
  * UTF-8 (RFC 3629: no overlong forms, surrogates or code points past
  * U+10FFFF) and the escape \u0000 (a decoded string would end there, and
- * the checks of what follows it with it). Returns NULL when the text is
- * clean, else the reason, with *at the byte offset of the problem. */
+ * the checks of what follows it with it); and what cJSON takes although
+ * RFC 8259 does not: control bytes unescaped in a string or outside one
+ * but for its four whitespace bytes, a byte-order mark or any non-ASCII
+ * byte outside a string, numbers strtod reads but JSON's grammar refuses
+ * ("05", "1.", "1e"). Returns NULL when the text is clean, else the
+ * reason, with *at the byte offset of the problem. */
 const char *kjit__json_text_problem(const char *json, size_t len, size_t *at);
 
 /* cJSON_ParseWithLengthOpts (no NUL required), parsed a second time when
