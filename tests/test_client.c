@@ -232,9 +232,55 @@ static void ping_refused(const char *dir, enum mode m, int timeout_ms, const cha
     fake_stop(&f);
 }
 
+/* The JSON check before a parse: JSON passes (every number form, the four
+ * whitespace bytes, escapes, UTF-8 in strings); what cJSON would also take
+ * is refused at its byte. */
+static void test_json_text(void)
+{
+    static const char *const ok[] = {
+        "{\"a\":0}", "{\"a\":-0}", "{\"a\":1.5e-5}", "{\"a\":1E+3}", "{\"a\":[1,-2,3.25,0.5]}",
+        " {\t\"a\"\n:\r10 }", "{\"a\":\"x\\\"y\\\\\"}", "{\"a\":\"\xc3\xa9\\u00e9\"}",
+        "{\"a\":true,\"b\":null}", "{\"id\":9007199254740991}", "{\"a\":\"05 1. \\t\"}",
+    };
+    static const struct { const char *text; size_t at; const char *why; } bad[] = {
+        {"{\"a\":05}", 5, "leading zero"},
+        {"{\"a\":1.}", 5, "number JSON does not allow"},
+        {"{\"a\":1e}", 5, "number JSON does not allow"},
+        {"{\"a\":1e+}", 5, "number JSON does not allow"},
+        {"{\"a\":-}", 5, "number JSON does not allow"},
+        {"{\"a\":--1}", 5, "number JSON does not allow"},
+        {"{\"a\":-01}", 5, "number JSON does not allow"},
+        {"\xef\xbb\xbf{}", 0, "byte-order mark"},
+        {"{}\xc2\xa0", 2, "non-ASCII byte outside"},
+        {"{\x0c}", 1, "control byte outside"},
+        {"{\"a\":1\x7f}", 6, "control byte outside"},
+        {"{\"a\":\"x\ty\"}", 7, "not escaped in a string"},
+        {"{\"a\":\"\\u0000\"}", 6, "NUL"},
+        {"{\"a\":\"\xff\"}", 6, "UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; ++i) {
+        size_t at = 0;
+        const char *why = kjit__json_text_problem(ok[i], strlen(ok[i]), &at);
+        if (why) {
+            fprintf(stderr, "json text %zu (%s) refused: %s at %zu\n", i, ok[i], why, at);
+            kjit_test_failures++;
+        }
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        size_t at = 99;
+        const char *why = kjit__json_text_problem(bad[i].text, strlen(bad[i].text), &at);
+        if (!why || !strstr(why, bad[i].why) || at != bad[i].at) {
+            fprintf(stderr, "json text %s: %s at %zu, want %s at %zu\n", bad[i].text, why ? why : "(passed)", at,
+                    bad[i].why, bad[i].at);
+            kjit_test_failures++;
+        }
+    }
+}
+
 int main(void)
 {
     char *dir = kjit_test_tmpdir();
+    test_json_text();
 
     /* kjit_client_default_socket: a NULL or short buffer is refused, and a
      * refused call writes nothing. */
