@@ -434,8 +434,21 @@ static void done_cb(uv_work_t *req, int status)
     /* The first failed kernel's cause, in kernel order: a compile error
      * before a cancelled kernel is reported as such. */
     const int cancelled = j->status == JOB_CANCELLED;
-    const char *why = cancelled ? "the server is shutting down: this compile had not started"
-                      : j->message ? j->message : kjit_status_string(j->status);
+    const char *why = j->message ? j->message : kjit_status_string(j->status);
+    char stopped[128];
+    if (cancelled) {
+        /* Stopping cancels the kernels not yet begun; others may have run. */
+        int n_cancelled = 0;
+        for (int i = 0; i < j->n; ++i) n_cancelled += j->parts[i].status == JOB_CANCELLED;
+        if (n_cancelled == j->n) {
+            why = "the server is shutting down: this compile had not started";
+        } else {
+            snprintf(stopped, sizeof stopped,
+                     "the server is shutting down: %d of this compile's %d kernels had not started", n_cancelled,
+                     j->n);
+            why = stopped;
+        }
+    }
     /* The entry's fate first: a prewarm below may ask for this tuple again
      * (a failed one then starts anew; a done one is a memo hit). An orphan's
      * entry is already out of the map (a new request started a new job). */
