@@ -325,7 +325,8 @@ KJIT_API int kjit_adaln_row_gather_workspace(int64_t n, int hidden, int num_tabl
  * argument block; each op reads the fields its comment names.
  *   norm_modulate:      out = norm(x) * w * (1 + scale[i]) + shift[i]
  *   gated_residual:     out = res + gate[i] * y
- *   gated_residual_norm_modulate: h = res + gate[i] * y; out = norm_modulate(h)
+ *   gated_residual_norm_modulate: h = res + gate[i] * y; out = norm_modulate(h),
+ *                       of h as returned (rounded once to the activation dtype)
  * Backward: norm_modulate reads x, dout -> dx, dweight, dshift, dscale;
  * gated_residual reads y, dout -> dx (= dres, may be NULL: it equals dout),
  * dy, dgate; the fused op reads x (= the h its forward returned), y, dh

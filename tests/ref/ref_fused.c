@@ -1,5 +1,8 @@
 /* fp64 reference of gated_residual_norm_modulate, composed from the
- * gated_residual and norm_modulate references with h kept in fp64. */
+ * gated_residual and norm_modulate references with h kept in fp64: the
+ * exact chain. The kernels' out is norm_modulate of h rounded to the
+ * activation dtype (SPEC), within SPEC's bound of this (test_adaln checks
+ * both: out against this chain, the backward against the rounded h). */
 #include "ref.h"
 
 #include <stdlib.h>
