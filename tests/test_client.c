@@ -369,6 +369,11 @@ int main(void)
     CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\",\"a\":[[[[[[[[[1]]]]]]]]]}", NULL, 0, NULL, NULL, &r),
                  KJIT_EINVAL);
     CHECK(strstr(kjit_last_error(), "deeper than 8") != NULL);
+    /* Text cJSON reads but JSON does not allow: refused the same way, not sent. */
+    CHECK_STATUS(kjit_client_request(c, "\xef\xbb\xbf{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "byte-order mark") != NULL && r.json == NULL);
+    CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\",\"n\":05}", NULL, 0, NULL, NULL, &r), KJIT_EINVAL);
+    CHECK(strstr(kjit_last_error(), "leading zero") != NULL && r.json == NULL);
     CHECK_STATUS(kjit_client_request(c, "{\"type\":\"ping\"}", NULL, 0, NULL, NULL, &r), KJIT_OK);
     CHECK(r.json && !r.ok && strstr(r.json, "bad_json"));
     kjit_client_reply_free(&r);
@@ -377,7 +382,7 @@ int main(void)
     kjit_client_reply_free(&r);
     kjit_client_close(c);
     fake_stop(&f);
-    CHECK_EQ_INT(f.requests, 2); /* the two refused requests never went out */
+    CHECK_EQ_INT(f.requests, 2); /* the four refused requests never went out */
 
     /* A tune reply without its configs: KJIT_EIO naming the field, out zeroed. */
     fake_start(&f, dir, TUNE_MISSING);
