@@ -110,14 +110,14 @@ static int mkdir_p(const char *path)
         }
         p[i] = path[i];
     }
-    /* Undo, deepest first: each made here is empty unless someone else has
-     * since put something in it, and then rmdir leaves it. */
+    /* Undo, deepest first (p is the path up to the failed component): each
+     * made here is empty unless someone else has since put something in
+     * it, and then rmdir leaves it. */
     for (size_t i = len; rc && i > 0; i--) {
-        if (!made[i])
-            continue;
-        memcpy(p, path, i);
-        p[i] = '\0';
-        (void)rmdir(p);
+        if (made[i]) {
+            p[i] = '\0';
+            (void)rmdir(p);
+        }
     }
     free(made);
     free(p);

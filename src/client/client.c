@@ -79,13 +79,13 @@ int kjit_client_default_socket(char *buf, size_t len)
     return KJIT_OK;
 }
 
-/* What follows a parsed JSON object past the bytes cJSON skips (any up to
- * 0x20; kjit__json_text_problem has refused all but JSON's whitespace):
- * NULL when nothing does (anything else is a second request or garbage,
- * which must be refused, not dropped). */
+/* What follows a parsed JSON object past JSON's whitespace (the only
+ * bytes up to 0x20 kjit__json_text_problem lets through): NULL when
+ * nothing does (anything else is a second request or garbage, which must
+ * be refused, not dropped). */
 static const char *after_object(const char *end)
 {
-    while (end && *end && (unsigned char)*end <= 32) ++end;
+    while (end && json_space(*end)) ++end;
     return end && *end ? end : NULL;
 }
 
