@@ -1160,6 +1160,68 @@ static void test_space_every_device(void)
     CHECK_EQ_INT(bad_combo, 0);
 }
 
+/* The tuner's candidate lists (kjit__adaln_tune_lists) on devices of every
+ * size, for every tuned shape: within their room (a guard config past it
+ * must stay untouched), the fitted default first, no forward half or
+ * backward half twice, every forward candidate within the device's shared
+ * memory, and every pair the tuner can save in the space. Before, a
+ * forward candidate was dropped only when its whole config equalled the
+ * fitted default, which never happened where fitting had changed the
+ * backward half: 40 forward candidates in a list of 39 (a stack overflow
+ * in kjit__tune_run; 2247 shapes and sizes, none at 227 or 163 KiB). */
+static void test_tune_lists(void)
+{
+    static const size_t smems[] = {0, 32 * 1024, 48 * 1024, 60 * 1024, 95 * 1024, 159 * 1024, 223 * 1024};
+    static const kjit_dtype dts[] = {KJIT_BF16, KJIT_F16, KJIT_F32};
+    int bad = 0, lists = 0;
+    for (size_t s = 0; s < sizeof smems / sizeof smems[0]; ++s)
+        for (int mode = 1; mode <= 3; ++mode)
+            for (size_t t = 0; t < sizeof dts / sizeof dts[0]; ++t)
+                for (int h = 8; h <= KJIT_TUNE_FAST_MAX_HIDDEN; h += 8) {
+                    kjit_adaln_config f[KJIT_TUNE_MAX_FWD + 2], b[KJIT_TUNE_MAX_BWD + 2], d;
+                    memset(f, 0x5a, sizeof f), memset(b, 0x5a, sizeof b);
+                    int nf = -1, nb = -1;
+                    kjit__adaln_tune_lists(mode, h, dts[t], smems[s], f, &nf, b, &nb);
+                    ++lists;
+                    kjit__adaln_config_default(mode, h, dts[t], &d);
+                    if (smems[s]) kjit__adaln_config_fit(mode, h, dts[t], &d, smems[s]);
+                    const char *why = NULL;
+                    const unsigned char *gf = (const unsigned char *)&f[KJIT_TUNE_MAX_FWD + 1];
+                    const unsigned char *gb = (const unsigned char *)&b[KJIT_TUNE_MAX_BWD + 1];
+                    for (size_t i = 0; i < sizeof f[0]; ++i)
+                        if (gf[i] != 0x5a || gb[i] != 0x5a) why = "a config written past the room";
+                    if (nf < 1 || nf > KJIT_TUNE_MAX_FWD || nb < 1 || nb > KJIT_TUNE_MAX_BWD)
+                        why = "a count out of range";
+                    else if (!kjit__adaln_config_equal(&f[0], &d) || !kjit__adaln_config_equal(&b[0], &d))
+                        why = "the fitted default not first";
+                    for (int i = 0; !why && i < nf; ++i) {
+                        if (f[i].bwd_pf != d.bwd_pf || f[i].accs != d.accs) why = "a forward candidate's backward half";
+                        if (smems[s] && kjit__adaln_fwd_smem(mode, h, dts[t], &f[i]) > smems[s])
+                            why = "a forward candidate over the shared memory";
+                        for (int j = 0; j < i; ++j)
+                            if (f[j].rpc == f[i].rpc && f[j].pf == f[i].pf && f[j].grid_per_sm == f[i].grid_per_sm)
+                                why = "a forward half twice";
+                        for (int j = 0; j < nb && (h % 2048 == 0); ++j) {
+                            kjit_adaln_config c = f[i];
+                            c.bwd_pf = b[j].bwd_pf, c.accs = b[j].accs;
+                            if (smems[s] && !kjit__adaln_config_in_space(mode, h, dts[t], &c, smems[s]))
+                                why = "a pair not in the space";
+                        }
+                    }
+                    for (int i = 0; !why && i < nb; ++i) {
+                        if (b[i].rpc != d.rpc || b[i].pf != d.pf || b[i].grid_per_sm != d.grid_per_sm)
+                            why = "a backward candidate's forward half";
+                        for (int j = 0; j < i; ++j)
+                            if (b[j].bwd_pf == b[i].bwd_pf && b[j].accs == b[i].accs) why = "a backward half twice";
+                    }
+                    if (why && bad++ < 5)
+                        fprintf(stderr, "smem %zu %s %d %s: %s (%d forward, %d backward)\n", smems[s],
+                                kjit__adaln_mode_name(mode), h, kjit_dtype_name(dts[t]), why, nf, nb);
+                }
+    CHECK_EQ_INT(lists, 7 * 3 * 3 * (KJIT_TUNE_FAST_MAX_HIDDEN / 8));
+    CHECK_EQ_INT(bad, 0);
+}
+
 int main(void)
 {
     char *dir = kjit_test_tmpdir();
@@ -1170,6 +1232,7 @@ int main(void)
     }
     test_space();
     test_space_every_device();
+    test_tune_lists();
     test_round_trip(sub[0]);
     test_damaged(sub[1]);
     test_keep_damaged(sub[1]);

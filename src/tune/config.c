@@ -217,6 +217,41 @@ int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit
     return n;
 }
 
+static int same_fwd(const kjit_adaln_config *a, const kjit_adaln_config *b)
+{
+    return a->rpc == b->rpc && a->pf == b->pf && a->grid_per_sm == b->grid_per_sm;
+}
+
+void kjit__adaln_tune_lists(int mode, int h, kjit_dtype act, size_t smem_max, kjit_adaln_config *fwd, int *nf,
+                            kjit_adaln_config *bwd, int *nb)
+{
+    kjit_adaln_config def, sp[KJIT_TUNE_MAX_FWD];
+    kjit__adaln_config_default(mode, h, act, &def);
+    if (smem_max) kjit__adaln_config_fit(mode, h, act, &def, smem_max);
+    /* The space's forward candidates carry the unfitted default's backward
+     * half, so they are compared with the fitted default by their forward
+     * half alone: where fitting changed the backward half, a whole-config
+     * comparison found no match and the list grew past its room. */
+    int n = kjit__adaln_space_fwd(mode, h, act, sp), k = 0;
+    fwd[k++] = def;
+    for (int i = 0; i < n; ++i) {
+        kjit_adaln_config c = def;
+        c.rpc = sp[i].rpc, c.pf = sp[i].pf, c.grid_per_sm = sp[i].grid_per_sm;
+        if (same_fwd(&c, &def) || (smem_max && kjit__adaln_fwd_smem(mode, h, act, &c) > smem_max)) continue;
+        fwd[k++] = c;
+    }
+    *nf = k;
+    n = kjit__adaln_space_bwd(mode, h, act, smem_max, sp), k = 0;
+    bwd[k++] = def;
+    for (int i = 0; i < n; ++i)
+        if (sp[i].bwd_pf != def.bwd_pf || sp[i].accs != def.accs) {
+            kjit_adaln_config c = def;
+            c.bwd_pf = sp[i].bwd_pf, c.accs = sp[i].accs;
+            bwd[k++] = c;
+        }
+    *nb = k;
+}
+
 int kjit__adaln_config_in_space(int mode, int h, kjit_dtype act, const kjit_adaln_config *c, size_t smem_max)
 {
     kjit_adaln_config d[2], v[KJIT_TUNE_MAX_FWD + KJIT_TUNE_MAX_BWD];

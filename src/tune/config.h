@@ -72,6 +72,15 @@ int kjit__adaln_config_check(int mode, int h, kjit_dtype act, const kjit_adaln_c
  * count (<= KJIT_TUNE_MAX_FWD / _BWD). */
 int kjit__adaln_space_fwd(int mode, int h, kjit_dtype act, kjit_adaln_config *out);
 int kjit__adaln_space_bwd(int mode, int h, kjit_dtype act, size_t smem_max, kjit_adaln_config *out);
+/* The tuner's two candidate lists on a device with smem_max bytes of shared
+ * memory (0: not known), each led by the default fitted to smem_max: fwd[]
+ * then holds the forward candidates whose forward half (rpc, pf,
+ * grid_per_sm) differs from it and fits smem_max, with its backward half;
+ * bwd[] the backward candidates whose (bwd_pf, accs) differ, with its
+ * forward half. Room: KJIT_TUNE_MAX_FWD + 1 and KJIT_TUNE_MAX_BWD + 1
+ * configs; the counts go to *nf and *nb. */
+void kjit__adaln_tune_lists(int mode, int h, kjit_dtype act, size_t smem_max, kjit_adaln_config *fwd, int *nf,
+                            kjit_adaln_config *bwd, int *nb);
 /* Whether c's forward half and its backward half are each the default's
  * (as written, or fitted to smem_max) or a candidate of the tuning space:
  * what the tuner can pick on a device with smem_max bytes, and so what

@@ -487,21 +487,14 @@ int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_res
     memset(out, 0, sizeof *out);
     const kjit_cu_api *cu = kjit__cu();
     if (!cu) return KJIT_ENODRIVER;
-    kjit_adaln_config def;
-    kjit__adaln_config_default(mode, h, act, &def);
-    if (kjit__tune_table_smem_max(ctx->tune))
-        kjit__adaln_config_fit(mode, h, act, &def, kjit__tune_table_smem_max(ctx->tune));
-    /* Candidates, the default first. */
-    cand fw[KJIT_TUNE_MAX_FWD], bw[KJIT_TUNE_MAX_BWD];
-    kjit_adaln_config sp[KJIT_TUNE_MAX_FWD];
-    int nf = kjit__adaln_space_fwd(mode, h, act, sp), nfc = 1;
-    fw[0].c = def;
-    for (int i = 0; i < nf; ++i)
-        if (!kjit__adaln_config_equal(&sp[i], &def)) fw[nfc++].c = sp[i];
-    int nb = kjit__adaln_space_bwd(mode, h, act, kjit__tune_table_smem_max(ctx->tune), sp), nbc = 1;
-    bw[0].c = def;
-    for (int i = 0; i < nb; ++i)
-        if (!kjit__adaln_config_equal(&sp[i], &def)) bw[nbc++].c = sp[i];
+    /* Candidates, the (fitted) default first. */
+    kjit_adaln_config lf[KJIT_TUNE_MAX_FWD + 1], lb[KJIT_TUNE_MAX_BWD + 1];
+    int nfc, nbc;
+    kjit__adaln_tune_lists(mode, h, act, kjit__tune_table_smem_max(ctx->tune), lf, &nfc, lb, &nbc);
+    const kjit_adaln_config def = lf[0];
+    cand fw[KJIT_TUNE_MAX_FWD + 1], bw[KJIT_TUNE_MAX_BWD + 1];
+    for (int i = 0; i < nfc; ++i) fw[i].c = lf[i];
+    for (int i = 0; i < nbc; ++i) bw[i].c = lb[i];
 
     double compile_s = 0;
     if (kjit__tune_prebuild(ctx, mode, h, act, 0, &compile_s)) {
