@@ -881,12 +881,13 @@ static void test_other_versions(const char *dir)
                "{\"format\":2,\"entries\":[{\"kjit\":\"9.9.9\",\"device\":\"" DEV "\",\"op\":\"norm_modulate\","
                "\"hidden\":5376,\"dtype\":\"bf16\",\"fwd\":{\"rpc\":2,\"pf\":1,\"grid_per_sm\":2},\"bwd\":{\"bwd_pf\":1,"
                "\"accs\":1},\"a_field_of_its_own\":[1,2]},"
-               "{\"kjit\":\"0.0.1\",\"device\":\"" DEV "\",\"op\":\"norm_modulate\",\"hidden\":5376,\"rpc\":99}]}");
+               "{\"kjit\":\"0.0.1\",\"device\":\"" DEV "\",\"op\":\"norm_modulate\",\"hidden\":5376,\"rpc\":99},"
+               "{\"kjit\":\"0.0.2\",\"kjit\":\"" KJIT_VERSION_STRING "\",\"op\":\"twice\"}]}");
     kjit_tune_list l = {0};
     int bad = -1;
     CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT((int)l.n, 0);
-    CHECK_EQ_INT((int)l.n_other, 2);
+    CHECK_EQ_INT((int)l.n_other, 3);
     CHECK_EQ_INT(bad, 0);
     kjit__tune_list_free(&l);
     /* This version's table does not take them. */
@@ -898,14 +899,25 @@ static void test_other_versions(const char *dir)
     CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
     CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
     CHECK_EQ_INT((int)l.n, 1);
-    CHECK_EQ_INT((int)l.n_other, 2);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT((int)l.n_other, 3);
     CHECK(l.n == 1 && same_entry(&l.v[0], &e));
-    int kept_field = 0, kept_odd = 0;
+    int kept_field = 0, kept_odd = 0, kept_twice = 0;
     for (size_t i = 0; i < l.n_other; ++i) {
         kept_field |= strstr(l.other[i], "\"9.9.9\"") && strstr(l.other[i], "\"a_field_of_its_own\":[1,2]");
         kept_odd |= strstr(l.other[i], "\"0.0.1\"") && strstr(l.other[i], "\"rpc\":99");
+        /* An entry with "kjit" twice is the first's version's, with one "kjit". */
+        kept_twice |= strstr(l.other[i], "\"twice\"") && strstr(l.other[i], "\"kjit\":\"0.0.2\"") &&
+                      !strstr(l.other[i], "\"kjit\":\"" KJIT_VERSION_STRING "\"");
     }
-    CHECK(kept_field && kept_odd);
+    CHECK(kept_field && kept_odd && kept_twice);
+    kjit__tune_list_free(&l);
+    /* And so through a second save. */
+    CHECK_STATUS(kjit__tune_file_update(dir, &e, 1), KJIT_OK);
+    CHECK_EQ_INT(kjit__tune_file_read(dir, &l, &bad, NULL, 0), KJIT_TUNE_FILE_OK);
+    CHECK_EQ_INT((int)l.n, 1);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT((int)l.n_other, 3);
     kjit__tune_list_free(&l);
     char *text = read_text(dir);
     CHECK(text && strstr(text, "\"format\":\t2") && strstr(text, "\"kjit\":\t\"" KJIT_VERSION_STRING "\""));

@@ -89,12 +89,15 @@ void kjit__tune_list_free(kjit_tune_list *l)
     l->other = NULL, l->n_other = 0;
 }
 
-/* Keeps another version's entry o (its "kjit" set to ver) as JSON text. */
+/* Keeps another version's entry o (its "kjit" set to ver) as JSON text.
+ * Every "kjit" member goes, not only the first: with a second one left
+ * before the new one, the next read took the entry for this version's,
+ * skipped it for the field given twice, and the save after dropped it. */
 static int keep_other(kjit_tune_list *l, const cJSON *o, const char *ver)
 {
     cJSON *c = cJSON_Duplicate(o, 1);
     if (!c) return kjit__fail(KJIT_ENOMEM, "tuning file: out of memory");
-    cJSON_DeleteItemFromObjectCaseSensitive(c, "kjit");
+    while (cJSON_GetObjectItemCaseSensitive(c, "kjit")) cJSON_DeleteItemFromObjectCaseSensitive(c, "kjit");
     char *text = cJSON_AddStringToObject(c, "kjit", ver) ? cJSON_PrintUnformatted(c) : NULL;
     cJSON_Delete(c);
     char *copy = text ? strdup(text) : NULL;
