@@ -1234,6 +1234,30 @@ static void test_tune_lists(void)
     CHECK_EQ_INT(bad, 0);
 }
 
+/* The tuner's rotation at its largest row count: 3 sets where one set is
+ * larger than the L2, more for small rows so that the calls between two
+ * uses of a set touch at least twice the L2 (before: always 3, so at
+ * 32768 rows of 128 bf16 columns most timed calls found their inputs in
+ * an H200's L2), at most one set per call of a timing (14). */
+static void test_rotation_sets(void)
+{
+    const size_t mb = (size_t)1 << 20, l2 = 50 * mb;
+    CHECK_EQ_INT(kjit__tune_rotation_sets(l2, (size_t)32768 * 10752 * 4), 3); /* 5376 bf16, 1.4 GB a set */
+    CHECK_EQ_INT(kjit__tune_rotation_sets(l2, 50 * mb), 3);
+    CHECK_EQ_INT(kjit__tune_rotation_sets(l2, (size_t)32768 * 256 * 4), 5); /* 128 bf16: 32 MiB a set */
+    CHECK_EQ_INT(kjit__tune_rotation_sets(l2, 20 * mb), 6);
+    CHECK_EQ_INT(kjit__tune_rotation_sets(l2, (size_t)32768 * 16 * 4), 14); /* 8 bf16: 2 MB a set */
+    CHECK_EQ_INT(kjit__tune_rotation_sets(l2, 0), 14);
+    /* Not reported: taken as 128 MB. */
+    CHECK_EQ_INT(kjit__tune_rotation_sets(0, 64 * mb), 5);
+    for (size_t b = 1; b < ((size_t)4 << 30); b = b * 3 + 7) {
+        const int s = kjit__tune_rotation_sets(l2, b);
+        CHECK(s >= 3 && s <= 14);
+        CHECK(s == 14 || (double)(s - 1) * (double)b >= 2.0 * (double)l2);
+        CHECK(s == 3 || (double)(s - 2) * (double)b < 2.0 * (double)l2);
+    }
+}
+
 int main(void)
 {
     char *dir = kjit_test_tmpdir();
@@ -1245,6 +1269,7 @@ int main(void)
     test_space();
     test_space_every_device();
     test_tune_lists();
+    test_rotation_sets();
     test_round_trip(sub[0]);
     test_damaged(sub[1]);
     test_keep_damaged(sub[1]);

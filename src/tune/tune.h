@@ -74,5 +74,11 @@ int kjit__tune_key_check(const char *fn, const char *op, int hidden, kjit_dtype 
  * lock (kjit__tune_lock) and has entered the context. */
 void kjit__tune_lock(kjit_tune_table *t, int lock);
 int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_result *out);
+/* How many sets of n rows (set_bytes each, over every scratch pool) the
+ * tuner rotates through at its largest row count on a device with l2 bytes
+ * of L2 (0: not known): at least 3, and more where the data the calls
+ * between two uses of one set touch is under twice the L2, up to one set
+ * per call of a timing. */
+int kjit__tune_rotation_sets(size_t l2, size_t set_bytes);
 
 #endif

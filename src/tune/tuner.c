@@ -258,15 +258,31 @@ static void bench_free(bench *b)
     if (b->s) cu->StreamDestroy(b->s), b->s = NULL;
 }
 
-/* Pools for n_max rows, tables, index, workspace, events. */
-static int bench_alloc(bench *b, int64_t n_max)
+int kjit__tune_rotation_sets(size_t l2, size_t set_bytes)
+{
+    /* An L2 that was not reported: as large as any known (B200: 126 MB). */
+    const double need = 2.0 * (double)(l2 ? l2 : (size_t)128 << 20);
+    int sets = 3;
+    while (sets < WARM + REPS && (double)(sets - 1) * (double)set_bytes < need) ++sets;
+    return sets;
+}
+
+/* Pools for n_max rows (times the rotation's sets), tables, index,
+ * workspace, events. */
+static int bench_alloc(bench *b, int64_t n_max, int npools)
 {
     const kjit_cu_api *cu = b->cu;
     int rc;
     b->counts[0] = n_max, b->n_counts = 1;
     if (n_max > 4097) b->counts[b->n_counts++] = 4097;
     if (n_max > MIN_COUNT) b->counts[b->n_counts++] = MIN_COUNT;
-    b->pool_rows = 3 * n_max;
+    /* Small rows: more sets, so a timed call at n_max rows does not find
+     * its inputs in the L2 from the call a few sets before (3 sets of
+     * 32768 rows of 128 bf16 columns are 100 MB over norm_modulate's four
+     * pools, within twice an H200's 50 MB L2). */
+    int l2 = 0;
+    if (cu->DeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, b->ctx->dev) != CUDA_SUCCESS || l2 < 0) l2 = 0;
+    b->pool_rows = n_max * kjit__tune_rotation_sets((size_t)l2, (size_t)n_max * b->row_bytes * (size_t)npools);
     const size_t pool_bytes = (size_t)b->pool_rows * b->row_bytes;
     for (int i = 0; i < NPOOL; ++i)
         if (b->used & 1u << i)
@@ -527,7 +543,7 @@ int kjit__tune_run(kjit_ctx *ctx, int mode, int h, kjit_dtype act, kjit_tune_res
                               last[0] ? ": " : "", last);
         }
         rc = cu_ok(cu->StreamCreate(&b.s, CU_STREAM_NON_BLOCKING), "tuner: cuStreamCreate");
-        if (!rc) rc = bench_alloc(&b, n_max);
+        if (!rc) rc = bench_alloc(&b, n_max, npools);
         if (!rc) break;
         bench_free(&b);
         if (rc != KJIT_ENOMEM) return rc; /* out of memory: fewer rows */
