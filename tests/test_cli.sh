@@ -143,6 +143,15 @@ j2=$("$KJIT" prewarm $OPS --cache-dir "$C" --json) || fail "second prewarm faile
 s1=$(echo "$j1" | field seconds); s2=$(echo "$j2" | field seconds)
 python3 -c "import sys; sys.exit(0 if $s1 >= 10 * $s2 else 1)" || fail "second prewarm not 10x faster: $s1 s vs $s2 s"
 echo "prewarm: cold $s1 s, warm $s2 s"
+# On a terminal the bar is drawn at 0 before any kernel is done (it used to
+# appear with the first finished one) and at the end (script(1) gives the
+# terminal; skipped where it is missing).
+if command -v script >/dev/null 2>&1; then
+  out=$(script -qec "'$KJIT' prewarm $OPS --cache-dir '$C'" /dev/null </dev/null 2>&1 | tr '\r' '\n')
+  first=$(echo "$out" | grep -m1 "prewarm \[")
+  case $first in "prewarm [................................] 0/6"*) ;; *) fail "the bar's first line: '$first' in $out" ;; esac
+  echo "$out" | grep -q "prewarm \[################################\] 6/6" || fail "the bar's last line: $out"
+fi
 
 "$KJIT" cache verify --cache-dir "$C" >/dev/null || fail "verify of a fresh cache"
 [ "$("$KJIT" cache stats --cache-dir "$C" --json | field entries)" = 6 ] || fail "stats entries"

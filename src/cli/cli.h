@@ -81,8 +81,11 @@ typedef struct kjit_progress {
     int plain;   /* 1: the plain lines */
     long total;
     const char *label;
+    const char *item; /* what is under way, shown after the counts (NULL: nothing) */
     double last_line; /* monotonic seconds of the last plain line (or the start) */
 } kjit_progress;
+/* init draws the bar at 0 (a terminal), so work that takes a while before
+ * its first item ends shows from the start; update redraws it. */
 void kjit_progress_init(kjit_progress *p, const char *label, long total, int json);
 void kjit_progress_update(kjit_progress *p, long done, long failed);
 void kjit_progress_done(kjit_progress *p);

@@ -342,15 +342,20 @@ static int tune(const char **op_names, int n_op_names, const long *hidden, int n
     kjit_progress progress;
     kjit_progress_init(&progress, "tune", n_run, json);
     long failed = 0;
+    char item[96];
     for (long i = 0; i < n_run; ++i) {
         job *j = &jobs[i];
+        snprintf(item, sizeof item, "%s %d %s", j->op, j->hidden, kjit_dtype_name(j->dtype));
+        progress.item = item;
+        kjit_progress_update(&progress, i, failed);
         j->rc = kjit_tune(ctx, j->op, j->hidden, j->dtype, &j->r);
         if (j->rc) {
             j->error = strdup(kjit_last_error());
             ++failed;
         }
-        kjit_progress_update(&progress, i + 1, failed);
     }
+    progress.item = NULL;
+    kjit_progress_update(&progress, n_run, failed);
     kjit_progress_done(&progress);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;

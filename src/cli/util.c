@@ -206,7 +206,9 @@ void kjit_progress_init(kjit_progress *p, const char *label, long total, int jso
     p->plain = !p->enabled && !json;
     p->total = total;
     p->label = label;
+    p->item = NULL;
     p->last_line = kjit__now_us() * 1e-6;
+    if (p->enabled) kjit_progress_update(p, 0, 0);
 }
 
 void kjit_progress_update(kjit_progress *p, long done, long failed)
@@ -220,6 +222,7 @@ void kjit_progress_update(kjit_progress *p, long done, long failed)
         p->last_line = now;
         fprintf(stderr, "%s: %ld/%ld", p->label, done, p->total);
         if (failed) fprintf(stderr, " (%ld failed)", failed);
+        if (p->item) fprintf(stderr, " %s", p->item);
         fputc('\n', stderr);
         fflush(stderr);
         return;
@@ -231,6 +234,8 @@ void kjit_progress_update(kjit_progress *p, long done, long failed)
     bar[width] = '\0';
     fprintf(stderr, "\r%s [%s] %ld/%ld", p->label, bar, done, p->total);
     if (failed) fprintf(stderr, " (%ld failed)", failed);
+    if (p->item) fprintf(stderr, " %s", p->item);
+    fputs("\x1b[K", stderr); /* the rest of a longer line before */
     fflush(stderr);
 }
 
