@@ -12,7 +12,9 @@
  *   refuses an argument.
  * - Device pointers are plain addresses (torch's data_ptr(), cuMemAlloc's
  *   CUdeviceptr); strides are in elements; rows are counted in int64_t.
- * - Nothing is printed unless KJIT_LOG=1; nothing calls exit().
+ * - Nothing is printed unless KJIT_LOG=1, but for one warning line a
+ *   process when a context finds its tuning file damaged (its entries not
+ *   used; KJIT_LOG=0 silences it); nothing calls exit().
  */
 #ifndef KJIT_H
 #define KJIT_H

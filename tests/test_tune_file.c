@@ -1258,6 +1258,55 @@ static void test_rotation_sets(void)
     }
 }
 
+/* A context loading a damaged file says so once a process on stderr, even
+ * without KJIT_LOG (its entries are not used: every tuned op silently
+ * back at its default before), and not at all with KJIT_LOG=0. Each case
+ * in a child of its own (the once is per process); stderr to a file. */
+static int warnings_in_child(const char *dir, const char *log_value, int loads)
+{
+    char err[4200];
+    snprintf(err, sizeof err, "%s/stderr.txt", dir);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || dup2(fd, 2) < 0) _exit(3);
+        if (log_value) setenv("KJIT_LOG", log_value, 1);
+        else unsetenv("KJIT_LOG");
+        for (int i = 0; i < loads; ++i) {
+            kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
+            if (!t || kjit__tune_table_load(t, dir) != 0) _exit(4);
+            kjit__tune_table_free(t);
+        }
+        _exit(0);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) return -1;
+    char *text = read_named(dir, "stderr.txt");
+    int n = 0;
+    for (const char *q = text; q && (q = strstr(q, "kjit: warning: the tuning file ")); ++q) {
+        n += strstr(q, "is damaged (") && strstr(q, "its entries are not used") != NULL;
+    }
+    free(text);
+    unlink(err);
+    return n;
+}
+
+static void test_damaged_warning(const char *dir)
+{
+    write_file(dir, KJIT_TUNE_FILE, "{\"format\":2,\"entries\":[");
+    CHECK_EQ_INT(warnings_in_child(dir, NULL, 3), 1);
+    CHECK_EQ_INT(warnings_in_child(dir, "1", 2), 1);
+    CHECK_EQ_INT(warnings_in_child(dir, "0", 2), 0);
+    /* A file that is fine, or none: nothing said. */
+    write_file(dir, KJIT_TUNE_FILE, "{\"format\":2,\"entries\":[]}");
+    CHECK_EQ_INT(warnings_in_child(dir, NULL, 1), 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
+    CHECK(unlink(path) == 0);
+    CHECK_EQ_INT(warnings_in_child(dir, NULL, 1), 0);
+    CHECK_EQ_INT(stray_files(dir), 0);
+}
+
 int main(void)
 {
     char *dir = kjit_test_tmpdir();
@@ -1270,6 +1319,7 @@ int main(void)
     test_space_every_device();
     test_tune_lists();
     test_rotation_sets();
+    test_damaged_warning(sub[3]);
     test_round_trip(sub[0]);
     test_damaged(sub[1]);
     test_keep_damaged(sub[1]);

@@ -14,6 +14,7 @@
 #include "kjit.h"
 #include "ops/op.h"
 #include "tune/config.h"
+#include "tune/tune.h"
 #include "tune/tune_file.h"
 
 static const char help[] =
@@ -282,9 +283,11 @@ static int check_file(const char *cache_dir, int json)
     snprintf(path, sizeof path, "%.4000s/%s", dir, KJIT_TUNE_FILE);
     const kjit_tune_file_state st =
         dir[0] ? kjit__tune_file_read(dir, &l, &n_bad, why, sizeof why) : KJIT_TUNE_FILE_MISSING;
-    if (st == KJIT_TUNE_FILE_DAMAGED)
+    if (st == KJIT_TUNE_FILE_DAMAGED) {
         fprintf(stderr, "kjit tune: warning: the tuning file %s is damaged (%s): its entries are not used; the first "
                 "save %s\n", path, why, damaged_fate(path));
+        kjit__tune_damaged_said();
+    }
     else if (st == KJIT_TUNE_FILE_FOREIGN || st == KJIT_TUNE_FILE_UNREADABLE)
         rc = kjit_cli_fail("tune", json, "the tuning file %s %s (%s): no result could be saved into it; nothing "
                            "tuned (move it away, or give another --cache-dir)", path,

@@ -68,7 +68,7 @@ int kjit__fail(int status, const char *fmt, ...)
     return status;
 }
 
-static int log_level;
+static int log_level, log_off; /* log_off: KJIT_LOG set to a switch's off */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static void log_init(void)
@@ -78,6 +78,7 @@ static void log_init(void)
     int on = 0;
     const int bad = kjit__env_switch_parse("KJIT_LOG", 0, &on) < 0;
     log_level = bad || on;
+    log_off = !bad && !on && getenv("KJIT_LOG") != NULL;
     if (bad)
         fprintf(stderr, "kjit: KJIT_LOG='%s' is not a switch (1 or 0, true or false, ...): logging is on\n",
                 getenv("KJIT_LOG"));
@@ -89,17 +90,32 @@ int kjit__log_on(void)
     return log_level;
 }
 
+static void put_line(const char *prefix, const char *fmt, va_list ap)
+{
+    /* One line at a time: threads (prewarm's workers) log together. */
+    flockfile(stderr);
+    fputs(prefix, stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    funlockfile(stderr);
+}
+
+void kjit__warn(const char *fmt, ...)
+{
+    pthread_once(&log_once, log_init);
+    if (log_off) return;
+    va_list ap;
+    va_start(ap, fmt);
+    put_line("kjit: warning: ", fmt, ap);
+    va_end(ap);
+}
+
 void kjit__log(const char *fmt, ...)
 {
     pthread_once(&log_once, log_init);
     if (!log_level) return;
     va_list ap;
     va_start(ap, fmt);
-    /* One line at a time: threads (prewarm's workers) log together. */
-    flockfile(stderr);
-    fputs("kjit: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    funlockfile(stderr);
+    put_line("kjit: ", fmt, ap);
     va_end(ap);
 }

@@ -14,5 +14,10 @@ void kjit__clear_error(void);
 void kjit__log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* 1 when KJIT_LOG is on: callers skip work that only feeds a log line. */
 int kjit__log_on(void);
+/* A warning the user should see without asking: one line "kjit: warning:
+ * ..." on stderr, unless KJIT_LOG is set to off (0, false, no, off). For
+ * what loses the user something silently (a damaged tuning file's entries
+ * not used), not for failures a status already reports. */
+void kjit__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

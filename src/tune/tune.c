@@ -3,6 +3,7 @@
 #include "tune/tune.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,12 +159,26 @@ static void mark_tried(kjit_tune_table *t, int mode, int h, kjit_dtype act)
     pthread_rwlock_unlock(&t->lock);
 }
 
+static atomic_int damaged_said;
+
+void kjit__tune_damaged_said(void)
+{
+    atomic_store(&damaged_said, 1);
+}
+
 int kjit__tune_table_load(kjit_tune_table *t, const char *dir)
 {
     if (!t || !t->device[0]) return 0;
     kjit_tune_list l = {0};
     int n_bad = 0, n = 0;
-    kjit__tune_file_read(dir, &l, &n_bad, NULL, 0);
+    char fwhy[256] = "";
+    /* A damaged file's entries are not used: every tuned op falls back to
+     * its default, which nothing else would say unless KJIT_LOG=1. Once a
+     * process (kjit tune says it itself before its context). */
+    if (kjit__tune_file_read(dir, &l, &n_bad, fwhy, sizeof fwhy) == KJIT_TUNE_FILE_DAMAGED &&
+        !atomic_exchange(&damaged_said, 1))
+        kjit__warn("the tuning file %s/%s is damaged (%s): its entries are not used; the next save (kjit tune, or "
+                   "KJIT_TUNE=1) replaces it, keeping it as %s", dir, KJIT_TUNE_FILE, fwhy, KJIT_TUNE_DAMAGED);
     for (size_t i = 0; i < l.n; ++i) {
         const kjit_tune_entry *e = &l.v[i];
         if (strcmp(e->device, t->device)) continue;

@@ -21,6 +21,9 @@ void kjit__tune_table_free(kjit_tune_table *t);
 /* Adds the entries of <dir>/tune.json stored for the table's device
  * (validated, bad ones logged and skipped); returns how many. */
 int kjit__tune_table_load(kjit_tune_table *t, const char *dir);
+/* Marks the damaged-file warning kjit__tune_table_load gives once a process
+ * as given (kjit tune gives its own before it creates a context). */
+void kjit__tune_damaged_said(void);
 /* The config for a key and its kjit_config_source (the default when none);
  * *tried (may be NULL) = 1 when the on-use tuner already ran for it. */
 int kjit__tune_table_get(kjit_tune_table *t, int mode, int h, kjit_dtype act, kjit_adaln_config *c, int *tried);
