@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "gpu/cuda_api.h"
 #include "jit/nvrtc_api.h"
 #include "kjit.h"
 
@@ -49,6 +50,11 @@ int kjit_cli_info(int argc, char **argv)
     char drv[32];
     snprintf(drv, sizeof drv, "%d.%d", ri.driver_version / 1000, (ri.driver_version % 1000) / 10);
     cJSON_AddStringToObject(o, "driver", ri.driver_version ? drv : "none");
+    /* Why there is none (no libcuda.so.1, one that lacks a function kjit
+     * calls, cuInit failing): named, as NVRTC's is. */
+    char drv_why[600] = "";
+    if (!ri.driver_version && !kjit__cu()) snprintf(drv_why, sizeof drv_why, "%s", kjit_last_error());
+    if (drv_why[0]) cJSON_AddStringToObject(o, "driver_error", drv_why);
     cJSON *gpus = cJSON_AddArrayToObject(o, "gpus");
     for (int i = 0; i < ri.device_count; ++i) {
         kjit_device_info d;
@@ -73,6 +79,7 @@ int kjit_cli_info(int argc, char **argv)
         printf("archs   ");
         for (int i = 0; i < ri.n_archs; ++i) printf(" sm_%d", ri.archs[i]);
         printf("\ndriver   %s\n", ri.driver_version ? drv : "none (compile only)");
+        if (drv_why[0]) printf("         %s\n", drv_why);
         cJSON *g;
         int k = 0;
         cJSON_ArrayForEach(g, gpus) {

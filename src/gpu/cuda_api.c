@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -10,6 +11,14 @@ static kjit_cu_api api;
 static int load_status = KJIT_OK;
 static char load_message[512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* The name a driver before a symbol's version exported it under, with the
+ * same prototype: cuEventElapsedTime_v2 came with CUDA 12.8 drivers, and
+ * CUDA 12.0-12.6 drivers (535-560) have cuEventElapsedTime alone. */
+static const char *older_name(const char *sym)
+{
+    return strcmp(sym, "cuEventElapsedTime_v2") ? NULL : "cuEventElapsedTime";
+}
 
 static void load(void)
 {
@@ -22,10 +31,12 @@ static void load(void)
     }
 #define KJIT_CU_LOAD(name, sym)                                                          \
     api.name = (__typeof__(api.name))dlsym(h, #sym);                                     \
+    if (!api.name && older_name(#sym))                                                   \
+        api.name = (__typeof__(api.name))dlsym(h, older_name(#sym));                     \
     if (!api.name) {                                                                     \
         load_status = KJIT_ENODRIVER;                                                    \
         snprintf(load_message, sizeof load_message,                                      \
-                 "no CUDA driver: libcuda.so.1 lacks %s (driver too old for CUDA 12+)", #sym); \
+                 "no CUDA driver: libcuda.so.1 lacks %s (a driver older than CUDA 12)", #sym); \
         return;                                                                          \
     }
     KJIT_CU_FUNCS(KJIT_CU_LOAD)
