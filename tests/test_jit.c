@@ -24,6 +24,24 @@ int main(void)
     CHECK_STATUS(kjit__arch_parse("banana", &sm), KJIT_EINVAL);
     CHECK_STATUS(kjit__arch_parse("", &sm), KJIT_EINVAL);
 
+    /* Which cubins run on which device, and the arch a context compiles
+     * for: its device's, or where NVRTC does not list that one, the newest
+     * listed arch whose cubins run there. */
+    CHECK(kjit__arch_runs_on(90, 90) && kjit__arch_runs_on(120, 121) && kjit__arch_runs_on(80, 86));
+    CHECK(!kjit__arch_runs_on(100, 90) && !kjit__arch_runs_on(90, 100) && !kjit__arch_runs_on(121, 120));
+    CHECK(!kjit__arch_runs_on(86, 80) && !kjit__arch_runs_on(0, 90) && !kjit__arch_runs_on(90, 0));
+    {
+        static const int l13[] = {75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121};
+        static const int l128[] = {75, 80, 86, 87, 89, 90, 100, 101, 120};
+        CHECK_EQ_INT(kjit__arch_for_device(90, l13, 12), 90);
+        CHECK_EQ_INT(kjit__arch_for_device(121, l128, 9), 120);
+        CHECK_EQ_INT(kjit__arch_for_device(103, l128, 9), 101);
+        CHECK_EQ_INT(kjit__arch_for_device(89, l128, 9), 89);
+        CHECK_EQ_INT(kjit__arch_for_device(130, l13, 12), 130); /* nothing runs there: its own, refused later */
+        CHECK_EQ_INT(kjit__arch_for_device(95, l13, 12), 90);
+        CHECK_EQ_INT(kjit__arch_for_device(121, NULL, 0), 121);
+    }
+
     /* KJIT_LINEINFO=1 adds -lineinfo to the options (so to the cache key),
      * and a cubin with source lines still compiles; 0 or unset: not. */
     {

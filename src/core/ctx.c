@@ -39,7 +39,22 @@ static int open_device(kjit_ctx *ctx)
                 "cuDeviceGetAttribute");
     KJIT_CU_TRY(cu, DeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->dev),
                 "cuDeviceGetAttribute");
-    if (!ctx->sm) ctx->sm = major * 10 + minor;
+    const int dev_sm = major * 10 + minor;
+    if (ctx->sm && !kjit__arch_runs_on(ctx->sm, dev_sm))
+        /* Every op would fail at its first launch (no binary for the GPU),
+         * naming a kernel rather than the option. */
+        return kjit__fail(KJIT_EINVAL,
+                          "arch sm_%d: device %d is sm_%d, which cannot run sm_%d cubins (they run on sm_%d.x "
+                          "devices of minor %d or later); leave arch unset for the device's own",
+                          ctx->sm, ctx->device, dev_sm, ctx->sm, ctx->sm / 10, ctx->sm % 10);
+    if (!ctx->sm) {
+        /* A device newer than NVRTC (sm_121 with a list ending at sm_120):
+         * the newest arch NVRTC has whose cubins run on it. Without NVRTC,
+         * the device's own (cached kernels may serve). */
+        const kjit_nvrtc_api *nv = kjit__nvrtc();
+        ctx->sm = nv ? kjit__arch_for_device(dev_sm, nv->archs, nv->n_archs) : dev_sm;
+        if (!nv) kjit__clear_error();
+    }
     {
         /* On by default where it ran (sm_90) and for sm_100, with a driver
          * that captures it into graphs (12.3+); KJIT_PDL=0 turns it off,

@@ -37,6 +37,21 @@ int kjit__arch_parse(const char *text, int *sm)
                       text, nv->major, nv->minor, list);
 }
 
+int kjit__arch_runs_on(int sm, int dev_sm)
+{
+    return sm > 0 && dev_sm > 0 && sm / 10 == dev_sm / 10 && sm % 10 <= dev_sm % 10;
+}
+
+int kjit__arch_for_device(int dev_sm, const int *archs, int n_archs)
+{
+    int best = 0;
+    for (int i = 0; i < n_archs; ++i) {
+        if (archs[i] == dev_sm) return dev_sm;
+        if (kjit__arch_runs_on(archs[i], dev_sm) && archs[i] > best) best = archs[i];
+    }
+    return best ? best : dev_sm;
+}
+
 int kjit__jit_options(int sm, char buf[64], const char *opts[KJIT_MAX_OPTIONS])
 {
     snprintf(buf, 64, "--gpu-architecture=sm_%d", sm);

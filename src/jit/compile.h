@@ -10,6 +10,16 @@
  * (KJIT_EINVAL naming the value and the supported list otherwise). */
 int kjit__arch_parse(const char *text, int *sm);
 
+/* 1 when cubins for sm_<sm> run on a device of arch sm_<dev_sm>: the same
+ * major version, the device's minor at least sm's (sm_120 runs on sm_121,
+ * sm_100 not on sm_90 nor sm_90 on sm_100). */
+int kjit__arch_runs_on(int sm, int dev_sm);
+/* The arch to compile for on a device of arch dev_sm, given NVRTC's list
+ * (archs, n_archs; none: not known): the device's own where listed (or no
+ * list), else the newest listed arch that runs there, else the device's own
+ * (its compiles then fail, naming it). */
+int kjit__arch_for_device(int dev_sm, const int *archs, int n_archs);
+
 /* The NVRTC options used for an arch (also part of the cache key).
  * Fills opts[] (pointing into buf) and returns the count. */
 int kjit__jit_options(int sm, char buf[64], const char *opts[KJIT_MAX_OPTIONS]);

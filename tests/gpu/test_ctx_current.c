@@ -3,6 +3,7 @@
  * the primary context stays current (plain driver calls keep working for
  * the second one's caller); destroying the last one unsets it. */
 #include <stdio.h>
+#include <string.h>
 
 #include "gpu_util.h"
 #include "test_util.h"
@@ -26,6 +27,29 @@ int main(void)
     kjit_ctx_destroy(second);
     CU_CHECK(cu->CtxGetCurrent(&cur));
     CHECK(cur == NULL);
+    /* An arch whose cubins the device cannot run is refused when the
+     * context is made, naming both (every op failed at its first launch,
+     * naming a kernel); the device's own is taken. */
+    {
+        kjit_device_info d;
+        CHECK_STATUS(kjit_device_info_get(0, &d), KJIT_OK);
+        char own[16], other[16];
+        snprintf(own, sizeof own, "sm_%d", d.sm);
+        snprintf(other, sizeof other, "sm_%d", d.sm >= 100 ? 90 : 100);
+        kjit_ctx_options o;
+        kjit_ctx_options_init(&o);
+        o.arch = other;
+        kjit_ctx *c = (kjit_ctx *)1;
+        CHECK_STATUS(kjit_ctx_create(&c, &o), KJIT_EINVAL);
+        CHECK(c == NULL);
+        CHECK(strstr(kjit_last_error(), other) && strstr(kjit_last_error(), own) &&
+              strstr(kjit_last_error(), "cannot run"));
+        o.arch = own;
+        CHECK_STATUS(kjit_ctx_create(&c, &o), KJIT_OK);
+        CHECK(c && !strcmp(kjit_ctx_arch(c), own));
+        kjit_ctx_destroy(c);
+        CU_CHECK(cu->CtxGetCurrent(&cur));
+    }
     printf("contexts: the primary context stays current while a second kjit context holds it, unset after the "
            "last one\n");
     return kjit_test_result("test_ctx_current");
