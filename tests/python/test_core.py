@@ -115,6 +115,24 @@ class Loading(unittest.TestCase):
         self.assertIn("is not libkjit (no kjit_op_count)", out)
         self.assertNotIn("missing dependency", out)
 
+    def test_a_copy_beside_the_package_is_loaded_without_find_library(self):
+        # find_library runs ldconfig and a compiler in subprocesses (tens of
+        # ms, forked from a CUDA process at the first op): it used to run
+        # before the copy beside the package was even tried.
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        shutil.copytree(ROOT / "bindings" / "python" / "kjit", os.path.join(d, "kjit"))
+        shutil.copy(core.library_path(), os.path.join(d, "kjit", "libkjit.so"))
+        code = ("import ctypes.util\ncalls = []\n"
+                "ctypes.util.find_library = lambda name: calls.append(name)\n"
+                "import kjit\nkjit.core.op_names()\n"
+                "print('path', kjit.core.library_path(), 'calls', calls)\n")
+        env = {k: v for k, v in os.environ.items() if k != "KJIT_LIBRARY"}
+        env["PYTHONPATH"] = d
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        self.assertIn(f"path {os.path.join(d, 'kjit', 'libkjit.so')} calls []", out)
+
     def test_client_without_a_server_names_the_socket(self):
         from kjit import client
         with self.assertRaisesRegex(FileNotFoundError,
@@ -791,6 +809,13 @@ class CoreChecks(unittest.TestCase):
         with kjit.Context(device=None, cache_dir=Path(d) / "cp"):
             pass
         self.assertTrue(os.path.isdir(os.path.join(d, "cb")) and os.path.isdir(os.path.join(d, "cp")))
+
+    def test_sinusoid_flip_is_a_bool_not_any_truthy_value(self):
+        # bool("False") is True: the core read the string as "flip" (the
+        # torch layer refused it already).
+        for bad in ("False", None, 1.0, [0]):
+            with self.assertRaisesRegex(TypeError, "flip_sin_to_cos: expected a bool"):
+                self.ctx.timestep_sinusoid(16, 1, 8, 16, flip_sin_to_cos=bad)
 
     def test_choices_of_the_wrong_type_name_themselves(self):
         # Before: "unhashable type: 'list'", naming nothing.

@@ -190,23 +190,32 @@ class LibraryError(ImportError):
 _SONAMES = ("libkjit.so", "libkjit.so.0")
 
 
-def candidates():
-    """The library search order, as (where, path-or-name) pairs: $KJIT_LIBRARY
-    alone when set (a deliberate choice is never silently overridden), else a
-    copy next to this package, else the dynamic loader's search."""
+def _candidates():
+    """candidates(), one at a time: find_library (which runs ldconfig and a
+    compiler in subprocesses, tens of ms in a CUDA process) only once the
+    copies next to the package have failed to load."""
     env = os.environ.get("KJIT_LIBRARY")
     if env:
         # A file, even written without a directory: the loader would search
         # its path for a bare name instead of opening ./libkjit.so.
-        return [("KJIT_LIBRARY", os.path.abspath(env))]
+        yield ("KJIT_LIBRARY", os.path.abspath(env))
+        return
     here = os.path.dirname(os.path.abspath(__file__))
-    found = [("next to the package", os.path.join(here, name)) for name in _SONAMES]
-    found = [(where, p) for where, p in found if os.path.exists(p)]
+    for name in _SONAMES:
+        path = os.path.join(here, name)
+        if os.path.exists(path):
+            yield ("next to the package", path)
     name = ctypes.util.find_library("kjit")
     if name:
-        found.append(("ctypes.util.find_library('kjit')", name))
-    found.append(("the loader path", "libkjit.so.0"))
-    return found
+        yield ("ctypes.util.find_library('kjit')", name)
+    yield ("the loader path", "libkjit.so.0")
+
+
+def candidates():
+    """The library search order, as (where, path-or-name) pairs: $KJIT_LIBRARY
+    alone when set (a deliberate choice is never silently overridden), else a
+    copy next to this package, else the dynamic loader's search."""
+    return list(_candidates())
 
 
 class Library:
@@ -246,8 +255,9 @@ def load():
         return _library
     with _lock:
         if _library is None:
-            tried = []
-            for where, path in candidates():
+            tried, paths = [], []
+            for where, path in _candidates():
+                paths.append(path)
                 if os.path.isdir(path):
                     tried.append(f"{where}: {path}: a directory, not the library file")
                     continue
@@ -266,7 +276,7 @@ def load():
             else:
                 # A file that exists but does not load is not "not found": say
                 # why (e.g. a dependency the loader cannot find).
-                found = [t for (where, path), t in zip(candidates(), tried)
+                found = [t for path, t in zip(paths, tried)
                          if os.sep in path and os.path.isfile(path)]  # a bare name is the loader's search
                 if found:
                     hint = ("" if all("is not libkjit" in t for t in found) else

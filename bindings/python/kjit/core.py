@@ -420,6 +420,10 @@ class Context:
         """out[n, dim] (row stride out_stride, default dim) from t[n] (fp32)."""
         opts = _lib.SinusoidOpts()
         self._lib.kjit_sinusoid_opts_init(ctypes.byref(opts))
+        # bool("False") is True: a string (or None) is refused, not read.
+        if not isinstance(flip_sin_to_cos, (bool, int)) and type(flip_sin_to_cos).__name__ != "bool_":
+            raise TypeError(f"timestep_sinusoid: flip_sin_to_cos: expected a bool, got "
+                            f"{type(flip_sin_to_cos).__name__}")
         opts.flip_sin_to_cos = 1 if flip_sin_to_cos else 0
         opts.downscale_freq_shift = _real(downscale_freq_shift, "downscale_freq_shift")
         opts.scale = _real(scale, "scale")
