@@ -454,8 +454,10 @@ def _eager_function(name, forward, setup, backward, bwd):
     # goes through the torch.library backward op, as the ops path does: it
     # has no autograd formula, so differentiating kjit's gradients again
     # raises instead of silently leaving kjit's part out.
+    # So does a backward that is traced (compiled autograd hands it fake
+    # gradients): the ctypes calls of the direct path would break its graph.
     def bwd_(ctx, *grads):
-        if torch.is_grad_enabled():
+        if not _backward_direct(next(g for g in grads if g is not None)):
             return backward(ctx, *grads, None)
         part = ctx.kjit_part
         return backward(ctx, *grads, lambda *args: bwd(*args, part))
@@ -667,9 +669,9 @@ class _GatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *douts):
-        # create_graph=True: through the op, as in _eager_function.
-        dtables, _ = _gather_backward(ctx, list(douts),
-                                      None if torch.is_grad_enabled() else _gather_bwd_impl)
+        # create_graph=True or a traced backward: through the op, as in
+        # _eager_function (_gather_backward decides).
+        dtables, _ = _gather_backward(ctx, list(douts))
         return (None, *dtables)
 
 
