@@ -49,11 +49,14 @@ static int open_device(kjit_ctx *ctx)
                           ctx->sm, ctx->device, dev_sm, ctx->sm, ctx->sm / 10, ctx->sm % 10);
     if (!ctx->sm) {
         /* A device newer than NVRTC (sm_121 with a list ending at sm_120):
-         * the newest arch NVRTC has whose cubins run on it. Without NVRTC,
-         * the device's own (cached kernels may serve). */
-        const kjit_nvrtc_api *nv = kjit__nvrtc();
-        ctx->sm = nv ? kjit__arch_for_device(dev_sm, nv->archs, nv->n_archs) : dev_sm;
-        if (!nv) kjit__clear_error();
+         * the newest arch NVRTC has whose cubins run on it. Only a nonzero
+         * minor can have one, so only then is NVRTC loaded here (35 ms; a
+         * process served from its cache or a kjit server may never need
+         * it). Without NVRTC, the device's own (cached kernels may serve). */
+        ctx->sm = dev_sm;
+        const kjit_nvrtc_api *nv = dev_sm % 10 ? kjit__nvrtc() : NULL;
+        if (nv) ctx->sm = kjit__arch_for_device(dev_sm, nv->archs, nv->n_archs);
+        else if (dev_sm % 10) kjit__clear_error();
     }
     {
         /* On by default where it ran (sm_90) and for sm_100, with a driver
