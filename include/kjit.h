@@ -106,7 +106,11 @@ typedef enum kjit_index_check {
 typedef struct kjit_ctx_options {
     int device;            /* CUDA ordinal, or KJIT_NO_DEVICE for a compile-only context */
     const char *cache_dir; /* NULL: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit; "" memory only */
-    const char *arch;      /* NULL: the device's own (sm_90 without a device) */
+    const char *arch;      /* NULL: the device's own (sm_90 without a device; where
+                              NVRTC does not list it, the newest listed arch whose
+                              cubins run there). With a device, an arch it cannot
+                              run (another major version, a higher minor) is
+                              KJIT_EINVAL: compile for it with KJIT_NO_DEVICE */
     kjit_index_check index_check;
     int tune;              /* 1: the first use of an AdaLN op at a new (hidden, dtype)
                               runs the tuner (kjit_tune) before launching; also

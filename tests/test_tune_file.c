@@ -1260,55 +1260,79 @@ static void test_rotation_sets(void)
 
 /* A context loading a damaged file says so once a process on stderr, even
  * without KJIT_LOG (its entries are not used: every tuned op silently
- * back at its default before), and not at all with KJIT_LOG=0. Each case
- * in a child of its own (the once is per process); stderr to a file. */
-static int warnings_in_child(const char *dir, const char *log_value, int loads)
+ * back at its default before), and not at all with KJIT_LOG=0; an empty
+ * KJIT_LOG is unset. Each case in a fresh process (this binary run again
+ * with --load: the once, and KJIT_LOG, are read once a process), stderr to
+ * a file. Returns the warnings counted; *kept whether one promised the
+ * tune.json.damaged copy. */
+static int warnings_in_child(const char *dir, const char *log_value, int loads, int *kept)
 {
-    char err[4200];
+    char err[4200], n[16];
     snprintf(err, sizeof err, "%s/stderr.txt", dir);
+    snprintf(n, sizeof n, "%d", loads);
     const pid_t pid = fork();
     if (pid == 0) {
         const int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd < 0 || dup2(fd, 2) < 0) _exit(3);
         if (log_value) setenv("KJIT_LOG", log_value, 1);
         else unsetenv("KJIT_LOG");
-        for (int i = 0; i < loads; ++i) {
-            kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
-            if (!t || kjit__tune_table_load(t, dir) != 0) _exit(4);
-            kjit__tune_table_free(t);
-        }
-        _exit(0);
+        execl("/proc/self/exe", "test_tune_file", "--load", dir, n, (char *)NULL);
+        _exit(5);
     }
     int st = 0;
     if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) return -1;
     char *text = read_named(dir, "stderr.txt");
-    int n = 0;
+    int count = 0;
+    *kept = 0;
     for (const char *q = text; q && (q = strstr(q, "kjit: warning: the tuning file ")); ++q) {
-        n += strstr(q, "is damaged (") && strstr(q, "its entries are not used") != NULL;
+        const char *eol = strchr(q, '\n');
+        const char *k = strstr(q, "keeping it as " KJIT_TUNE_DAMAGED);
+        count += strstr(q, "is damaged (") && strstr(q, "its entries are not used") != NULL;
+        *kept |= k && (!eol || k < eol);
     }
     free(text);
     unlink(err);
-    return n;
+    return count;
+}
+
+/* The child's side: loads dir's file into a table n times. */
+static int load_times(const char *dir, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        kjit_tune_table *t = kjit__tune_table_new(DEV, SMEM, 0);
+        if (!t || kjit__tune_table_load(t, dir) != 0) return 4;
+        kjit__tune_table_free(t);
+    }
+    return 0;
 }
 
 static void test_damaged_warning(const char *dir)
 {
+    int kept = -1;
     write_file(dir, KJIT_TUNE_FILE, "{\"format\":2,\"entries\":[");
-    CHECK_EQ_INT(warnings_in_child(dir, NULL, 3), 1);
-    CHECK_EQ_INT(warnings_in_child(dir, "1", 2), 1);
-    CHECK_EQ_INT(warnings_in_child(dir, "0", 2), 0);
+    CHECK_EQ_INT(warnings_in_child(dir, NULL, 3, &kept), 1);
+    CHECK_EQ_INT(kept, 1);
+    CHECK_EQ_INT(warnings_in_child(dir, "1", 2, &kept), 1);
+    CHECK_EQ_INT(warnings_in_child(dir, "", 2, &kept), 1);
+    CHECK_EQ_INT(warnings_in_child(dir, "0", 2, &kept), 0);
+    CHECK_EQ_INT(warnings_in_child(dir, "off", 2, &kept), 0);
+    /* An empty file is damaged too, but a save keeps no copy of it. */
+    write_file(dir, KJIT_TUNE_FILE, "");
+    CHECK_EQ_INT(warnings_in_child(dir, NULL, 1, &kept), 1);
+    CHECK_EQ_INT(kept, 0);
     /* A file that is fine, or none: nothing said. */
     write_file(dir, KJIT_TUNE_FILE, "{\"format\":2,\"entries\":[]}");
-    CHECK_EQ_INT(warnings_in_child(dir, NULL, 1), 0);
+    CHECK_EQ_INT(warnings_in_child(dir, NULL, 1, &kept), 0);
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
     CHECK(unlink(path) == 0);
-    CHECK_EQ_INT(warnings_in_child(dir, NULL, 1), 0);
+    CHECK_EQ_INT(warnings_in_child(dir, NULL, 1, &kept), 0);
     CHECK_EQ_INT(stray_files(dir), 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && !strcmp(argv[1], "--load")) return load_times(argv[2], atoi(argv[3]));
     char *dir = kjit_test_tmpdir();
     char sub[4][4096];
     for (int i = 0; i < 4; ++i) {

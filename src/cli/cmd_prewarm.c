@@ -303,11 +303,15 @@ static int prewarm(const char **op_names, int n_op_names, const long *hidden, in
     o.cache_dir = list ? "" : cache_dir; /* --list: no directory made or read */
     kjit_ctx *ctx = NULL;
     if (!arch_arg) {
-        /* The GPU's own arch when there is one. */
+        /* The GPU's own arch when there is one (where NVRTC does not list
+         * it, the newest listed arch whose cubins run there: what a
+         * context on it compiles for). */
         kjit_device_info d;
         static char own[16];
         if (kjit_device_info_get(0, &d) == KJIT_OK) {
-            snprintf(own, sizeof own, "sm_%d", d.sm);
+            kjit_runtime_info ri;
+            kjit_runtime_info_get(&ri);
+            snprintf(own, sizeof own, "sm_%d", kjit__arch_for_device(d.sm, ri.archs, ri.n_archs));
             arch_arg = own;
         } else {
             arch_arg = "sm_90";

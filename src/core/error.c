@@ -78,7 +78,8 @@ static void log_init(void)
     int on = 0;
     const int bad = kjit__env_switch_parse("KJIT_LOG", 0, &on) < 0;
     log_level = bad || on;
-    log_off = !bad && !on && getenv("KJIT_LOG") != NULL;
+    const char *v = getenv("KJIT_LOG");
+    log_off = !bad && !on && v && *v; /* empty: as unset */
     if (bad)
         fprintf(stderr, "kjit: KJIT_LOG='%s' is not a switch (1 or 0, true or false, ...): logging is on\n",
                 getenv("KJIT_LOG"));

@@ -4,7 +4,8 @@
  *
  * - row counts 32768, 4097 and 1024 (the largest lowered so the buffers fit
  *   a memory budget: min(device memory / 4, 16 GiB));
- * - every activation operand is a pool of 3x the largest row count's rows,
+ * - every activation operand is a pool of 3 to 14 times the largest row
+ *   count's rows (kjit__tune_rotation_sets: more where rows are small),
  *   walked as >= 3 (up to 16) rotating sets, so each call reads and writes
  *   buffers that are cold in the L2 (50 MB on the H100/H200); tables R = 9
  *   rows as chunk(6) views of one (R, 6H) tensor, weight given, int32 index

@@ -816,6 +816,15 @@ class CoreChecks(unittest.TestCase):
         for bad in ("False", None, 1.0, [0]):
             with self.assertRaisesRegex(TypeError, "flip_sin_to_cos: expected a bool"):
                 self.ctx.timestep_sinusoid(16, 1, 8, 16, flip_sin_to_cos=bad)
+        good = [True, 0]
+        try:
+            import numpy  # a NumPy bool is named "bool" since NumPy 2, "bool_" before
+            good += [numpy.True_, numpy.bool_(False)]
+        except ImportError:
+            pass
+        for ok in good:  # past the check: the compile-only context has no driver
+            with self.assertRaisesRegex(kjit.KjitError, "KJIT_ENODRIVER"):
+                self.ctx.timestep_sinusoid(16, 1, 8, 4096, flip_sin_to_cos=ok)
 
     def test_choices_of_the_wrong_type_name_themselves(self):
         # Before: "unhashable type: 'list'", naming nothing.

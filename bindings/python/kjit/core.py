@@ -315,13 +315,20 @@ def op_names():
 # ---- the context --------------------------------------------------------------
 
 
+def _numpy_bool(v):
+    """A NumPy bool scalar (numpy.bool_; named "bool" since NumPy 2)."""
+    return type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool")
+
+
 class Context:
     """A kjit_ctx: one CUDA device's kernels and cache.
 
     device: CUDA ordinal, or None for a compile-only context. cache_dir: None
     for $KJIT_CACHE_DIR / ~/.cache/kjit, "" for memory only. arch: None for
-    the device's own. index_check: "off" (the caller guarantees
-    0 <= index < R), "sync" (bad indices raise IndexOutOfRange, the call
+    the device's own (where NVRTC does not know it, the newest arch NVRTC
+    knows whose cubins run there); an arch the device cannot run raises
+    InvalidArgument (compile for another arch with device=None).
+    index_check: "off" (the caller guarantees 0 <= index < R), "sync" (bad indices raise IndexOutOfRange, the call
     waits for its stream, so it cannot be graph-captured) or "async" (rows
     with a bad index are skipped and a flag is raised: index_error()).
 
@@ -421,7 +428,7 @@ class Context:
         opts = _lib.SinusoidOpts()
         self._lib.kjit_sinusoid_opts_init(ctypes.byref(opts))
         # bool("False") is True: a string (or None) is refused, not read.
-        if not isinstance(flip_sin_to_cos, (bool, int)) and type(flip_sin_to_cos).__name__ != "bool_":
+        if not isinstance(flip_sin_to_cos, (bool, int)) and not _numpy_bool(flip_sin_to_cos):
             raise TypeError(f"timestep_sinusoid: flip_sin_to_cos: expected a bool, got "
                             f"{type(flip_sin_to_cos).__name__}")
         opts.flip_sin_to_cos = 1 if flip_sin_to_cos else 0

@@ -560,7 +560,7 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
                          "differentiated); pass t.detach()")
     _check_out_dtype(fn, out_dtype)
     # bool("False") is True: a string (or None) is refused, not read.
-    if not isinstance(flip_sin_to_cos, (bool, int)) and type(flip_sin_to_cos).__name__ != "bool_":
+    if not isinstance(flip_sin_to_cos, (bool, int)) and not core._numpy_bool(flip_sin_to_cos):
         raise TypeError(f"{fn}: flip_sin_to_cos: expected a bool, got {type(flip_sin_to_cos).__name__}")
     dim, downscale_freq_shift, scale, max_period = _check_sinusoid_args(
         fn, dim, downscale_freq_shift, scale, max_period)
