@@ -44,9 +44,10 @@ static int open_device(kjit_ctx *ctx)
         /* Every op would fail at its first launch (no binary for the GPU),
          * naming a kernel rather than the option. */
         return kjit__fail(KJIT_EINVAL,
-                          "arch sm_%d: device %d is sm_%d, which cannot run sm_%d cubins (they run on sm_%d.x "
-                          "devices of minor %d or later); leave arch unset for the device's own",
-                          ctx->sm, ctx->device, dev_sm, ctx->sm, ctx->sm / 10, ctx->sm % 10);
+                          "arch sm_%d: device %d is sm_%d, which cannot run sm_%d cubins (a cubin runs only on "
+                          "devices of its major version, at its minor or later); leave arch unset for the "
+                          "device's own, or compile for sm_%d without a device",
+                          ctx->sm, ctx->device, dev_sm, ctx->sm, ctx->sm);
     if (!ctx->sm) {
         /* A device newer than NVRTC (sm_121 with a list ending at sm_120):
          * the newest arch NVRTC has whose cubins run on it. Only a nonzero
