@@ -328,9 +328,10 @@ class Context:
     the device's own (where NVRTC does not know it, the newest arch NVRTC
     knows whose cubins run there); an arch the device cannot run raises
     InvalidArgument (compile for another arch with device=None).
-    index_check: "off" (the caller guarantees 0 <= index < R), "sync" (bad indices raise IndexOutOfRange, the call
-    waits for its stream, so it cannot be graph-captured) or "async" (rows
-    with a bad index are skipped and a flag is raised: index_error()).
+    index_check: "off" (the caller guarantees 0 <= index < R), "sync" (bad
+    indices raise IndexOutOfRange, the call waits for its stream, so it
+    cannot be graph-captured) or "async" (rows with a bad index are skipped
+    and a flag is raised: index_error()).
 
     Without a CUDA driver the context is still created (compile-only) and op
     calls raise KjitError KJIT_ENODRIVER after checking their arguments.
