@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "cache/cache.h"
@@ -55,8 +54,7 @@ static double ratio(double a, double b) { return a > 0 && b > 0 ? b / a : 0; }
 /* What a save does with a damaged file (tune_file.c's keep_damaged). */
 static const char *damaged_fate(const char *path)
 {
-    struct stat st;
-    return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0
+    return kjit__tune_file_keepable(path)
                ? "keeps it as " KJIT_TUNE_DAMAGED " and writes a new one (or, where it cannot, saves nothing)"
                : "replaces it (not a regular file, or empty: nothing to keep)";
 }

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -178,11 +177,9 @@ int kjit__tune_table_load(kjit_tune_table *t, const char *dir)
      * process (kjit tune says it itself before its context). */
     if (kjit__tune_file_read(dir, &l, &n_bad, fwhy, sizeof fwhy) == KJIT_TUNE_FILE_DAMAGED &&
         !atomic_exchange(&damaged_said, 1)) {
-        /* A save keeps a regular file with content (tune_file.c's keep_damaged). */
         char path[4200];
-        struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, KJIT_TUNE_FILE);
-        const int kept = lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+        const int kept = kjit__tune_file_keepable(path);
         kjit__warn("the tuning file %s is damaged (%s): its entries are not used; the next save (kjit tune, or "
                    "KJIT_TUNE=1) replaces it%s%s", path, fwhy, kept ? ", keeping it as " : "",
                    kept ? KJIT_TUNE_DAMAGED : "");

@@ -492,10 +492,15 @@ static int copy_into(const char *path, int fd)
  * file system has none) and renamed over kept, so the kept file before it
  * stays until this one is whole. 0: kept, or nothing to keep; -1: not
  * (errno). */
-static int keep_damaged(const char *dir, const char *path, const char *kept)
+int kjit__tune_file_keepable(const char *path)
 {
     struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+static int keep_damaged(const char *dir, const char *path, const char *kept)
+{
+    if (!kjit__tune_file_keepable(path)) return 0;
     char tmp[4096];
     if (join(tmp, sizeof tmp, dir, ".tmp." KJIT_TUNE_DAMAGED ".XXXXXX")) {
         errno = ENAMETOOLONG;

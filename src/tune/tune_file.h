@@ -86,6 +86,10 @@ kjit_tune_file_state kjit__tune_file_read(const char *dir, kjit_tune_list *out, 
  * (message) when the file cannot be written or is of a format this kjit
  * does not read (FOREIGN); the old file is then unchanged. */
 int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n_add);
+/* 1 when a save keeps the damaged file at path as KJIT_TUNE_DAMAGED before
+ * replacing it: a regular file with content (a link, or an empty file, has
+ * nothing to keep). */
+int kjit__tune_file_keepable(const char *path);
 /* The file's JSON text of a list (malloc'd; NULL when out of memory). */
 char *kjit__tune_print(const kjit_tune_list *l);
 

@@ -315,9 +315,14 @@ def op_names():
 # ---- the context --------------------------------------------------------------
 
 
-def _numpy_bool(v):
-    """A NumPy bool scalar (numpy.bool_; named "bool" since NumPy 2)."""
-    return type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool")
+def _bool_arg(fn, name, v):
+    """v as a bool: a bool, an int or a NumPy bool (numpy.bool_, named "bool"
+    since NumPy 2). bool("False") is True: a string (or None) is refused,
+    not read."""
+    if not isinstance(v, (bool, int)) and not (type(v).__module__ == "numpy"
+                                               and type(v).__name__ in ("bool_", "bool")):
+        raise TypeError(f"{fn}: {name}: expected a bool, got {type(v).__name__}")
+    return bool(v)
 
 
 class Context:
@@ -428,11 +433,7 @@ class Context:
         """out[n, dim] (row stride out_stride, default dim) from t[n] (fp32)."""
         opts = _lib.SinusoidOpts()
         self._lib.kjit_sinusoid_opts_init(ctypes.byref(opts))
-        # bool("False") is True: a string (or None) is refused, not read.
-        if not isinstance(flip_sin_to_cos, (bool, int)) and not _numpy_bool(flip_sin_to_cos):
-            raise TypeError(f"timestep_sinusoid: flip_sin_to_cos: expected a bool, got "
-                            f"{type(flip_sin_to_cos).__name__}")
-        opts.flip_sin_to_cos = 1 if flip_sin_to_cos else 0
+        opts.flip_sin_to_cos = int(_bool_arg("timestep_sinusoid", "flip_sin_to_cos", flip_sin_to_cos))
         opts.downscale_freq_shift = _real(downscale_freq_shift, "downscale_freq_shift")
         opts.scale = _real(scale, "scale")
         opts.max_period = _real(max_period, "max_period")

@@ -559,13 +559,11 @@ def timestep_sinusoid(t, dim, flip_sin_to_cos=False, downscale_freq_shift=1.0, s
         raise ValueError(f"{fn}: t requires grad, but the op has no backward (timesteps are not "
                          "differentiated); pass t.detach()")
     _check_out_dtype(fn, out_dtype)
-    # bool("False") is True: a string (or None) is refused, not read.
-    if not isinstance(flip_sin_to_cos, (bool, int)) and not core._numpy_bool(flip_sin_to_cos):
-        raise TypeError(f"{fn}: flip_sin_to_cos: expected a bool, got {type(flip_sin_to_cos).__name__}")
+    flip_sin_to_cos = core._bool_arg(fn, "flip_sin_to_cos", flip_sin_to_cos)
     dim, downscale_freq_shift, scale, max_period = _check_sinusoid_args(
         fn, dim, downscale_freq_shift, scale, max_period)
     call = _sinusoid_impl if _function_path(t) else _sinusoid
-    return call(t, dim, bool(flip_sin_to_cos), downscale_freq_shift, scale, max_period, out_dtype)
+    return call(t, dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period, out_dtype)
 
 
 # ---- adaln_row_gather -----------------------------------------------------------------
