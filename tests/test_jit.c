@@ -1,16 +1,63 @@
 /* NVRTC path without a GPU: every op kernel compiles for sm_90 and sm_100,
  * a failed compile carries the NVRTC log, bad archs are refused. */
+#include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "jit/compile.h"
+#include "jit/nvrtc_api.h"
 #include "jit/templates.h"
 #include "kjit.h"
 #include "test_util.h"
 #include "tune/config.h"
 
+/* The NVRTC loader's candidate walk: a name that is missing is passed over
+ * in silence, one that exists and cannot be loaded is named with dlopen's
+ * reason; the first that loads wins. Needs no NVRTC. */
+static void test_open_list(void)
+{
+    char dir[] = "/tmp/kjit_test_jit_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char bad[128], missing[128];
+    snprintf(bad, sizeof bad, "%s/libnvrtc.so.13", dir);
+    snprintf(missing, sizeof missing, "%s/libnvrtc.so.12", dir);
+    FILE *f = fopen(bad, "w");
+    CHECK(f != NULL);
+    fputs("not a shared library, long enough to be read as an ELF header or refused as one\n", f);
+    fclose(f);
+    char path[256] = "untouched", broken[512];
+
+    const char *none[] = {missing, "libkjit_no_such_library.so.7"};
+    CHECK(kjit__nvrtc_open_list(none, 2, path, sizeof path, broken, sizeof broken) == NULL);
+    CHECK_EQ_INT((int)strlen(broken), 0);
+    CHECK(strcmp(path, "untouched") == 0);
+
+    const char *one_bad[] = {missing, bad, dir};
+    CHECK(kjit__nvrtc_open_list(one_bad, 3, path, sizeof path, broken, sizeof broken) == NULL);
+    printf("test_jit: found but not loadable: %s\n", broken);
+    CHECK(strstr(broken, bad) != NULL);    /* the file that exists, with its reason */
+    CHECK(strstr(broken, "; ") != NULL);   /* and the directory after it */
+    CHECK(strstr(broken, missing) == NULL); /* not the one that is missing */
+
+    /* A tiny buffer: truncated, never overrun (ASan would say). */
+    char tiny[8];
+    CHECK(kjit__nvrtc_open_list(one_bad, 3, path, sizeof path, tiny, sizeof tiny) == NULL);
+    CHECK_EQ_INT((int)strlen(tiny), 7);
+
+    const char *then_good[] = {bad, "libc.so.6"};
+    void *h = kjit__nvrtc_open_list(then_good, 2, path, sizeof path, broken, sizeof broken);
+    CHECK(h != NULL);
+    CHECK(strcmp(path, "libc.so.6") == 0);
+    if (h) dlclose(h);
+    unlink(bad);
+    rmdir(dir);
+}
+
 int main(void)
 {
+    test_open_list();
     int sm = 0;
     int rc = kjit__arch_parse("sm_90", &sm);
     if (rc == KJIT_ENONVRTC) {

@@ -1,6 +1,7 @@
 #include "nvrtc_api.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +14,41 @@ static int load_status = KJIT_OK;
 static char load_message[1024];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* Whether dlopen's message for `name` says only that no such file exists
+ * (glibc: "NAME: cannot open shared object file: <strerror(ENOENT)>"), as
+ * against a library that exists and could not be loaded: another errno, a
+ * bad ELF file, a missing dependency or symbol (those name the dependency
+ * or the problem, not a missing NAME). */
+static int missing_only(const char *name, const char *err)
+{
+    size_t n = strlen(name);
+    static const char mid[] = ": cannot open shared object file: ";
+    return strncmp(err, name, n) == 0 && strncmp(err + n, mid, sizeof mid - 1) == 0 &&
+           strcmp(err + n + sizeof mid - 1, strerror(ENOENT)) == 0;
+}
+
+void *kjit__nvrtc_open_list(const char *const *names, size_t n_names, char *path, size_t path_size,
+                            char *broken, size_t broken_size)
+{
+    size_t used = 0;
+    if (broken_size) broken[0] = '\0';
+    for (size_t i = 0; i < n_names; ++i) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            snprintf(path, path_size, "%s", names[i]);
+            return h;
+        }
+        const char *err = dlerror();
+        if (!err || missing_only(names[i], err) || used >= broken_size) continue;
+        int k = snprintf(broken + used, broken_size - used, "%s%s", used ? "; " : "", err);
+        if (k > 0) used += (size_t)k;
+    }
+    return NULL;
+}
+
 static void *open_first(void)
 {
-    static const char *names[] = {
+    static const char *const names[] = {
         "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
         "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
         "/usr/local/cuda/lib64/libnvrtc.so",
@@ -29,17 +62,16 @@ static void *open_first(void)
                      "KJIT_NVRTC_LIBRARY=%s could not be loaded (%s)", env, dlerror());
         return h;
     }
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (h) {
-            snprintf(api.path, sizeof api.path, "%s", names[i]);
-            return h;
-        }
-    }
-    snprintf(load_message, sizeof load_message,
-             "NVRTC not found: tried libnvrtc.so.13, .12 and .so on the loader path and in "
-             "/usr/local/cuda/lib64 (install the CUDA toolkit or set KJIT_NVRTC_LIBRARY)");
-    return NULL;
+    char broken[768];
+    void *h = kjit__nvrtc_open_list(names, sizeof names / sizeof names[0], api.path, sizeof api.path,
+                                    broken, sizeof broken);
+    if (!h)
+        snprintf(load_message, sizeof load_message, "%s%s%s%s",
+                 broken[0] ? "NVRTC could not be loaded: " : "NVRTC not found: ",
+                 "tried libnvrtc.so.13, .12 and .so on the loader path and in /usr/local/cuda/lib64 "
+                 "(install the CUDA toolkit or set KJIT_NVRTC_LIBRARY)",
+                 broken[0] ? "; found but not loadable: " : "", broken);
+    return h;
 }
 
 static void load(void)

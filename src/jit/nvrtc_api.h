@@ -4,6 +4,7 @@
 #define KJIT_NVRTC_API_H
 
 #include <nvrtc.h>
+#include <stddef.h>
 
 #define KJIT_NVRTC_FUNCS(XX)                              \
     XX(Version, nvrtcVersion)                             \
@@ -32,6 +33,14 @@ typedef struct kjit_nvrtc_api {
 
 /* Thread-safe, loads once. NULL with KJIT_ENONVRTC set when not found. */
 const kjit_nvrtc_api *kjit__nvrtc(void);
+
+/* dlopen of each name in order; the first that loads is returned, its name
+ * copied to path. NULL when none loads, with `broken` holding the dlopen
+ * message of each that exists but could not be loaded ("; " between them;
+ * empty when every one was simply missing). For the loader above and its
+ * test. */
+void *kjit__nvrtc_open_list(const char *const *names, size_t n_names, char *path, size_t path_size,
+                            char *broken, size_t broken_size);
 
 /* Compiles an empty program, so that libnvrtc's once-per-process signal
  * handling (nvrtc_api.c says what it does) happens now. */
