@@ -919,22 +919,30 @@ static int test_list_verify_clear(const char *dir)
     /* verify judges, it does not repair. */
     ASSERT_TRUE(path_exists(p[2]) && path_exists(p[5]) && path_exists(tmp));
 
-    /* clear: entries, temp files, and lock files nobody holds; a held lock
-     * (a build in progress) stays. */
-    snprintf(lock, sizeof lock, "%s/locks/0123.lock", dir);
+    /* clear: entries, temp files, and lock files nobody holds, counted; a
+     * held lock (a build in progress) stays, and so does a file of a name
+     * kjit does not give its locks. */
+    snprintf(lock, sizeof lock, "%s/locks/0123456789abcdef0123456789abcdef.lock", dir);
     int fd = open(lock, O_RDWR | O_CREAT, 0600);
     ASSERT_TRUE(fd >= 0);
     close(fd);
     char held[512];
-    snprintf(held, sizeof held, "%s/locks/4567.lock", dir);
+    snprintf(held, sizeof held, "%s/locks/4567456745674567456745674567abcd.lock", dir);
     int hfd = open(held, O_RDWR | O_CREAT, 0600);
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     ASSERT_EQ_INT(fcntl(hfd, F_OFD_SETLK, &fl), 0);
+    char other[512];
+    snprintf(other, sizeof other, "%s/locks/0123.lock", dir);
+    fd = open(other, O_RDWR | O_CREAT, 0600);
+    ASSERT_TRUE(fd >= 0);
+    close(fd);
     uint64_t removed = 0;
     ASSERT_OK(kjit__cache_clear(dir, &removed, NULL));
-    ASSERT_EQ_U64(removed, 6);
+    ASSERT_EQ_U64(removed, 7); /* six in the directory, one lock */
     ASSERT_TRUE(!path_exists(lock));
     ASSERT_TRUE(path_exists(held));
+    ASSERT_TRUE(path_exists(other));
+    ASSERT_EQ_INT(unlink(other), 0);
     close(hfd);
     /* Files of names kjit does not write are someone else's: left alone
      * (a mistyped --cache-dir must not cost a user their own *.cubin). */
@@ -945,7 +953,7 @@ static int test_list_verify_clear(const char *dir)
     ASSERT_EQ_INT(count_names(dir, ".tmp.", ""), 0);
     CHECK(verify_clean(elsewhere, 1)); /* the symlink's target is untouched */
     ASSERT_OK(kjit__cache_clear(dir, &removed, NULL));
-    ASSERT_EQ_U64(removed, 0);
+    ASSERT_EQ_U64(removed, 1); /* the lock no longer held */
     ASSERT_TRUE(!path_exists(held));
     CHECK(verify_clean(dir, 0));
 

@@ -373,6 +373,52 @@ echo "$out" | grep -q "(spared 1 temp file of writes in progress)" || fail "clea
 [ -e "$T/c1/.tmp.op.Fresh1" ] && [ -e "$T/c1/libfoo.cubin" ] || fail "clear removed a fresh temp file or a foreign *.cubin"
 rmdir "$T/c1/dir.cubin"; rm "$T/c1/.tmp.op.Fresh1" "$T/c1/libfoo.cubin"
 
+# Only names kjit writes are its own: a file of the user's that merely
+# starts with ".tmp." is not a temp file, a lock file not named
+# "<32 hex>.lock" is not a lock, and clear leaves both; the removed count
+# includes the stale locks it did remove. A directory of a temp file's name
+# is not a temp file: verify names it as what it is, clear leaves it.
+for f in .tmp.session .tmp..AB12 .tmp.op.Ab_12C .tmp.op.Ab12C; do
+  echo mine >"$T/c1/$f"; touch -d '-1 day' "$T/c1/$f"
+done
+mkdir -p "$T/c1/locks" "$T/c1/.tmp.dir.Ab12Cd"; touch -d '-1 day' "$T/c1/.tmp.dir.Ab12Cd"
+echo mine >"$T/c1/locks/db.lock"
+: >"$T/c1/locks/0123456789abcdef0123456789abcdef.lock"
+out=$("$KJIT" cache ls --cache-dir "$T/c1")
+echo "$out" | grep -q "\.tmp\.session\|\.tmp\.op\.Ab12C\b" && fail "ls lists a user's .tmp.* file as kjit's: $out"
+j=$("$KJIT" cache verify --cache-dir "$T/c1" --json); rc=$?
+[ $rc = 1 ] && echo "$j" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+bad = {e["file"]: e.get("problem", "") for e in d["entries_list"] if not e["ok"]}
+assert list(bad) == [".tmp.dir.Ab12Cd"], bad
+assert bad[".tmp.dir.Ab12Cd"].startswith("a directory, so not a temp file"), bad' ||
+  fail "verify of a temp-named directory: $rc $j"
+out=$("$KJIT" cache clear --cache-dir "$T/c1") || fail "clear: $out"
+echo "$out" | grep -q "^removed 1 files" || fail "clear removed other than the one stale lock: $out"
+for f in .tmp.session .tmp..AB12 .tmp.op.Ab_12C .tmp.op.Ab12C locks/db.lock .tmp.dir.Ab12Cd; do
+  [ -e "$T/c1/$f" ] || fail "clear removed $f, not kjit's"
+done
+[ -e "$T/c1/locks/0123456789abcdef0123456789abcdef.lock" ] && fail "clear kept a stale lock"
+rm -r "$T/c1"/.tmp.session "$T/c1"/.tmp..AB12 "$T/c1"/.tmp.op.Ab_12C "$T/c1"/.tmp.op.Ab12C "$T/c1/locks/db.lock" \
+  "$T/c1/.tmp.dir.Ab12Cd"
+# A lock directory's place taken by a file: verify says so as kjit's own
+# name (not a foreign file), clear removes it and counts it.
+rmdir "$T/c1/locks"; echo x >"$T/c1/locks"
+j=$("$KJIT" cache verify --cache-dir "$T/c1" --json)
+echo "$j" | python3 -c '
+import json, sys
+e = [e for e in json.load(sys.stdin)["entries_list"] if e["file"] == "locks"]
+assert len(e) == 1 and not e[0]["ok"] and "kind" not in e[0], e' || fail "verify --json of a file named locks: $j"
+out=$("$KJIT" cache clear --cache-dir "$T/c1") && echo "$out" | grep -q "^removed 1 files" && [ ! -e "$T/c1/locks" ] ||
+  fail "clear of a file named locks: $out"
+# A cache directory that does not exist: nothing to clear, and said.
+out=$("$KJIT" cache clear --cache-dir "$T/no/such/dir"); rc=$?
+[ $rc = 0 ] && [ "$out" = "nothing to clear: $T/no/such/dir does not exist" ] || fail "clear of a missing dir: $rc $out"
+[ "$("$KJIT" cache clear --cache-dir "$T/no/such/dir" --json | field exists)" = False ] || fail "clear --json of a missing dir"
+[ "$("$KJIT" cache clear --cache-dir "$T/c1" --json | field exists)" = True ] || fail "clear --json of a cache dir"
+[ -e "$T/no" ] && fail "clear created the missing dir"
+
 # --opt=VALUE is not taken; the message shows how to write it. A stray
 # word is an unexpected argument, not an unknown option.
 for args in "prewarm --ops=norm_modulate|unknown option '--ops=norm_modulate' (an option's value follows it after a space: --ops norm_modulate)" \
@@ -381,6 +427,16 @@ for args in "prewarm --ops=norm_modulate|unknown option '--ops=norm_modulate' (a
   out=$("$KJIT" ${args%%|*} 2>&1); rc=$?
   [ $rc = 2 ] && echo "$out" | grep -qF -- "${args#*|}" || fail "${args%%|*}: $rc $out"
 done
+# An option that takes no value, given one: said so, not "write it after a space".
+for args in "info --json=1|unknown option '--json=1' (--json takes no value)" \
+            "cache stats --json=yes|(--json takes no value)" "prewarm --list=x|(--list takes no value)"; do
+  out=$("$KJIT" ${args%%|*} 2>&1); rc=$?
+  [ $rc = 2 ] && echo "$out" | grep -qF -- "${args#*|}" && ! echo "$out" | grep -q "after a space" || fail "${args%%|*}: $rc $out"
+done
+"$KJIT" --help | grep -q -- "--version" || fail "kjit --help does not list --version"
+# Without NVRTC, info's archs line says so rather than ending blank.
+KJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so "$KJIT" info | grep -q "^archs    none" ||
+  fail "info without NVRTC: $(KJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so "$KJIT" info)"
 # "--=x" names no option: no hint built from it.
 out=$("$KJIT" cache stats --=x 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -qF -- "unknown option '--=x'" && ! echo "$out" | grep -q "follows it" ||

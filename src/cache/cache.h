@@ -173,11 +173,12 @@ typedef void (*kjit_cache_visit_fn)(void *arg, const kjit_cache_entry_info *e);
 int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *arg, int *n_bad);
 /* Removes entries, temp files of no write in progress (one its writer
  * holds, or with an mtime within 10 minutes of now, is spared) and the
- * lock files of builds not in progress; *removed counts the entries and
- * temp files removed, also when one could not be (the call then fails
- * naming it); *spared (may be NULL) the temp files left as writes in
- * progress. A directory named like an entry
- * is not kjit's and is left alone. */
+ * lock files of builds not in progress; *removed counts the entries, temp
+ * files and lock files removed, also when one could not be (the call then
+ * fails naming it); *spared (may be NULL) the temp files left as writes in
+ * progress. Only names kjit writes are touched: a directory named like an
+ * entry or a temp file, a file merely starting with ".tmp.", a lock file
+ * not named "<32 hex>.lock" are not kjit's and are left alone. */
 int kjit__cache_clear(const char *dir, uint64_t *removed, uint64_t *spared);
 
 #endif

@@ -7,6 +7,7 @@
 #endif
 #include "cache/cache_internal.h"
 #include "core/error.h"
+#include "tune/tune_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -314,9 +315,47 @@ static int is_entry_name(const char *name)
     return name[0] != '.' && n > 6 && strcmp(name + n - 6, ".cubin") == 0;
 }
 
+static int is_label_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+           ch == '-';
+}
+
+/* The names kjit's writers give their temp files, and no others (a file of
+ * the user's that happens to start with ".tmp." is not kjit's to remove):
+ * ".tmp.<label>.<6 letters or digits>", the label an entry's (letters,
+ * digits, '_' and '-', at most KJIT__LABEL_MAX: cache_file.c's temp_name)
+ * or the tuning file's (tune_file.c, mkstemp's suffix). */
 static int is_temp_name(const char *name)
 {
-    return strncmp(name, KJIT__TMP_PREFIX, strlen(KJIT__TMP_PREFIX)) == 0;
+    const size_t np = strlen(KJIT__TMP_PREFIX), n = strlen(name);
+    if (n < np + 7 || strncmp(name, KJIT__TMP_PREFIX, np) != 0 || name[n - 7] != '.')
+        return 0;
+    for (size_t i = n - 6; i < n; i++)
+        if (!is_label_char(name[i]) || name[i] == '_' || name[i] == '-')
+            return 0;
+    const char *lab = name + np;
+    const size_t ln = n - 7 - np;
+    if ((ln == strlen(KJIT_TUNE_FILE) && strncmp(lab, KJIT_TUNE_FILE, ln) == 0) ||
+        (ln == strlen(KJIT_TUNE_DAMAGED) && strncmp(lab, KJIT_TUNE_DAMAGED, ln) == 0))
+        return 1;
+    if (ln > KJIT__LABEL_MAX)
+        return 0;
+    for (size_t i = 0; i < ln; i++)
+        if (!is_label_char(lab[i]))
+            return 0;
+    return 1;
+}
+
+/* A lock file's name: "<32 hex>.lock" (kjit__cache_lock). */
+static int is_lock_name(const char *name)
+{
+    if (strlen(name) != 37 || strcmp(name + 32, ".lock") != 0)
+        return 0;
+    for (int i = 0; i < 32; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return 0;
+    return 1;
 }
 
 /* A temp file left by a writer that is gone: no one holds its lock (every
@@ -382,6 +421,10 @@ static int read_items(int dfd, item **out, size_t *n_out)
         struct stat st;
         if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
             continue;
+        /* A directory of a temp file's name is no writer's and cannot be
+         * removed like one: listed as not kjit's and left alone (a file or
+         * link of such a name that no writer holds is a leftover). */
+        temp = temp && !S_ISDIR(st.st_mode);
         if (n == cap) {
             size_t ncap = cap ? 2 * cap : 64;
             item *nv = realloc(v, ncap * sizeof *nv);
@@ -540,6 +583,10 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
                                 : "temp file older than 10 minutes that no writer holds, left by a writer killed "
                                   "mid-write";
             }
+        } else if (verify && is_temp_name(v[i].name)) {
+            e.ok = 0; /* named like a temp file, and a directory */
+            e.problem = "a directory, so not a temp file of kjit's: left alone by clear and eviction (remove it "
+                        "by hand if nothing else needs it: verify fails while it is there)";
         } else if (verify && (!v[i].owned || !kjit__cache_parse_name(v[i].name, &key))) {
             e.ok = 0;
             e.problem = "file name is not <label>.<32 hex key>.<arch>.v<format>.cubin: not kjit's, left alone by "
@@ -582,7 +629,7 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
                                            : "not a directory where kjit keeps its build locks: builds are not "
                                              "shared between processes (each may compile the same kernel); "
                                              "kjit cache clear removes it",
-                                       0, S_ISREG(ls.st_mode), 0, 0};
+                                       0, S_ISREG(ls.st_mode), 1, 0}; /* kjit's name, though not its kind */
             bad++;
             fn(arg, &e);
         }
@@ -594,10 +641,12 @@ int kjit__cache_list(const char *dir, int verify, kjit_cache_visit_fn fn, void *
     return rc;
 }
 
-/* Removes the lock files no one holds. One that is held belongs to a build
- * in progress; removing it would let a second builder in. */
-static void clear_locks(int dfd, const char *path)
+/* Removes the lock files no one holds, and returns how many files it
+ * removed. One that is held belongs to a build in progress; removing it
+ * would let a second builder in. Only kjit's lock names are touched. */
+static uint64_t clear_locks(int dfd, const char *path)
 {
+    uint64_t count = 0;
     int lfd = openat(dfd, "locks", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (lfd < 0) {
         struct stat st;
@@ -605,32 +654,34 @@ static void clear_locks(int dfd, const char *path)
          * the next open makes the directory again (a directory it cannot
          * open is left to its owner). */
         if (errno != ENOENT && fstatat(dfd, "locks", &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
-            kjit__unlink_same(dfd, "locks", &st))
+            kjit__unlink_same(dfd, "locks", &st)) {
             kjit__log("cache: removed %s/locks, which was not a directory", path);
-        else if (errno != ENOENT)
+            count++;
+        } else if (errno != ENOENT) {
             kjit__log("cache: cannot open %s/locks: %s", path, strerror(errno));
-        return;
+        }
+        return count;
     }
     DIR *d = fdopendir(lfd);
     if (!d) {
         close(lfd);
-        return;
+        return count;
     }
     struct dirent *de;
     while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if (len < 5 || strcmp(de->d_name + len - 5, ".lock") != 0)
+        if (!is_lock_name(de->d_name))
             continue;
         int fd = openat(lfd, de->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
         if (fd < 0)
             continue;
         struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
         struct stat held;
-        if (fcntl(fd, F_OFD_SETLK, &fl) == 0 && fstat(fd, &held) == 0)
-            kjit__unlink_same(lfd, de->d_name, &held);
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0 && fstat(fd, &held) == 0 && kjit__unlink_same(lfd, de->d_name, &held))
+            count++;
         close(fd);
     }
     closedir(d);
+    return count;
 }
 
 int kjit__cache_clear(const char *dir, uint64_t *removed, uint64_t *spared)
@@ -664,7 +715,7 @@ int kjit__cache_clear(const char *dir, uint64_t *removed, uint64_t *spared)
         else if (errno != ENOENT && rc == KJIT_OK)
             rc = kjit__fail(KJIT_EIO, "cannot remove %s/%s: %s", path, v[i].name, strerror(errno));
     }
-    clear_locks(dfd, path);
+    count += clear_locks(dfd, path);
     free_items(v, n);
     close(dfd);
     free(path);

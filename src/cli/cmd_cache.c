@@ -19,7 +19,9 @@ static const char help[] =
     "  verify   check every entry's header and checksum; exit 1 naming each bad one\n"
     "  clear    remove every entry, and the temp files and locks of no write in\n"
     "           progress (temp files a writer holds or younger than 10 minutes\n"
-    "           are spared)\n"
+    "           are spared); files of names kjit does not write are left alone;\n"
+    "           a directory that does not exist has nothing to clear (exit 0,\n"
+    "           said on stdout)\n"
     "\n"
     "  --cache-dir DIR  default: $KJIT_CACHE_DIR, $XDG_CACHE_HOME/kjit, ~/.cache/kjit\n"
     "  --json           machine-readable output\n";
@@ -149,9 +151,12 @@ static int cache_run(const char *path, const char *sub, int json, int is_stats, 
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "cache_dir", path);
+            cJSON_AddBoolToObject(o, "exists", !absent);
             cJSON_AddNumberToObject(o, "removed", (double)removed);
             cJSON_AddNumberToObject(o, "spared_in_progress", (double)spared);
             kjit_cli_json_print(o);
+        } else if (absent) {
+            printf("nothing to clear: %s does not exist\n", path);
         } else {
             printf("removed %llu files from %s", (unsigned long long)removed, path);
             if (spared)

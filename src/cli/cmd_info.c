@@ -78,12 +78,14 @@ int kjit_cli_info(int argc, char **argv)
         if (why[0]) printf("         %s\n", why);
         printf("archs   ");
         for (int i = 0; i < ri.n_archs; ++i) printf(" sm_%d", ri.archs[i]);
+        if (!ri.n_archs) printf(" none (no NVRTC to compile with)");
         printf("\ndriver   %s\n", ri.driver_version ? drv : "none (compile only)");
         if (drv_why[0]) printf("         %s\n", drv_why);
         cJSON *g;
         int k = 0;
         cJSON_ArrayForEach(g, gpus) {
-            printf("gpu %d    %s, %s, %d SMs, %.0f GiB\n", k++,
+            ++k; /* numbered by ordinal: a device whose query failed is not listed */
+            printf("gpu %d    %s, %s, %d SMs, %.0f GiB\n", cJSON_GetObjectItem(g, "ordinal")->valueint,
                    cJSON_GetObjectItem(g, "name")->valuestring, cJSON_GetObjectItem(g, "arch")->valuestring,
                    cJSON_GetObjectItem(g, "sms")->valueint, cJSON_GetObjectItem(g, "memory_gib")->valuedouble);
         }

@@ -19,7 +19,8 @@ static const char usage[] =
     "  call      send one request to a running server, print the reply\n"
     "  tune      time the AdaLN ops' launch configs on this GPU, store the fastest\n"
     "\n"
-    "kjit <command> --help (or kjit help <command>) shows each command's options.\n";
+    "kjit <command> --help (or kjit help <command>) shows each command's options;\n"
+    "kjit --version prints the version.\n";
 
 /* A report lost on the way out (a full disk, a closed pipe, /dev/full) is a
  * failure: the caller must not read a missing or cut --json as success. */

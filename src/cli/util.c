@@ -165,10 +165,21 @@ char *kjit_cli_value(const char *cmd, int argc, char **argv, int *i) { return va
 
 char *kjit_cli_value_again(const char *cmd, int argc, char **argv, int *i) { return value(cmd, argc, argv, i, 0); }
 
+/* The options of any command that take no value. */
+static int is_flag(const char *opt, size_t len)
+{
+    static const char *const flags[] = {"--json", "--help", "--show", "--space", "--list", "--events", "--version"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; ++i)
+        if (strlen(flags[i]) == len && strncmp(opt, flags[i], len) == 0) return 1;
+    return 0;
+}
+
 int kjit_cli_unknown(const char *cmd, const char *word)
 {
     const char *eq = strchr(word, '=');
     if (word[0] != '-') return kjit_cli_usage_error(cmd, "unexpected argument '%s'", word);
+    if (eq && word[1] == '-' && eq - word > 2 && is_flag(word, (size_t)(eq - word)))
+        return kjit_cli_usage_error(cmd, "unknown option '%s' (%.*s takes no value)", word, (int)(eq - word), word);
     if (eq && word[1] == '-' && eq - word > 2) /* not for "--=x": no option name to show */
         return kjit_cli_usage_error(cmd, "unknown option '%s' (an option's value follows it after a space: %.*s %s)",
                                     word, (int)(eq - word), word, eq + 1);
