@@ -425,7 +425,7 @@ static int get_number(const cJSON *o, const char *name, double *out, kjit_req_er
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || fabs(v->valuedouble) > 1e30)
-        return fail(err, "bad_request", "field '%s': expected a finite number", name);
+        return fail(err, "bad_request", "field '%s': expected a finite number of magnitude at most 1e30", name);
     *out = v->valuedouble;
     return 0;
 }
