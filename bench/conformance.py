@@ -558,7 +558,7 @@ def environment():
         "tf32": torch.backends.cuda.matmul.allow_tf32,
         "libraries": {name: _version(name) for name in LIBS},
         "megatron_source_commit": None,
-        "kjit": {"version": kjit.__version__, "library": kjit.core.library_path(),
+        "kjit": {"version": kjit.__version__, "package": kjit.__file__, "library": kjit.core.library_path(),
                  "arch": ctx.arch, "nvrtc": rt["nvrtc"], "driver_version": rt["driver_version"],
                  "index_check": ctx.index_check, "eager": kjit.ops._EAGER},
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

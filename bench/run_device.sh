@@ -34,6 +34,8 @@
 # KJIT_TIMELINE_ROWS), ab (a template switch at several values: bits,
 # optional gpu tests and bench_ops per value; KJIT_AB_MACRO, KJIT_AB_VALUES,
 # KJIT_AB_CTEST, KJIT_AB_ROUNDS, KJIT_AB_BENCH).
+# pip (pip install ./bindings/python into a venv, then conformance.py --quick
+# through the installed package).
 # KJIT_CTEST_REGEX / KJIT_CTEST_EXCLUDE narrow the gpu tests; KJIT_CTEST_JOBS
 # (default 1) runs that many at once.
 set -u
@@ -384,6 +386,28 @@ for s in $stages; do
       python3 tests/python/test_torch_gpu.py Accuracy.test_dtypes_and_odd_shapes >>"$LOG" 2>&1
     summary+=("compute-sanitizer test_torch_gpu rc=$?")
     grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|kjit_adaln|kjit_part|kjit_gather|\.cuh:|Saved host backtrace" "$LOG" | head -40 ;;
+  pip)
+    # The package installed as bindings/python/README.md says (pip, offline)
+    # into a virtual environment that sees this host's torch, then
+    # conformance.py --quick with nothing on PYTHONPATH: the installed
+    # package, not the tree's, runs the ops (its path is in the report's
+    # environment and printed here).
+    v=/tmp/kjit-pip-venv lib=$PWD/$B/libkjit.so
+    rm -rf "$v"
+    section "pip install ./bindings/python"
+    if python3 -m venv --system-site-packages "$v" >>"$LOG" 2>&1 &&
+       "$v/bin/pip" install --no-index ./bindings/python >>"$LOG" 2>&1; then
+      summary+=("pip install rc=0")
+      section "conformance.py --quick, the installed package"
+      (cd /tmp && env -u PYTHONPATH KJIT_LIBRARY="$lib" "$v/bin/python" -c \
+        'import kjit, sys; print("installed package:", kjit.__file__); sys.exit(0 if kjit.__file__.startswith(sys.prefix) else 1)') 2>&1 | tee -a "$LOG"
+      summary+=("pip: the installed package imported rc=${PIPESTATUS[0]}")
+      env -u PYTHONPATH KJIT_LIBRARY="$lib" "$v/bin/python" bench/conformance.py --quick --peer-seeds 1 2>&1 |
+        tee -a "$LOG" | grep -E "^(== |kjit |kjit:)|package" | tail -n 20
+      summary+=("pip: conformance.py --quick rc=${PIPESTATUS[0]}")
+    else
+      summary+=("pip install FAILED (run.log)")
+    fi ;;
   *) echo "unknown stage $s" ;;
   esac
 done
