@@ -388,7 +388,9 @@ for s in $stages; do
     grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|kjit_adaln|kjit_part|kjit_gather|\.cuh:|Saved host backtrace" "$LOG" | head -40 ;;
   pip)
     # The package installed as bindings/python/README.md says (pip, offline)
-    # into a virtual environment that sees this host's torch, then
+    # into a virtual environment that sees this host's torch (python3 may
+    # itself be a venv's, whose packages --system-site-packages does not
+    # reach: a .pth names its site directories), then
     # conformance.py --quick with nothing on PYTHONPATH: the installed
     # package, not the tree's, runs the ops (its path is in the report's
     # environment and printed here).
@@ -396,6 +398,8 @@ for s in $stages; do
     rm -rf "$v"
     section "pip install ./bindings/python"
     if python3 -m venv --system-site-packages "$v" >>"$LOG" 2>&1 &&
+       python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+         >"$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/kjit-host-site.pth" &&
        "$v/bin/pip" install --no-index ./bindings/python >>"$LOG" 2>&1; then
       summary+=("pip install rc=0")
       section "conformance.py --quick, the installed package"
