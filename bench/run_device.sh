@@ -18,8 +18,8 @@
 # KJIT_STEPPROBE_OPS; KJIT_STEPPROBE_L2 also with those L2 hint values), tune
 # (KJIT_TUNE_HIDDEN, KJIT_TUNE_DTYPE; KJIT_TUNE_ONLY=1 skips the tuned bench_ops;
 # KJIT_TUNE_PREWARM=1 compiles the tuning space first),
-# sanitize (test_adaln's ragged hidden sizes and the Python accuracy test
-# under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
+# sanitize (test_adaln's accuracy cases at KJIT_SANITIZE_HIDDEN, test_gather
+# and the Python accuracy test under compute-sanitizer), sweep (bench_ops --sweep: every tuning candidate),
 # profile (ncu: each backward kernel's time and DRAM bytes), ncudetail (ncu
 # sections of the forward and main backward kernel: KJIT_NCU_KERNELS,
 # KJIT_NCU_OP, KJIT_NCU_ROWS), ncusource (ncu's warp-stall samples per SASS
@@ -374,11 +374,18 @@ for s in $stages; do
     # machine may return only a handful).
     (cd "$OUT" && tar -cf ncusource.tar ncusrc_* && rm -f ncusrc_*) ;;
   sanitize)
-    # The ragged fast path (hidden 1000 bf16, 2000 fp32) under compute-sanitizer's memcheck.
-    section "compute-sanitizer test_adaln (KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000})"
-    KJIT_LINEINFO=1 KJIT_TEST_HIDDEN=${KJIT_TEST_HIDDEN:-1000} timeout 300 compute-sanitizer --tool memcheck --print-limit 8 \
-      $B/tests/test_adaln >>"$LOG" 2>&1
-    summary+=("compute-sanitizer test_adaln rc=$?")
+    # test_adaln's accuracy cases of each hidden size in KJIT_SANITIZE_HIDDEN
+    # (default: the ragged fast path at 1000, the fast path at 5376, the
+    # scalar path at 13) and test_gather under compute-sanitizer's memcheck.
+    for h in ${KJIT_SANITIZE_HIDDEN:-1000 5376 13}; do
+      section "compute-sanitizer test_adaln (KJIT_TEST_HIDDEN=$h)"
+      KJIT_LINEINFO=1 KJIT_TEST_HIDDEN=$h timeout 300 compute-sanitizer --tool memcheck --print-limit 8 \
+        $B/tests/test_adaln >>"$LOG" 2>&1
+      summary+=("compute-sanitizer test_adaln KJIT_TEST_HIDDEN=$h rc=$?")
+    done
+    section "compute-sanitizer test_gather"
+    KJIT_LINEINFO=1 timeout 240 compute-sanitizer --tool memcheck --print-limit 8 $B/tests/test_gather >>"$LOG" 2>&1
+    summary+=("compute-sanitizer test_gather rc=$?")
     # The same through the Python binding (where the access was seen).
     python_env
     section "compute-sanitizer test_torch_gpu Accuracy.test_dtypes_and_odd_shapes"
