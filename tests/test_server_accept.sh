@@ -96,3 +96,33 @@ PY
 "$KJIT" call --socket "$S" '{"type":"shutdown"}' >/dev/null 2>&1 || fail "shutdown"
 wait "$pid"; rc=$?; pid=
 [ $rc -eq 0 ] || fail "the server exited $rc after shutdown"
+
+# The socket appears only once the server listens: a client that connects
+# the moment the path exists is not refused, though the server is held
+# 700 ms between its bind and its listen.
+S2=$T/d/k2.sock
+mkdir -m 700 "$T/d"
+LISTEN_DELAY_MS=700 LD_PRELOAD=$LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+  "$KJIT" serve --socket "$S2" --cache-dir "$T/c" 2>"$T/serve.err" &
+pid=$!
+python3 - "$S2" <<'PY' || fail "see above"
+import os, socket, sys, time
+path = sys.argv[1]
+end = time.monotonic() + 30
+while not os.path.exists(path):
+    assert time.monotonic() < end, "the socket did not appear in 30 s"
+    time.sleep(0.001)
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+try:
+    s.connect(path)
+except OSError as e:
+    sys.exit(f"FAIL: connecting the moment {path} appeared: {e}")
+s.close()
+print("ok: the socket appeared listening (connected the moment it existed)")
+PY
+"$KJIT" call --socket "$S2" '{"type":"shutdown"}' >/dev/null 2>&1 || fail "shutdown of the second server"
+wait "$pid"; rc=$?; pid=
+[ $rc -eq 0 ] || fail "the second server exited $rc after shutdown"
+left=$(ls -A "$T/d")
+[ "$left" = "k2.sock.lock" ] || fail "the socket directory after shutdown holds '$left', want only k2.sock.lock"

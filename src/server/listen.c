@@ -151,7 +151,8 @@ int kjit__listen_open(kjit_server *s)
     }
     char dir[sizeof s->socket_path];
     snprintf(dir, sizeof dir, "%s", s->socket_path);
-    int rc = prepare_dir(s, dirname(dir));
+    const char *parent = dirname(dir);
+    int rc = prepare_dir(s, parent);
     if (rc || (rc = take_path(s))) return rc;
 
     /* Bound here, not with uv_pipe_bind: a libuv pipe bound by name unlinks
@@ -163,21 +164,38 @@ int kjit__listen_open(kjit_server *s)
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, s->socket_path, strlen(s->socket_path) + 1); /* fits: checked above */
+    /* Bound under a temporary name in the same directory, listening, and
+     * only then renamed to the path, so that a client that sees the socket
+     * can connect at once: between a bind and its listen a connect is
+     * refused (ECONNREFUSED), and a loaded host can stop the server there
+     * for many milliseconds. Where the temporary name does not fit a
+     * socket address, the socket is bound at the path itself. */
+    char tmp[sizeof sa.sun_path];
+    const int fits = snprintf(tmp, sizeof tmp, "%s/.kjit-serve-%ld.sock", parent, (long)getpid()) < (int)sizeof tmp;
+    const char *at = fits ? tmp : s->socket_path;
+    struct stat st;
+    if (fits && lstat(tmp, &st) == 0 && S_ISSOCK(st.st_mode)) unlink(tmp); /* a killed server's, of this pid */
+    memcpy(sa.sun_path, at, strlen(at) + 1); /* fits: checked above */
     /* Born 0600: no moment where the socket is open to others. */
     mode_t old = umask(0177);
     const int b = bind(s->listen_fd, (const struct sockaddr *)&sa, sizeof sa), err = errno;
     umask(old);
-    if (b) return kjit__fail(KJIT_EIO, "cannot bind %s: %s", s->socket_path, strerror(err));
-    struct stat st;
-    if (lstat(s->socket_path, &st) == 0) {
+    if (b) return kjit__fail(KJIT_EIO, "cannot bind %s: %s", at, strerror(err));
+    if (lstat(at, &st) == 0) { /* the inode keeps through the rename */
         s->sock_dev = st.st_dev;
         s->sock_ino = st.st_ino;
     }
-    if (shared(s) && chmod(s->socket_path, 0666))
-        return kjit__fail(KJIT_EIO, "cannot open %s to the allowed users: %s", s->socket_path, strerror(errno));
-    if (listen(s->listen_fd, LISTEN_BACKLOG))
-        return kjit__fail(KJIT_EIO, "cannot listen on %s: %s", s->socket_path, strerror(errno));
+    rc = KJIT_OK;
+    if (shared(s) && chmod(at, 0666))
+        rc = kjit__fail(KJIT_EIO, "cannot open %s to the allowed users: %s", s->socket_path, strerror(errno));
+    else if (listen(s->listen_fd, LISTEN_BACKLOG))
+        rc = kjit__fail(KJIT_EIO, "cannot listen on %s: %s", s->socket_path, strerror(errno));
+    else if (fits && rename(tmp, s->socket_path))
+        rc = kjit__fail(KJIT_EIO, "cannot rename %s to %s: %s", tmp, s->socket_path, strerror(errno));
+    if (rc) {
+        if (fits) unlink(tmp); /* the path's own is unlinked by kjit__listen_close */
+        return rc;
+    }
     int r = uv_timer_init(&s->loop, &s->relisten);
     if (r) return kjit__fail(KJIT_EIO, "uv_timer_init: %s", uv_strerror(r));
     s->relisten_open = 1;

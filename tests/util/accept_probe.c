@@ -6,7 +6,9 @@
  * fail with UV_ENOMEM and the 2nd succeeds (a connection's handle, the
  * spare that drops it, the next connection's handle: two connections out of
  * memory in one turn of the loop), then every call succeeds. Each failure
- * is logged as a line ("accept-failed", "pipe-init-failed") to $PROBE_OUT. */
+ * is logged as a line ("accept-failed", "pipe-init-failed") to $PROBE_OUT.
+ * $LISTEN_DELAY_MS: listen() waits that long first (a server stopped
+ * between its bind and its listen, as a loaded host may stop it). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -61,4 +63,12 @@ int uv_pipe_init(uv_loop_t *loop, uv_pipe_t *handle, int ipc)
     }
     int (*real)(uv_loop_t *, uv_pipe_t *, int) = (int (*)(uv_loop_t *, uv_pipe_t *, int))dlsym(RTLD_NEXT, "uv_pipe_init");
     return real ? real(loop, handle, ipc) : UV_ENOSYS;
+}
+
+int listen(int fd, int backlog)
+{
+    const char *ms = getenv("LISTEN_DELAY_MS");
+    if (ms && atoi(ms) > 0) usleep((useconds_t)atoi(ms) * 1000);
+    int (*real)(int, int) = (int (*)(int, int))dlsym(RTLD_NEXT, "listen");
+    return real ? real(fd, backlog) : -1;
 }
