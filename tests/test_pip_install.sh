@@ -11,7 +11,7 @@ set -eu
 src=$1
 lib=$2
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 if ! python3 -m venv "$tmp/venv" >"$tmp/venv.log" 2>&1 || [ ! -x "$tmp/venv/bin/pip" ]; then
     echo "test_pip_install: python3 -m venv with pip is not available: skipped"
     cat "$tmp/venv.log"
@@ -58,8 +58,9 @@ KJIT_LIBRARY=$lib check "$(dirname "$lib")" || { echo "FAIL: the installed packa
 # 2. A copy of the library bundled into the package (in a copy of the
 # package's folder: the tree is not written to), no KJIT_LIBRARY.
 cp -R "$src/bindings/python" "$tmp/pkg"
-rm -rf "$tmp/pkg/build" "$tmp/pkg"/*.egg-info
-cp -L "$lib" "$tmp/pkg/kjit/libkjit.so"
+chmod -R u+w "$tmp/pkg" # a read-only source tree's modes come along
+rm -rf "$tmp/pkg/build" "$tmp/pkg"/*.egg-info "$tmp/pkg/kjit"/libkjit.so*
+cp -L "$lib" "$tmp/pkg/kjit/libkjit.so" || { echo "FAIL: cannot bundle $lib"; exit 1; }
 "$tmp/venv/bin/pip" install --no-index -q --force-reinstall "$tmp/pkg" >"$tmp/pip2.log" 2>&1 ||
     { cat "$tmp/pip2.log"; echo "FAIL: pip install with the library bundled"; exit 1; }
 (unset KJIT_LIBRARY; check "$tmp/venv") || { echo "FAIL: the installed package with its bundled library"; exit 1; }

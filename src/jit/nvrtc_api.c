@@ -15,16 +15,18 @@ static char load_message[1024];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* Whether dlopen's message for `name` says only that no such file exists
- * (glibc: "NAME: cannot open shared object file: <strerror(ENOENT)>"), as
- * against a library that exists and could not be loaded: another errno, a
- * bad ELF file, a missing dependency or symbol (those name the dependency
- * or the problem, not a missing NAME). */
+ * (glibc: "NAME: cannot open shared object file: <strerror(ENOENT)>", the
+ * middle words translated under a translated locale, the end with them),
+ * as against a library that exists and could not be loaded: another errno,
+ * a bad ELF file, a missing dependency or symbol (those name the
+ * dependency or the problem, not a missing NAME). */
 static int missing_only(const char *name, const char *err)
 {
-    size_t n = strlen(name);
-    static const char mid[] = ": cannot open shared object file: ";
-    return strncmp(err, name, n) == 0 && strncmp(err + n, mid, sizeof mid - 1) == 0 &&
-           strcmp(err + n + sizeof mid - 1, strerror(ENOENT)) == 0;
+    const size_t n = strlen(name), ne = strlen(err);
+    const char *enoent = strerror(ENOENT);
+    const size_t nz = strlen(enoent);
+    return ne > n + 2 + nz && strncmp(err, name, n) == 0 && err[n] == ':' && err[n + 1] == ' ' &&
+           strchr(err + n + 2, ':') == err + ne - nz - 2 && strcmp(err + ne - nz, enoent) == 0;
 }
 
 void *kjit__nvrtc_open_list(const char *const *names, size_t n_names, char *path, size_t path_size,
