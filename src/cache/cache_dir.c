@@ -315,12 +315,6 @@ static int is_entry_name(const char *name)
     return name[0] != '.' && n > 6 && strcmp(name + n - 6, ".cubin") == 0;
 }
 
-static int is_label_char(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-           ch == '-';
-}
-
 /* The names kjit's writers give their temp files, and no others (a file of
  * the user's that happens to start with ".tmp." is not kjit's to remove):
  * ".tmp.<label>.<6 letters or digits>", the label an entry's (letters,
@@ -332,7 +326,7 @@ static int is_temp_name(const char *name)
     if (n < np + 7 || strncmp(name, KJIT__TMP_PREFIX, np) != 0 || name[n - 7] != '.')
         return 0;
     for (size_t i = n - 6; i < n; i++)
-        if (!is_label_char(name[i]) || name[i] == '_' || name[i] == '-')
+        if (!kjit__cache_label_char(name[i]) || name[i] == '_' || name[i] == '-')
             return 0;
     const char *lab = name + np;
     const size_t ln = n - 7 - np;
@@ -342,7 +336,7 @@ static int is_temp_name(const char *name)
     if (ln > KJIT__LABEL_MAX)
         return 0;
     for (size_t i = 0; i < ln; i++)
-        if (!is_label_char(lab[i]))
+        if (!kjit__cache_label_char(lab[i]))
             return 0;
     return 1;
 }
@@ -350,12 +344,8 @@ static int is_temp_name(const char *name)
 /* A lock file's name: "<32 hex>.lock" (kjit__cache_lock). */
 static int is_lock_name(const char *name)
 {
-    if (strlen(name) != 37 || strcmp(name + 32, ".lock") != 0)
-        return 0;
-    for (int i = 0; i < 32; i++)
-        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
-            return 0;
-    return 1;
+    kjit_cache_key key;
+    return strlen(name) == 37 && strcmp(name + 32, ".lock") == 0 && kjit__cache_parse_hex(name, &key);
 }
 
 /* A temp file left by a writer that is gone: no one holds its lock (every

@@ -90,17 +90,19 @@ int kjit__cache_arch_ok(const char *arch)
     return n <= KJIT__ARCH_MAX;
 }
 
+int kjit__cache_label_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+           ch == '-';
+}
+
 /* The label is the only free text in a file name: keep it to characters that
  * cannot form a path, a dot (the field separator) or a hidden name. */
 static void sanitize_label(const char *label, char out[KJIT__LABEL_MAX + 1])
 {
     size_t i = 0;
-    for (; label[i] && i < KJIT__LABEL_MAX; i++) {
-        char ch = label[i];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                 ch == '_' || ch == '-';
-        out[i] = ok ? ch : '_';
-    }
+    for (; label[i] && i < KJIT__LABEL_MAX; i++)
+        out[i] = kjit__cache_label_char(label[i]) ? label[i] : '_';
     out[i] = '\0';
 }
 
@@ -122,14 +124,11 @@ static int hex_digit(char ch)
     return -1;
 }
 
-int kjit__cache_parse_name(const char *name, kjit_cache_key *key)
+int kjit__cache_parse_hex(const char *s, kjit_cache_key *key)
 {
-    const char *dot = strchr(name, '.');
-    if (!dot || dot == name || strlen(dot + 1) < 33 || dot[33] != '.')
-        return 0;
     uint64_t w[2] = {0, 0};
     for (int i = 0; i < 32; i++) {
-        int d = hex_digit(dot[1 + i]);
+        int d = hex_digit(s[i]);
         if (d < 0)
             return 0;
         w[i / 16] = (w[i / 16] << 4) | (uint64_t)d;
@@ -137,6 +136,14 @@ int kjit__cache_parse_name(const char *name, kjit_cache_key *key)
     key->hi = w[0];
     key->lo = w[1];
     return 1;
+}
+
+int kjit__cache_parse_name(const char *name, kjit_cache_key *key)
+{
+    const char *dot = strchr(name, '.');
+    if (!dot || dot == name || strlen(dot + 1) < 33 || dot[33] != '.')
+        return 0;
+    return kjit__cache_parse_hex(dot + 1, key);
 }
 
 int kjit__cache_is_entry_name(const char *name)

@@ -36,6 +36,12 @@ typedef struct kjit__image {
 
 /* cache_file.c */
 int kjit__cache_arch_ok(const char *arch);
+/* 1 for the characters a label keeps in a file name (letters, digits, '_'
+ * and '-'; any other becomes '_'). */
+int kjit__cache_label_char(char ch);
+/* Parses 32 lowercase hex digits at s (what kjit__cache_key_hex writes);
+ * 0 if they are not. */
+int kjit__cache_parse_hex(const char *s, kjit_cache_key *key);
 /* Writes "<label>.<hex>.<arch>.v<format>.cubin"; the label is sanitized. */
 void kjit__cache_entry_name(char out[KJIT__FILE_NAME_MAX], const char *label, kjit_cache_key key,
                             const char *arch);
