@@ -126,3 +126,13 @@ wait "$pid"; rc=$?; pid=
 [ $rc -eq 0 ] || fail "the second server exited $rc after shutdown"
 left=$(ls -A "$T/d")
 [ "$left" = "k2.sock.lock" ] || fail "the socket directory after shutdown holds '$left', want only k2.sock.lock"
+
+# A listen or a rename that fails: the server exits 1 naming the step, and
+# leaves no socket behind, under the temporary name or the path.
+for cue in "LISTEN_FAIL|cannot listen on $S2" "RENAME_FAIL|cannot rename $T/d/.kjit-serve-"; do
+  out=$(env "${cue%%|*}=1" LD_PRELOAD=$LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    timeout 30 "$KJIT" serve --socket "$S2" --cache-dir "$T/c" 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -qF "${cue#*|}" || fail "serve with ${cue%%|*}: exit $rc: $out"
+  left=$(ls -A "$T/d")
+  [ "$left" = "k2.sock.lock" ] || fail "serve with ${cue%%|*} left '$left' in the socket directory"
+done

@@ -8,7 +8,10 @@
  * memory in one turn of the loop), then every call succeeds. Each failure
  * is logged as a line ("accept-failed", "pipe-init-failed") to $PROBE_OUT.
  * $LISTEN_DELAY_MS: listen() waits that long first (a server stopped
- * between its bind and its listen, as a loaded host may stop it). */
+ * between its bind and its listen, as a loaded host may stop it).
+ * $LISTEN_FAIL set: listen() fails with EADDRINUSE. $RENAME_FAIL set: a
+ * rename of kjit serve's temporary socket name (".kjit-serve-*") fails with
+ * EACCES. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -17,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
@@ -69,6 +73,21 @@ int listen(int fd, int backlog)
 {
     const char *ms = getenv("LISTEN_DELAY_MS");
     if (ms && atoi(ms) > 0) usleep((useconds_t)atoi(ms) * 1000);
+    if (getenv("LISTEN_FAIL")) {
+        errno = EADDRINUSE;
+        return -1;
+    }
     int (*real)(int, int) = (int (*)(int, int))dlsym(RTLD_NEXT, "listen");
     return real ? real(fd, backlog) : -1;
+}
+
+int rename(const char *from, const char *to)
+{
+    const char *base = strrchr(from, '/');
+    if (getenv("RENAME_FAIL") && strncmp(base ? base + 1 : from, ".kjit-serve-", 12) == 0) {
+        errno = EACCES;
+        return -1;
+    }
+    int (*real)(const char *, const char *) = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    return real ? real(from, to) : -1;
 }
