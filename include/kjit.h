@@ -15,6 +15,22 @@
  * - Nothing is printed unless KJIT_LOG=1, but for one warning line a
  *   process when a context finds its tuning file damaged (its entries not
  *   used; KJIT_LOG=0 silences it); nothing calls exit().
+ * - Threads: every call may run on any thread, and calls on one context
+ *   may run at once on several (a kernel's first use compiles or loads it
+ *   once, the other callers waiting for it), with two exceptions:
+ *   kjit_ctx_destroy, which no other call on that context may overlap or
+ *   follow, and the context's own backward workspace (a backward given
+ *   NULL), one stream at a time (kjit_norm_modulate_bwd's comment). With
+ *   tuning on first use, a thread whose first use of a new (hidden, dtype)
+ *   runs the tuner holds up other threads' first uses of other ones until
+ *   it is done, and their launches on the device meanwhile enter its
+ *   timings: tune such a process ahead (kjit tune).
+ * - Processes: contexts of several processes may share a cache directory
+ *   (one compile per kernel among them; an entry is never seen half
+ *   written), and a process may fork with a context open: what the child
+ *   inherits holds no lock of the cache's or the tuning file's beyond the
+ *   parent's own call. A child does not use the parent's context (CUDA
+ *   does not survive fork): it creates its own.
  */
 #ifndef KJIT_H
 #define KJIT_H
@@ -136,7 +152,12 @@ KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
  * differs (other templates or NVRTC) or it shares this cache directory
  * (KJIT_LOG=1 says which); either way it is stored in this cache. */
 KJIT_API int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts);
-/* Unloads modules and releases the primary context. NULL is a no-op. */
+/* Waits for the device's work (cuCtxSynchronize), then frees the context's
+ * buffers, unloads its modules and releases the primary context. NULL is a
+ * no-op. No other call on ctx may be running or come after it, and graphs
+ * that captured its ops must be destroyed first (their kernels and
+ * workspaces go with it). Not while a stream of the device is captured in
+ * the global mode: the wait would end that capture. */
 KJIT_API void kjit_ctx_destroy(kjit_ctx *ctx);
 /* 1 when ops can run (driver and device present). */
 KJIT_API int kjit_ctx_has_device(const kjit_ctx *ctx);

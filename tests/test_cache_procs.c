@@ -1,6 +1,8 @@
 /* The cubin cache across processes (fork): one build per key for a crowd of
- * processes, a builder killed while holding the key lock, and the size cap
- * under concurrent inserts and reads. Builds are counted in a file each
+ * processes, a builder killed while holding the key lock, the size cap
+ * under concurrent inserts and reads, a builder that forks (its lock is
+ * released though the child shares it), and a second look at the disk
+ * after a lock wait that timed out. Builds are counted in a file each
  * build appends a byte to. Children open their own cache after fork and
  * report through their exit status. */
 #include "test_cache_util.h"
@@ -296,6 +298,125 @@ static int test_procs_lock_handoff(const char *dir)
     return verify_clean(cdir, 1);
 }
 
+/* A build that forks a process (a data loader's worker, say) which outlives
+ * it by hold_ms: the child shares every descriptor the builder had open,
+ * its lock on the key among them. */
+typedef struct forking {
+    fake f;
+    int hold_ms;
+} forking;
+
+static int forking_build(void *arg, char **lowered, void **image, size_t *len)
+{
+    forking *k = arg;
+    pid_t pid = fork();
+    if (pid == 0) {
+        sleep_ms(k->hold_ms);
+        _exit(0);
+    }
+    if (pid < 0)
+        return kjit__fail(KJIT_EIO, "forking build: fork: %s", strerror(errno));
+    return fake_build(&k->f, lowered, image, len);
+}
+
+/* In a child: one get of key 1 after delay_ms, with KJIT_CACHE_LOCK_WAIT_S
+ * set to wait_s when nonzero and a build that forks a holder of hold_ms
+ * when nonzero; exits 0 when the get is OK, from the origin want, within
+ * max_ms of its start (0: any time). */
+static pid_t spawn_get(const char *cdir, const char *counter, int delay_ms, int build_ms, int hold_ms,
+                       const char *wait_s, kjit_cache_origin want, int max_ms)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        sleep_ms(delay_ms);
+        if (wait_s)
+            setenv("KJIT_CACHE_LOCK_WAIT_S", wait_s, 1);
+        kjit_cache *c;
+        if (kjit__cache_open(&c, cdir, 0) != KJIT_OK)
+            _exit(2);
+        forking k = {.hold_ms = hold_ms};
+        fake_init(&k.f, tkey(1));
+        k.f.sleep_ms = build_ms;
+        k.f.counter = counter;
+        kjit_cache_blob b;
+        kjit_cache_origin o = (kjit_cache_origin)-1;
+        const double t0 = now_s();
+        int rc = kjit__cache_get(c, k.f.key, "op", "sm_90", hold_ms ? forking_build : fake_build,
+                                 hold_ms ? (void *)&k : (void *)&k.f, &b, &o);
+        const int ms = (int)((now_s() - t0) * 1000);
+        if (rc != KJIT_OK) {
+            printf("  getter: %s: %s\n", kjit_status_name(rc), kjit_last_error());
+            _exit(3);
+        }
+        if (blob_ok(&b, k.f.key, k.f.size))
+            _exit(4);
+        if (o != want || (max_ms && ms > max_ms)) {
+            printf("  getter (delay %d ms): origin %d after %d ms, want origin %d within %d ms\n", delay_ms,
+                   (int)o, ms, (int)want, max_ms);
+            _exit(5);
+        }
+        _exit(0);
+    }
+    return pid;
+}
+
+/* A builds key 1 (300 ms) and forks a process that lives 5 s on; B waits on
+ * A's lock. A's release must not wait for A's child: B takes the entry from
+ * disk right after A publishes, not when the child exits (a close alone
+ * leaves the lock with the descriptor the child shares). */
+static int test_procs_fork_in_build(const char *dir)
+{
+    char cdir[256], counter[256];
+    snprintf(cdir, sizeof cdir, "%s/c", dir);
+    snprintf(counter, sizeof counter, "%s/builds", dir);
+    kjit_cache *c;
+    ASSERT_OK(kjit__cache_open(&c, cdir, 0));
+    kjit__cache_close(c);
+    alarm(60);
+    pid_t a = spawn_get(cdir, counter, 0, 300, 5000, NULL, KJIT_FROM_COMPILE, 0);
+    pid_t b = spawn_get(cdir, counter, 100, 0, 0, NULL, KJIT_FROM_DISK, 2500);
+    int bad = reap(a, "A") | reap(b, "B");
+    alarm(0);
+    ASSERT_EQ_INT(bad, 0);
+    ASSERT_EQ_INT(file_size(counter), 1);
+    return verify_clean(cdir, 1);
+}
+
+/* A holds key 1's lock in a build that never ends; C and B wait at most 2 s
+ * (KJIT_CACHE_LOCK_WAIT_S). C's wait ends first and C builds unlocked and
+ * publishes; B's wait ends after that: B must look at the disk again and
+ * take C's entry, not build a third time. */
+static int test_procs_recheck_after_wait(const char *dir)
+{
+    char cdir[256], counter[256];
+    snprintf(cdir, sizeof cdir, "%s/c", dir);
+    snprintf(counter, sizeof counter, "%s/builds", dir);
+    kjit_cache *c;
+    ASSERT_OK(kjit__cache_open(&c, cdir, 0));
+    kjit__cache_close(c);
+    int note[2];
+    ASSERT_EQ_INT(pipe(note), 0);
+    alarm(60);
+    pid_t a = spawn_stuck_builder(cdir, 1, note[1]);
+    ASSERT_TRUE(a > 0);
+    char ch;
+    ASSERT_EQ_INT(read(note[0], &ch, 1), 1);
+    /* C: waits 0.1 + 2 s, builds 0.3 s: published at about 2.4 s. B: waits
+     * until about 3.1 s. */
+    pid_t cc = spawn_get(cdir, counter, 100, 300, 0, "2", KJIT_FROM_COMPILE, 0);
+    pid_t b = spawn_get(cdir, counter, 1100, 0, 0, "2", KJIT_FROM_DISK, 0);
+    int bad = reap(cc, "C") | reap(b, "B");
+    int ws;
+    ASSERT_EQ_INT(kill(a, SIGKILL), 0);
+    ASSERT_EQ_INT(waitpid(a, &ws, 0), a);
+    alarm(0);
+    close(note[0]);
+    close(note[1]);
+    ASSERT_EQ_INT(bad, 0);
+    ASSERT_EQ_INT(file_size(counter), 1); /* C's; A's stuck build counts nothing (no counter) */
+    return verify_clean(cdir, 1);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -303,6 +424,8 @@ int main(int argc, char **argv)
         {"procs_killed_builder", test_procs_killed_builder},
         {"procs_size_cap", test_procs_size_cap},
         {"procs_lock_handoff", test_procs_lock_handoff},
+        {"procs_fork_in_build", test_procs_fork_in_build},
+        {"procs_recheck_after_wait", test_procs_recheck_after_wait},
     };
     /* Children print and _exit: line buffering gets their lines out. */
     setvbuf(stdout, NULL, _IOLBF, 0);

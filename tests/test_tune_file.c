@@ -5,9 +5,13 @@
  * save leaves the old file), concurrent saves from 4 processes keeping every
  * entry; the tuning space; every default valid on three shared-memory sizes
  * and the fitted ones as measured; kjit_op_config_get / kjit_tune / the force hook
- * on a context without a GPU. */
+ * on a context without a GPU; a save releasing its lock though a process
+ * forked meanwhile shares it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1004,6 +1008,112 @@ static void test_concurrent(const char *dir)
     CHECK_EQ_INT(stray_files(dir), 0);
 }
 
+/* A process forked while a save holds the lock (a trainer's data-loader
+ * worker forked by another thread) shares the lock's open file, and so its
+ * flock, for as long as it lives: the save must release the lock itself,
+ * not leave that to close, or every later save waits for the child. The
+ * save runs on a thread; the fork comes the moment the lock is seen held.
+ * A child that did not inherit the lock's descriptor (the save had ended
+ * first) proves nothing: tried again, up to 200 times. */
+typedef struct save_arg {
+    const char *dir;
+    int rc;
+} save_arg;
+
+static void *save_thread(void *p)
+{
+    save_arg *a = p;
+    kjit_tune_entry e = entry(DEV, 2, 4096, KJIT_F16, 2, 1, 2, 1, 0);
+    a->rc = kjit__tune_file_update(a->dir, &e, 1);
+    return NULL;
+}
+
+/* In the child: 1 when one of its descriptors is the open file at path. */
+static int holds_file(const char *path)
+{
+    struct stat want, st;
+    if (stat(path, &want) != 0) return 0;
+    for (int fd = 0; fd < 1024; ++fd)
+        if (fstat(fd, &st) == 0 && st.st_dev == want.st_dev && st.st_ino == want.st_ino) return 1;
+    return 0;
+}
+
+static void test_fork_during_save(const char *base)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/fork", base);
+    CHECK(mkdir(dir, 0700) == 0);
+    /* Saves long enough to be caught: a file of 6000 entries (3.6 MB). */
+    enum { N = 6000 };
+    kjit_tune_entry *many = calloc(N, sizeof *many);
+    CHECK(many != NULL);
+    if (!many) return;
+    for (int i = 0; i < N; ++i) {
+        char dev[32];
+        snprintf(dev, sizeof dev, "GPU %d", i / 2048);
+        many[i] = entry(dev, 1, 8 * (1 + i % 2048), KJIT_BF16, 1, 0, 0, 0, 0);
+    }
+    CHECK_STATUS(kjit__tune_file_update(dir, many, N), KJIT_OK);
+    free(many);
+    char lock[4300];
+    snprintf(lock, sizeof lock, "%s/%s", dir, KJIT_TUNE_LOCK);
+    int caught = 0;
+    for (int attempt = 0; attempt < 200 && !caught; ++attempt) {
+        save_arg a = {dir, -1};
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, save_thread, &a) == 0);
+        pid_t child = -1;
+        int report[2];
+        CHECK(pipe(report) == 0);
+        /* Poll the lock until the save holds it, then fork. */
+        for (int spin = 0; spin < 2000000 && child < 0; ++spin) {
+            const int fd = open(lock, O_RDWR | O_CLOEXEC);
+            if (fd < 0) continue;
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                flock(fd, LOCK_UN);
+                close(fd);
+                struct timespec ts = {0, 20000};
+                nanosleep(&ts, NULL);
+                continue;
+            }
+            close(fd);
+            child = fork();
+            if (child == 0) {
+                const char held = (char)('0' + holds_file(lock));
+                if (write(report[1], &held, 1) != 1) _exit(2);
+                sleep(20); /* killed by the parent */
+                _exit(0);
+            }
+        }
+        pthread_join(th, NULL);
+        CHECK_STATUS(a.rc, KJIT_OK);
+        char held = '0';
+        if (child > 0) CHECK(read(report[0], &held, 1) == 1);
+        close(report[0]);
+        close(report[1]);
+        if (held == '1') {
+            caught = 1;
+            /* The save has returned; its lock must be free now, while the
+             * child still lives. */
+            const int fd = open(lock, O_RDWR | O_CLOEXEC);
+            CHECK(fd >= 0);
+            const int free_now = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+            if (!free_now)
+                fprintf(stderr, "fork during a save: the lock is still held after the save returned (%s)\n",
+                        strerror(errno));
+            CHECK(free_now);
+            if (fd >= 0) close(fd);
+            if (free_now) printf("fork during a save: caught on attempt %d; the lock free after the save\n", attempt + 1);
+        }
+        if (child > 0) {
+            kill(child, SIGKILL);
+            waitpid(child, NULL, 0);
+        }
+    }
+    CHECK(caught);
+    CHECK_EQ_INT(stray_files(dir), 0);
+}
+
 /* The public calls on a context without a GPU. */
 static void test_ctx(const char *dir)
 {
@@ -1357,6 +1467,7 @@ int main(int argc, char **argv)
     test_cap_exact(sub[2]);
     test_tuned_or_not();
     test_unreadable(sub[1]);
+    test_fork_during_save(sub[0]);
     kjit_test_rmtree(dir);
     free(dir);
     return kjit_test_result("test_tune_file");

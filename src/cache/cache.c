@@ -293,9 +293,11 @@ static int fetch(kjit_cache *c, kjit_cache_key key, const char *label, const cha
     }
     d->misses++;
     int lk = c->lockdfd >= 0 ? kjit__cache_lock(c->lockdfd, c->dir, hex, c->lock_wait_s) : -1;
-    /* Another process may have published while we waited for the lock. */
-    if (lk >= 0 && disk_load(c, name, key, img, d)) {
-        kjit__cache_unlock(c->lockdfd, hex, lk);
+    /* Another process may have published while we waited for the lock,
+     * also where the wait ended without it (a holder stopped past the
+     * bound, or one whose lock a forked child of its kept). */
+    if (c->lockdfd >= 0 && disk_load(c, name, key, img, d)) {
+        if (lk >= 0) kjit__cache_unlock(c->lockdfd, hex, lk);
         *from = KJIT_FROM_DISK;
         return KJIT_OK;
     }

@@ -230,6 +230,17 @@ static double mono_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Releases fd's OFD lock, then closes fd. A close alone does not release
+ * it while a copy of the descriptor lives on: a child forked meanwhile
+ * (O_CLOEXEC acts at exec, not at fork) shares the open file and its lock
+ * until it exits, and a waiter would poll until its deadline. */
+void kjit__ofd_unlock_close(int fd)
+{
+    struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET};
+    (void)fcntl(fd, F_OFD_SETLK, &fl);
+    close(fd);
+}
+
 /* Takes fd's write lock, polling until deadline (CLOCK_MONOTONIC seconds):
  * 0, or an errno value (EAGAIN once the deadline has passed). F_OFD_SETLKW
  * would wait without a bound. The poll starts at 0.5 ms and doubles to 20
@@ -284,7 +295,7 @@ int kjit__cache_lock(int lockdfd, const char *dir, const char *hex, double wait_
         if (fstat(fd, &held) == 0 && fstatat(lockdfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
             held.st_dev == named.st_dev && held.st_ino == named.st_ino)
             return fd;
-        close(fd);
+        kjit__ofd_unlock_close(fd);
     }
     kjit__log("cache: lock %s/locks/%s keeps being replaced; building unlocked", dir, name);
     return -1;
@@ -297,7 +308,7 @@ void kjit__cache_unlock(int lockdfd, const char *hex, int fd)
     /* Unlink before unlocking: whoever locks the old inode next sees the
      * name gone (kjit__cache_lock's inode check) and retries. */
     unlinkat(lockdfd, name, 0);
-    close(fd);
+    kjit__ofd_unlock_close(fd);
 }
 
 /* ---- walks ---- */
@@ -668,7 +679,7 @@ static uint64_t clear_locks(int dfd, const char *path)
         struct stat held;
         if (fcntl(fd, F_OFD_SETLK, &fl) == 0 && fstat(fd, &held) == 0 && kjit__unlink_same(lfd, de->d_name, &held))
             count++;
-        close(fd);
+        kjit__ofd_unlock_close(fd);
     }
     closedir(d);
     return count;

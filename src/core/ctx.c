@@ -53,7 +53,9 @@ static int open_device(kjit_ctx *ctx)
          * the newest arch NVRTC has whose cubins run on it. Only a nonzero
          * minor can have one, so only then is NVRTC loaded here (35 ms; a
          * process served from its cache or a kjit server may never need
-         * it). Without NVRTC, the device's own (cached kernels may serve). */
+         * it). Without NVRTC, the device's own (an op still needs NVRTC
+         * loadable, since its version is part of every kernel's cache
+         * key). */
         ctx->sm = dev_sm;
         const kjit_nvrtc_api *nv = dev_sm % 10 ? kjit__nvrtc() : NULL;
         if (nv) ctx->sm = kjit__arch_for_device(dev_sm, nv->archs, nv->n_archs);
@@ -158,6 +160,10 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
     const kjit_cu_api *cu = ctx->has_gpu ? kjit__cu() : NULL;
     int pushed = 0;
     if (cu && kjit__ctx_enter(ctx, &pushed) == KJIT_OK) {
+        /* Kernels still queued may use the buffers and modules freed here
+         * (cuMemFree's own wait is not promised); an error of an earlier
+         * launch, returned here, changes nothing. */
+        (void)cu->CtxSynchronize();
         for (size_t i = 0; i < ctx->n_slots; ++i)
             if (ctx->slots[i].name && ctx->slots[i].module) cu->ModuleUnload(ctx->slots[i].module);
         if (ctx->err_flag) cu->MemFree(ctx->err_flag);

@@ -556,6 +556,17 @@ static int publish(const char *dir, const char *path, char *tmp, const char *tex
     return kjit__fail(KJIT_EIO, "tuning file %s: %s failed: %s", path, step, strerror(err));
 }
 
+/* Releases the save's flock, then closes its descriptor. The close alone
+ * would not release it while a copy of the descriptor lives on: a child
+ * forked meanwhile (a data loader's worker; O_CLOEXEC acts at exec, not at
+ * fork) shares the open file and its lock until it exits, and every later
+ * save would wait that long. */
+static void unlock_close(int lfd)
+{
+    (void)flock(lfd, LOCK_UN);
+    close(lfd);
+}
+
 int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n_add)
 {
     if (!dir || !dir[0]) return kjit__fail(KJIT_EINVAL, "tuning file: no cache directory (memory-only cache)");
@@ -585,7 +596,7 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
     const kjit_tune_file_state fst = kjit__tune_file_read(dir, &l, &n_bad, fwhy, sizeof fwhy);
     if (fst == KJIT_TUNE_FILE_FOREIGN || fst == KJIT_TUNE_FILE_UNREADABLE) {
         kjit__tune_list_free(&l);
-        close(lfd);
+        unlock_close(lfd);
         if (fst == KJIT_TUNE_FILE_UNREADABLE)
             return kjit__fail(KJIT_EIO, "tuning file %s could not be read (%s): left as it is, this result not saved",
                               path, fwhy);
@@ -621,6 +632,6 @@ int kjit__tune_file_update(const char *dir, const kjit_tune_entry *add, size_t n
         free(text);
     }
     kjit__tune_list_free(&l);
-    close(lfd); /* releases the flock */
+    unlock_close(lfd);
     return rc;
 }
