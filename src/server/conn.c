@@ -50,7 +50,7 @@ void kjit__conn_close(kjit_conn *c)
 {
     if (c->closing) return;
     kjit_server *s = c->srv;
-    c->closing = 1;
+    __atomic_store_n(&c->closing, 1, __ATOMIC_RELEASE); /* the lane drops its queued runs */
     s->in_flight -= c->pending;
     c->pending = 0;
     if (c->counted) s->n_clients--;

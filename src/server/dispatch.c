@@ -82,6 +82,7 @@ static void stats(kjit_conn *c, uint64_t id)
     cJSON_AddNumberToObject(o, "tune_requests", (double)s->n.tune_requests);
     cJSON_AddNumberToObject(o, "run_memo_hits", (double)s->n.run_memo_hits);
     cJSON_AddNumberToObject(o, "run_graph_replays", (double)s->n.run_graph_replays);
+    cJSON_AddNumberToObject(o, "runs_dropped", (double)s->n.runs_dropped);
     cJSON_AddNumberToObject(o, "hits", (double)s->n.hits);
     cJSON_AddNumberToObject(o, "misses", (double)s->n.misses);
     cJSON_AddNumberToObject(o, "compiles", (double)cc.compiles);

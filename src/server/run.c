@@ -32,6 +32,7 @@ typedef struct run_job {
      * lane's hand-back -> reply queued on the socket. */
     double t_frame, t_done;
     int graph; /* KJIT_RUN_DIRECT, _CAPTURED or _REPLAYED */
+    int skipped; /* its client had gone when the lane came to it */
     char message[1200];
     uint8_t payload[];  /* the request's handles */
 } run_job;
@@ -99,6 +100,15 @@ static void work_cb(kjit_gpu_item *it)
     run_job *j = (run_job *)it;
     j->t0 = kjit__now_us();
     j->us_queue = j->t0 - j->t_queued;
+    /* A client that has closed its connection may have freed the buffers
+     * its queued runs name (its allocations are promised only while it is
+     * connected): those runs are dropped, not run. One the lane has begun
+     * runs to its end. */
+    if (__atomic_load_n(&j->c->closing, __ATOMIC_ACQUIRE)) {
+        j->skipped = 1;
+        j->t_done = kjit__now_us();
+        return;
+    }
     j->status = execute(j);
     j->us = kjit__now_us() - j->t0;
     if (j->status) snprintf(j->message, sizeof j->message, "%s: %s", kjit_status_name(j->status), kjit_last_error());
@@ -112,7 +122,8 @@ static void done_cb(kjit_gpu_item *it)
     kjit_server *s = j->srv;
     kjit_conn *c = j->c;
     s->jobs--;
-    if (!j->status && j->graph == KJIT_RUN_REPLAYED) s->n.run_graph_replays++;
+    s->n.runs_dropped += j->skipped;
+    if (!j->skipped && !j->status && j->graph == KJIT_RUN_REPLAYED) s->n.run_graph_replays++;
     const double until = kjit__now_us() + s->spin_us; /* never shortens a later run's window */
     if (until > s->spin_until) s->spin_until = until;
     if (!c->closing) {

@@ -46,7 +46,7 @@ typedef struct kjit_conn {
     uid_t uid;
     gid_t gid;
     int refs;               /* 1 for the open handle + 1 per waiter/prewarm */
-    int closing;            /* uv_close called: no more frames in or out */
+    int closing;            /* uv_close called: no more frames in or out (read by the GPU lane: atomic) */
     int close_after_write;  /* a fatal error was sent, or the server is stopping: close once written */
     int drain_answer;       /* the server is stopping: still answer the frames already read (shutting_down) */
     int in_process;         /* inside process(): its frame loop is running */
@@ -109,7 +109,7 @@ struct kjit_server {
     uint64_t start_ms;
     struct {
         uint64_t requests, errors, hits, misses, compile_requests, kernel_requests, prewarm_requests;
-        uint64_t run_requests, tune_requests, run_memo_hits, run_graph_replays;
+        uint64_t run_requests, tune_requests, run_memo_hits, run_graph_replays, runs_dropped;
         uint64_t clients_total, refused, bad_frames, idle_closed, accept_pauses;
     } n;
     uint64_t in_flight;  /* sum of the connections' pending */

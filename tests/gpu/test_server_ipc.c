@@ -11,8 +11,9 @@
  * not change). Also a run's refusals on the device side (a buffer past its
  * allocation, a stride the op refuses, an index out of range) with the
  * server serving on, and the round trip of a run against the op's own time
- * (CUDA events), printed: the target is at most 60 us above. Exit 77
- * without a GPU; $KJIT_BIN is the server. */
+ * (CUDA events), printed: the target is at most 60 us above; and runs
+ * still queued when their clients close dropped unrun. Exit 77 without a
+ * GPU; $KJIT_BIN is the server. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,6 +504,86 @@ static void refusals(kjit_client *cl, const inputs *in, outset *b, CUdeviceptr b
     cJSON_Delete(q.root);
 }
 
+/* A number from the server's stats reply (-1 when missing). */
+static double stat_of(kjit_client *cl, const char *key)
+{
+    kjit_client_reply r;
+    double v = -1;
+    if (kjit_client_request(cl, "{\"type\":\"stats\"}", NULL, 0, NULL, NULL, &r) != KJIT_OK) return v;
+    cJSON *o = cJSON_Parse(r.json);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsNumber(n)) v = n->valuedouble;
+    cJSON_Delete(o);
+    kjit_client_reply_free(&r);
+    return v;
+}
+
+/* Runs of clients that close before the GPU lane comes to them are dropped,
+ * not run: NC connections each send a run that waits on an event recorded
+ * behind ~100 ms of device work, give up after 5 ms and close. The first
+ * run holds the lane until the event; the other NC - 1, queued behind it,
+ * find their clients gone. Their outputs (not the first's) are checked
+ * unwritten: each run writes its own poisoned output set. */
+enum { NC = 5 };
+
+/* o: NC output sets, freed by the caller once the server has stopped (the
+ * first run's are mapped there until its connection's handles close). */
+static void departed_runs(const char *sock, kjit_client *cl, const inputs *in, const CUipcEventHandle *evh,
+                          CUevent ev, CUstream st, CUdeviceptr busy, size_t busy_bytes, outset o[NC])
+{
+    const opcase *c = &cases[0];
+    kjit_client *k[NC];
+    request q[NC];
+    char *text[NC];
+    for (int i = 0; i < NC; ++i) {
+        CHECK_STATUS(kjit_client_connect(&k[i], sock, 600000), KJIT_OK);
+        if (!k[i]) return;
+        for (int j = 0; j < N_OUT; ++j) o[i].p[j] = gpu_alloc(out_bytes[j]);
+        poison(&o[i], c, st);
+        call kb;
+        call_init(&kb, c, in, &o[i]);
+        request_init(&q[i], &kb, evh);
+        text[i] = run_text(&q[i], 1);
+    }
+    const double before = stat_of(cl, "runs_dropped");
+    CHECK(before >= 0);
+    for (int r = 0; r < 300; ++r) CU_CHECK(cu->MemsetD8Async(busy, (unsigned char)r, busy_bytes, st));
+    CU_CHECK(cu->EventRecord(ev, st));
+    for (int i = 0; i < NC; ++i) {
+        double us = 0;
+        CHECK_STATUS(kjit_client_timeout_set(k[i], 5), KJIT_OK);
+        const int rc = kjit_client_run(k[i], text[i], q[i].rec, q[i].n, &us);
+        if (rc == KJIT_OK) fprintf(stderr, "departed runs: run %d answered within 5 ms, behind ~100 ms of work\n", i);
+        CHECK(rc != KJIT_OK);
+        kjit_client_close(k[i]);
+    }
+    CU_CHECK(cu->StreamSynchronize(st));
+    /* The lane's queue is done once the server holds no job. */
+    double jobs = 1;
+    for (int t = 0; t < 500 && jobs != 0; ++t) {
+        jobs = stat_of(cl, "jobs");
+        if (jobs != 0) usleep(2000);
+    }
+    CHECK(jobs == 0);
+    const double dropped = stat_of(cl, "runs_dropped") - before;
+    printf("departed runs: %d clients closed with a run queued; %.0f dropped by the lane\n", NC, dropped);
+    CHECK(dropped >= NC - 1);
+    for (int i = 1; i < NC; ++i) {
+        uint8_t *h = malloc(out_bytes[O_OUT]);
+        gpu_download(h, o[i].p[O_OUT], out_bytes[O_OUT]);
+        const size_t left = poisoned(h, out_bytes[O_OUT], 2);
+        if (left != out_bytes[O_OUT] / 2)
+            fprintf(stderr, "departed runs: run %d wrote %zu of its output's %zu elements\n", i,
+                    out_bytes[O_OUT] / 2 - left, out_bytes[O_OUT] / 2);
+        CHECK(left == out_bytes[O_OUT] / 2);
+        free(h);
+    }
+    for (int i = 0; i < NC; ++i) {
+        cJSON_free(text[i]);
+        cJSON_Delete(q[i].root);
+    }
+}
+
 int main(void)
 {
     kjit_ctx *ctx = kjit_gpu_ctx_or_skip("test_server_ipc", KJIT_INDEX_CHECK_OFF);
@@ -621,11 +702,17 @@ int main(void)
     gpu_upload(bad_idx, ix, sizeof(int32_t) * N);
     free(ix);
     refusals(cl, &in, &ob, bad_idx, &evh, ev, st);
+    outset od[NC];
+    memset(od, 0, sizeof od);
+    departed_runs(sock, cl, &in, &evh, ev, st, busy, BUSY_BYTES, od);
 
     /* The server unmaps on close; only then is freeing safe. */
     kjit_client_close(cl);
     CHECK_EQ_INT(kjit_test_serve_stop(pid), 0);
     for (int i = 0; i < N_OUT; ++i) gpu_free(oa.p[i]), gpu_free(ob.p[i]);
+    for (int k = 0; k < NC; ++k)
+        for (int i = 0; i < N_OUT; ++i)
+            if (od[k].p[i]) gpu_free(od[k].p[i]);
     gpu_free(bad_idx);
     gpu_free(busy);
     inputs_free(&in);
