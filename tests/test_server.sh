@@ -450,6 +450,57 @@ assert c.stats()["accept_pauses"] > pauses, (pauses, c.stats())  # the limit did
 c.close()
 PY
 kill -TERM $P7; wait $P7
+# A limit that leaves fewer descriptors than a client and BUSY_SLOTS refused
+# connections: the listener must pause at the descriptors left. It paused at
+# max_clients + 32 before, past the limit: libuv, out of descriptors, accepts
+# and closes the backlog's connections itself, and they went unanswered.
+# The limit is the descriptors a started server holds (counted on one) + 20:
+# fewer than one client and the busy slots, and fewer than the 32 the
+# server keeps for its compiles' files (none is compiled here, so the
+# connections could take them all).
+"$KJIT" serve --socket "$T/d755/fc.sock" --cache-dir "$T/cache" 2>/dev/null & P8=$!; pids+=($P8)
+wait_sock "$T/d755/fc.sock" || fail "serve for the descriptor count"
+nfd=$(ls /proc/$P8/fd | wc -l)
+kill -TERM $P8; wait $P8
+lim=$((nfd + 20))
+(ulimit -n $lim && exec "$KJIT" serve --socket "$T/d755/fl.sock" --cache-dir "$T/cache") 2>"$T/s8.log" & P8=$!; pids+=($P8)
+wait_sock "$T/d755/fl.sock" || fail "serve under ulimit -n $lim: $(cat "$T/s8.log")"
+grep -q "leaves room for 1 clients" "$T/s8.log" || fail "fd limit $lim ($nfd held): $(cat "$T/s8.log")"
+python3 - "$CLIENT_PY" "$T/d755/fl.sock" $P8 <<'PY' || fail "a burst with fewer descriptors than busy slots (ulimit -n $lim, $nfd held)"
+import importlib.util, os, signal, socket, sys
+spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+held = m.Client(sys.argv[2], timeout=20)
+pid = int(sys.argv[3])
+os.kill(pid, signal.SIGSTOP)
+burst = []
+try:
+    for _ in range(60):
+        x = socket.socket(socket.AF_UNIX)
+        x.settimeout(30)
+        x.connect(sys.argv[2])
+        burst.append(x)
+finally:
+    os.kill(pid, signal.SIGCONT)
+answered = 0
+for x in burst:
+    data = b""
+    try:
+        while True:
+            b = x.recv(4096)
+            if not b:
+                break
+            data += b
+    except OSError:
+        pass
+    answered += b'"busy"' in data
+    x.close()
+assert answered == len(burst), f"{answered} of {len(burst)} connections were answered busy (the rest closed unanswered)"
+assert held.stats()["accept_pauses"] >= 1
+held.close()
+PY
+kill -TERM $P8; wait $P8
 mkdir -m 777 "$T/d777"; chmod 777 "$T/d777"
 out=$(timeout 20 "$KJIT" serve --socket "$T/d777/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "writable by its group or others" || fail "serve in a world-writable directory: $rc $out"

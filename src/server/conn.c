@@ -433,10 +433,12 @@ void kjit__conn_accept(uv_stream_t *listener, int status)
     }
     accept_one(s, listener); /* libuv has accepted it: answered, even "busy" */
     /* A burst past max_clients: each refused connection holds a descriptor
-     * until its "busy" reply is out. Past BUSY_SLOTS of them the listener
-     * pauses before the process runs out (server.c's FD_SPARE leaves room
-     * for those and for the compiles' cache files). */
-    if (s->n_pipes >= s->cfg.max_clients + BUSY_SLOTS) kjit__listen_pause(s, "too many connections open at once");
+     * until its "busy" reply is out. At max_pipes (BUSY_SLOTS of them, or
+     * fewer where the open-file limit leaves fewer descriptors: server.c's
+     * fit_fd_limit) the listener pauses before the process runs out. Out
+     * of descriptors, libuv would not call back: it accepts and closes the
+     * backlog's connections unanswered to free its listener. */
+    if (s->n_pipes >= s->max_pipes) kjit__listen_pause(s, "too many connections open at once");
 }
 
 static void accept_one(kjit_server *s, uv_stream_t *listener)

@@ -260,11 +260,13 @@ static void run_loop(kjit_server *s)
     }
 }
 
-/* Descriptors a compile or a refused connection may open on top of those
- * the started server holds: BUSY_SLOTS connections answered "busy" until
- * their reply is out (past that the listener pauses), and the cache's
- * entry, temp and lock files on the pool's threads. */
-#define FD_SPARE (BUSY_SLOTS + 32)
+/* Descriptors the pool's compiles may open on top of those the started
+ * server holds (the cache's entry, temp and lock files, NVRTC's own): a
+ * floor, and 4 a thread beyond 8 threads. */
+static long files_spare(unsigned long long pool)
+{
+    return 32 + (pool > 8 ? 4 * (long)(pool - 8) : 0);
+}
 
 /* The descriptors open now (/proc/self/fd), or 64 where it cannot be read. */
 static long fds_open(void)
@@ -282,22 +284,29 @@ static long fds_open(void)
  * where the hard limit does not allow it, serves fewer (and says so). Past
  * the limit an accept failed and the client saw a reset connection, with
  * nothing logged and no "busy" reply. */
-static void fit_fd_limit(kjit_server_config *cfg)
+static void fit_fd_limit(kjit_server *s, unsigned long long pool)
 {
+    kjit_server_config *cfg = &s->cfg;
+    s->max_pipes = cfg->max_clients + BUSY_SLOTS;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY) return;
-    const long reserve = fds_open() + FD_SPARE;
-    const rlim_t want = (rlim_t)cfg->max_clients + (rlim_t)reserve;
+    const long held = fds_open() + files_spare(pool);
+    const rlim_t want = (rlim_t)s->max_pipes + (rlim_t)held;
     if (rl.rlim_cur >= want) return;
     struct rlimit up = rl;
     up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
     if (rl.rlim_cur >= want) return;
-    const int fit = (long)rl.rlim_cur > reserve + 1 ? (int)((long)rl.rlim_cur - reserve) : 1;
+    /* The connections' room: clients first, then as many busy slots as
+     * fit; at least one of each, past which the listener pauses (the
+     * backlog waits) rather than meet EMFILE. */
+    const long room = (long)rl.rlim_cur - held;
+    const int fit = room > BUSY_SLOTS + 1 ? (int)(room - BUSY_SLOTS) : 1;
+    s->max_pipes = room > fit + 1 ? (int)room : fit + 1;
     fprintf(stderr,
             "kjit serve: the open-file limit (%llu, ulimit -n) leaves room for %d clients, not --max-clients %d: "
-            "serving %d at once (the rest are answered busy)\n",
-            (unsigned long long)rl.rlim_cur, fit, cfg->max_clients, fit);
+            "serving %d at once (the rest are answered busy, %d at a time; more wait to be accepted)\n",
+            (unsigned long long)rl.rlim_cur, fit, cfg->max_clients, fit, s->max_pipes - fit);
     cfg->max_clients = fit;
 }
 
@@ -369,7 +378,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     signal(SIGPIPE, SIG_IGN);
     int rc = start(s);
     if (rc == KJIT_OK) {
-        fit_fd_limit(&s->cfg); /* before the loop accepts anyone */
+        fit_fd_limit(s, pool ? pool : 4); /* before the loop accepts anyone */
         const char *cdir = kjit_ctx_cache_dir(s->ctx);
         fprintf(stderr, "kjit serve: listening on %s (pid %d, arch %s%s, cache %s)\n", s->socket_path, (int)getpid(),
                 kjit_ctx_arch(s->ctx), kjit_ctx_has_device(s->ctx) ? ", GPU" : ", no GPU: compile only",

@@ -95,6 +95,7 @@ struct kjit_server {
     uv_timer_t relisten;
     int relisten_open, listen_paused, listen_fd;
     int n_pipes; /* connections' sockets open, refused ones until closed */
+    int max_pipes; /* the listener pauses at this many: max_clients + BUSY_SLOTS, or the descriptors left */
     kjit_server_config cfg;
     kjit_ctx *ctx;
     int default_sm;
@@ -171,7 +172,8 @@ void kjit__conn_accept(uv_stream_t *listener, int status);
  * (listen.c). */
 void kjit__listen_pause(kjit_server *s, const char *why);
 /* Connections answered "busy" that may wait for their reply at once; the
- * open-file limit leaves room for them (server.c, FD_SPARE). */
+ * open-file limit leaves room for them where it can be raised (server.c,
+ * fit_fd_limit; where not, max_pipes is lower). */
 #define BUSY_SLOTS 32
 /* Adds "id": the request's id as an exact integer (cJSON's own number
  * printing keeps 15 significant digits: ids past 10^15 came back rounded). */
