@@ -321,6 +321,22 @@ grep -q "stale" "$T/s3.log" || fail "no word about the stale socket: $(cat "$T/s
 kill -INT $P3; wait $P3; rc=$?
 [ $rc = 0 ] || fail "serve after SIGINT exited $rc"
 [ ! -e "$S" ] || fail "socket left after SIGINT"
+# SIGHUP (a foreground server's terminal closed) stops it as SIGTERM does:
+# exit 0, the socket removed (its default action killed it, the socket left).
+"$KJIT" serve --cache-dir "$T/cache" 2>"$T/s3h.log" & P3=$!; pids+=($P3)
+wait_sock "$S" || fail "serve for SIGHUP did not come up: $(cat "$T/s3h.log")"
+kill -HUP $P3; wait $P3; rc=$?
+[ $rc = 0 ] || fail "serve after SIGHUP exited $rc: $(cat "$T/s3h.log")"
+[ ! -e "$S" ] || fail "socket left after SIGHUP"
+grep -q "SIGHUP" "$T/s3h.log" || fail "no word of SIGHUP: $(cat "$T/s3h.log")"
+# Started with SIGHUP ignored (nohup): it stays ignored and the server serves on.
+(trap '' HUP && exec "$KJIT" serve --cache-dir "$T/cache") 2>"$T/s3n.log" & P3=$!; pids+=($P3)
+wait_sock "$S" || fail "serve with SIGHUP ignored did not come up: $(cat "$T/s3n.log")"
+kill -HUP $P3; sleep 0.5
+kill -0 $P3 2>/dev/null || fail "serve started with SIGHUP ignored died of it: $(cat "$T/s3n.log")"
+"$KJIT" call --socket "$S" '{"type":"ping"}' >/dev/null || fail "serve started with SIGHUP ignored stopped serving"
+kill -TERM $P3; wait $P3; rc=$?
+[ $rc = 0 ] || fail "serve with SIGHUP ignored, then SIGTERM, exited $rc"
 
 # A socket directory that is a symbolic link is refused as one (the message
 # said "not a directory").

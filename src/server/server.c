@@ -1,6 +1,6 @@
 /* The server's life: start (context, socket, signals), serve, drain, stop.
  *
- * Stopping (SIGTERM, SIGINT or `shutdown`): the listener closes and the
+ * Stopping (SIGTERM, SIGINT, SIGHUP or `shutdown`): the listener closes and the
  * socket file goes at once, so no new client arrives; requests on open
  * connections are refused with "shutting_down"; compiles still queued are
  * cancelled (their waiters get "shutting_down"), jobs already running finish
@@ -16,7 +16,11 @@
  * exits the process from under the compiling worker (a crash, no reply, the
  * socket file left behind). A blocked signal waits for the loop whatever
  * handler is installed, but not through SIG_IGN, which that first compile
- * also sets for SIGINT: the server runs it at start-up. */
+ * also sets for SIGINT: the server runs it at start-up. SIGHUP (its
+ * terminal gone) stops it as SIGTERM does, unless the process started with
+ * it ignored (nohup): then it stays ignored. SIGINT and SIGTERM stop it
+ * even when ignored at start (a script's background job has SIGINT
+ * ignored, and its `kill -INT` means stop). */
 #include <errno.h>
 #include <pthread.h>
 #include <dirent.h>
@@ -98,9 +102,14 @@ void kjit__server_stop(kjit_server *s, const char *why)
  * action: that would go through whatever handler libnvrtc has installed
  * at that moment (its handler calls exit(), which joins the compiling
  * worker's pool: a hang or a crash). _exit runs no exit handlers. */
+static const char *sig_name(int signum)
+{
+    return signum == SIGTERM ? "SIGTERM" : signum == SIGINT ? "SIGINT" : "SIGHUP";
+}
+
 static void die_by(int signum)
 {
-    fprintf(stderr, "kjit serve: %s while stopping: exiting now\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    fprintf(stderr, "kjit serve: %s while stopping: exiting now\n", sig_name(signum));
     _exit(128 + signum);
 }
 
@@ -117,6 +126,16 @@ static const char already_term[] =
     "kjit serve: SIGTERM: already stopping (a shutdown request); a second signal exits at once\n";
 static const char already_intr[] =
     "kjit serve: SIGINT: already stopping (a shutdown request); a second signal exits at once\n";
+static const char already_hup[] =
+    "kjit serve: SIGHUP: already stopping (a shutdown request); a second signal exits at once\n";
+
+static const char *already_of(int signum, size_t *len)
+{
+    const char *m = signum == SIGTERM ? already_term : signum == SIGINT ? already_intr : already_hup;
+    *len = signum == SIGTERM ? sizeof already_term - 1 : signum == SIGINT ? sizeof already_intr - 1
+                                                                           : sizeof already_hup - 1;
+    return m;
+}
 
 static void on_signal(uv_poll_t *h, int status, int events)
 {
@@ -127,28 +146,31 @@ static void on_signal(uv_poll_t *h, int status, int events)
         /* A second signal: at once. The first after a `shutdown` request
          * (a service manager's stop) lets the drain go on. */
         if (s->signals++) die_by(signum);
-        if (s->draining) fputs(signum == SIGTERM ? already_term : already_intr, stderr);
-        kjit__server_stop(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+        size_t len;
+        if (s->draining) fputs(already_of(signum, &len), stderr);
+        kjit__server_stop(s, sig_name(signum));
     }
 }
 
 /* The signals that stop the server, and which of them the process had
  * ignored when it started (e.g. SIGINT in a job a script runs in the
- * background): left ignored in the teardown, where the server's own handler
- * takes the others. */
-static const int stop_sigs[2] = {SIGTERM, SIGINT};
-static int ignored_at_start[2];
+ * background, SIGHUP under nohup): left ignored in the teardown, where the
+ * server's own handler takes the others. SIGHUP ignored at start is not
+ * read at all. */
+enum { N_STOP_SIGS = 3 };
+static const int stop_sigs[N_STOP_SIGS] = {SIGTERM, SIGINT, SIGHUP};
+static int ignored_at_start[N_STOP_SIGS];
 
-/* SIGTERM and SIGINT blocked in this thread (and so in every thread it
+/* The stop signals blocked in this thread (and so in every thread it
  * starts), *old the mask before; the fd that reads them. */
 static int signals_block(sigset_t *old)
 {
     sigset_t set;
     sigemptyset(&set);
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < N_STOP_SIGS; ++i) {
         struct sigaction cur;
-        sigaddset(&set, stop_sigs[i]);
         ignored_at_start[i] = sigaction(stop_sigs[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN;
+        if (stop_sigs[i] != SIGHUP || !ignored_at_start[i]) sigaddset(&set, stop_sigs[i]);
     }
     pthread_sigmask(SIG_SETMASK, NULL, old); /* *old is valid even if blocking fails */
     if (pthread_sigmask(SIG_BLOCK, &set, old)) return -1;
@@ -166,16 +188,19 @@ static void on_late_signal(int signum)
 {
     static const char term[] = "kjit serve: SIGTERM during the teardown: exiting now\n";
     static const char intr[] = "kjit serve: SIGINT during the teardown: exiting now\n";
-    if (late_grace) { /* the other stop signal is blocked here (sa_mask) */
+    static const char hup[] = "kjit serve: SIGHUP during the teardown: exiting now\n";
+    if (late_grace) { /* the other stop signals are blocked here (sa_mask) */
         const int saved = errno;
         late_grace = 0;
-        if (signum == SIGTERM) (void)!write(2, already_term, sizeof already_term - 1);
-        else (void)!write(2, already_intr, sizeof already_intr - 1);
+        size_t len;
+        const char *m = already_of(signum, &len);
+        (void)!write(2, m, len);
         errno = saved;
         return;
     }
     if (signum == SIGTERM) (void)!write(2, term, sizeof term - 1);
-    else (void)!write(2, intr, sizeof intr - 1);
+    else if (signum == SIGINT) (void)!write(2, intr, sizeof intr - 1);
+    else (void)!write(2, hup, sizeof hup - 1);
     _exit(128 + signum);
 }
 
@@ -193,20 +218,20 @@ static void signals_restore(int fd, const sigset_t *old, int grace)
         for (int signum; (signum = signal_pending(fd));) {
             if (!grace) die_by(signum);
             grace = 0;
-            fputs(signum == SIGTERM ? already_term : already_intr, stderr);
+            size_t len;
+            fputs(already_of(signum, &len), stderr);
         }
         close(fd);
     }
     late_grace = grace;
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < N_STOP_SIGS; ++i) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = ignored_at_start[i] ? SIG_IGN : on_late_signal;
-        /* Neither stop signal interrupts the handler (two signals must not
+        /* No stop signal interrupts the handler (two signals must not
          * both take the grace), and the teardown's calls resume after it. */
         sigemptyset(&sa.sa_mask);
-        sigaddset(&sa.sa_mask, SIGTERM);
-        sigaddset(&sa.sa_mask, SIGINT);
+        for (int k = 0; k < N_STOP_SIGS; ++k) sigaddset(&sa.sa_mask, stop_sigs[k]);
         sa.sa_flags = SA_RESTART;
         sigaction(stop_sigs[i], &sa, NULL);
     }
@@ -236,7 +261,7 @@ static int start(kjit_server *s)
     kjit__remote_off(s->ctx);
     if ((rc = kjit__arch_parse(kjit_ctx_arch(s->ctx), &s->default_sm))) return rc;
     if ((rc = kjit__listen_open(s))) return rc;
-    if (s->sig_fd < 0) return kjit__fail(KJIT_EIO, "signalfd for SIGTERM and SIGINT failed");
+    if (s->sig_fd < 0) return kjit__fail(KJIT_EIO, "signalfd for SIGTERM, SIGINT and SIGHUP failed");
     int r = uv_poll_init(&s->loop, &s->sig_poll, s->sig_fd);
     if (r) return kjit__fail(KJIT_EIO, "uv_poll_init (signals): %s", uv_strerror(r));
     s->sig_open = 1;
@@ -358,7 +383,7 @@ int kjit__server_run(const kjit_server_config *cfg)
     if (!early) (void)kjit__nvrtc_warm();
     kjit__clear_error();
     if (early) {
-        fprintf(stderr, "kjit serve: %s during start-up: exiting\n", early == SIGTERM ? "SIGTERM" : "SIGINT");
+        fprintf(stderr, "kjit serve: %s during start-up: exiting\n", sig_name(early));
         signals_restore(s->sig_fd, &old_mask, 0);
         free(s);
         return KJIT_OK;
