@@ -97,16 +97,16 @@ void kjit__server_stop(kjit_server *s, const char *why)
     kjit__server_drain_check(s);
 }
 
-/* The second signal ends the process at once, exit status 128 + its
- * number as a shell reports a death by it. Not by the signal's default
- * action: that would go through whatever handler libnvrtc has installed
- * at that moment (its handler calls exit(), which joins the compiling
- * worker's pool: a hang or a crash). _exit runs no exit handlers. */
 static const char *sig_name(int signum)
 {
     return signum == SIGTERM ? "SIGTERM" : signum == SIGINT ? "SIGINT" : "SIGHUP";
 }
 
+/* The second signal ends the process at once, exit status 128 + its
+ * number as a shell reports a death by it. Not by the signal's default
+ * action: that would go through whatever handler libnvrtc has installed
+ * at that moment (its handler calls exit(), which joins the compiling
+ * worker's pool: a hang or a crash). _exit runs no exit handlers. */
 static void die_by(int signum)
 {
     fprintf(stderr, "kjit serve: %s while stopping: exiting now\n", sig_name(signum));
@@ -129,12 +129,9 @@ static const char already_intr[] =
 static const char already_hup[] =
     "kjit serve: SIGHUP: already stopping (a shutdown request); a second signal exits at once\n";
 
-static const char *already_of(int signum, size_t *len)
+static const char *already_of(int signum)
 {
-    const char *m = signum == SIGTERM ? already_term : signum == SIGINT ? already_intr : already_hup;
-    *len = signum == SIGTERM ? sizeof already_term - 1 : signum == SIGINT ? sizeof already_intr - 1
-                                                                           : sizeof already_hup - 1;
-    return m;
+    return signum == SIGTERM ? already_term : signum == SIGINT ? already_intr : already_hup;
 }
 
 static void on_signal(uv_poll_t *h, int status, int events)
@@ -146,8 +143,7 @@ static void on_signal(uv_poll_t *h, int status, int events)
         /* A second signal: at once. The first after a `shutdown` request
          * (a service manager's stop) lets the drain go on. */
         if (s->signals++) die_by(signum);
-        size_t len;
-        if (s->draining) fputs(already_of(signum, &len), stderr);
+        if (s->draining) fputs(already_of(signum), stderr);
         kjit__server_stop(s, sig_name(signum));
     }
 }
@@ -192,9 +188,8 @@ static void on_late_signal(int signum)
     if (late_grace) { /* the other stop signals are blocked here (sa_mask) */
         const int saved = errno;
         late_grace = 0;
-        size_t len;
-        const char *m = already_of(signum, &len);
-        (void)!write(2, m, len);
+        const char *m = already_of(signum);
+        (void)!write(2, m, strlen(m)); /* strlen is async-signal-safe */
         errno = saved;
         return;
     }
@@ -218,8 +213,7 @@ static void signals_restore(int fd, const sigset_t *old, int grace)
         for (int signum; (signum = signal_pending(fd));) {
             if (!grace) die_by(signum);
             grace = 0;
-            size_t len;
-            fputs(already_of(signum, &len), stderr);
+            fputs(already_of(signum), stderr);
         }
         close(fd);
     }
