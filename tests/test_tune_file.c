@@ -1018,6 +1018,7 @@ static void test_concurrent(const char *dir)
 typedef struct save_arg {
     const char *dir;
     int rc;
+    int done; /* atomic: the save has returned */
 } save_arg;
 
 static void *save_thread(void *p)
@@ -1025,6 +1026,7 @@ static void *save_thread(void *p)
     save_arg *a = p;
     kjit_tune_entry e = entry(DEV, 2, 4096, KJIT_F16, 2, 1, 2, 1, 0);
     a->rc = kjit__tune_file_update(a->dir, &e, 1);
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -1059,14 +1061,15 @@ static void test_fork_during_save(const char *base)
     snprintf(lock, sizeof lock, "%s/%s", dir, KJIT_TUNE_LOCK);
     int caught = 0;
     for (int attempt = 0; attempt < 200 && !caught; ++attempt) {
-        save_arg a = {dir, -1};
+        save_arg a = {dir, -1, 0};
         pthread_t th;
         CHECK(pthread_create(&th, NULL, save_thread, &a) == 0);
         pid_t child = -1;
         int report[2];
         CHECK(pipe(report) == 0);
-        /* Poll the lock until the save holds it, then fork. */
-        for (int spin = 0; spin < 2000000 && child < 0; ++spin) {
+        /* Poll the lock until the save holds it, then fork; a save that
+         * has returned first ends the attempt. */
+        while (child < 0 && !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE)) {
             const int fd = open(lock, O_RDWR | O_CLOEXEC);
             if (fd < 0) continue;
             if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
