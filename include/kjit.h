@@ -27,10 +27,11 @@
  *   timings: tune such a process ahead (kjit tune).
  * - Processes: contexts of several processes may share a cache directory
  *   (one compile per kernel among them; an entry is never seen half
- *   written), and a process may fork with a context open: what the child
- *   inherits holds no lock of the cache's or the tuning file's beyond the
- *   parent's own call. A child does not use the parent's context (CUDA
- *   does not survive fork): it creates its own.
+ *   written), and a process may fork with a context open: the descriptors
+ *   the child inherits keep none of the cache's or the tuning file's locks
+ *   once the parent's call that took them has returned. A child does not
+ *   use the parent's context (CUDA does not survive fork): it creates its
+ *   own.
  */
 #ifndef KJIT_H
 #define KJIT_H
@@ -152,12 +153,14 @@ KJIT_API void kjit_ctx_options_init(kjit_ctx_options *opts);
  * differs (other templates or NVRTC) or it shares this cache directory
  * (KJIT_LOG=1 says which); either way it is stored in this cache. */
 KJIT_API int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts);
-/* Waits for the device's work (cuCtxSynchronize), then frees the context's
- * buffers, unloads its modules and releases the primary context. NULL is a
- * no-op. No other call on ctx may be running or come after it, and graphs
- * that captured its ops must be destroyed first (their kernels and
- * workspaces go with it). Not while a stream of the device is captured in
- * the global mode: the wait would end that capture. */
+/* Waits for the device's work (cuCtxSynchronize: all of it on the
+ * device's primary context, the application's too), then frees the
+ * context's buffers, unloads its modules and releases the primary context.
+ * NULL is a no-op. No other call on ctx may be running or come after it,
+ * and graphs that captured its ops must be destroyed first (their kernels
+ * and workspaces go with it). Not while a stream of the device is captured
+ * in the global mode, nor while the calling thread captures one: the wait
+ * would end that capture. */
 KJIT_API void kjit_ctx_destroy(kjit_ctx *ctx);
 /* 1 when ops can run (driver and device present). */
 KJIT_API int kjit_ctx_has_device(const kjit_ctx *ctx);

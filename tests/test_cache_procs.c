@@ -382,7 +382,7 @@ static int test_procs_fork_in_build(const char *dir)
     return verify_clean(cdir, 1);
 }
 
-/* A holds key 1's lock in a build that never ends; C and B wait at most 2 s
+/* A holds key 1's lock in a build that never ends; C and B wait at most 3 s
  * (KJIT_CACHE_LOCK_WAIT_S). C's wait ends first and C builds unlocked and
  * publishes; B's wait ends after that: B must look at the disk again and
  * take C's entry, not build a third time. */
@@ -401,10 +401,11 @@ static int test_procs_recheck_after_wait(const char *dir)
     ASSERT_TRUE(a > 0);
     char ch;
     ASSERT_EQ_INT(read(note[0], &ch, 1), 1);
-    /* C: waits 0.1 + 2 s, builds 0.3 s: published at about 2.4 s. B: waits
-     * until about 3.1 s. */
-    pid_t cc = spawn_get(cdir, counter, 100, 300, 0, "2", KJIT_FROM_COMPILE, 0);
-    pid_t b = spawn_get(cdir, counter, 1100, 0, 0, "2", KJIT_FROM_DISK, 0);
+    /* C: waits 0.1 + 3 s, builds 0.3 s: published at about 3.4 s. B: looks
+     * at the disk first at 1.6 s (1.8 s before C's entry), then waits until
+     * about 4.6 s (1.2 s after it): margins for a loaded machine. */
+    pid_t cc = spawn_get(cdir, counter, 100, 300, 0, "3", KJIT_FROM_COMPILE, 0);
+    pid_t b = spawn_get(cdir, counter, 1600, 0, 0, "3", KJIT_FROM_DISK, 0);
     int bad = reap(cc, "C") | reap(b, "B");
     int ws;
     ASSERT_EQ_INT(kill(a, SIGKILL), 0);

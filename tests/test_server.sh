@@ -323,12 +323,21 @@ kill -INT $P3; wait $P3; rc=$?
 [ ! -e "$S" ] || fail "socket left after SIGINT"
 # SIGHUP (a foreground server's terminal closed) stops it as SIGTERM does:
 # exit 0, the socket removed (its default action killed it, the socket left).
-"$KJIT" serve --cache-dir "$T/cache" 2>"$T/s3h.log" & P3=$!; pids+=($P3)
+# The server gets SIGHUP at its default even where this script runs with it
+# ignored (under nohup, which a shell cannot undo by trap).
+if env --default-signal=HUP true 2>/dev/null; then hup_default="env --default-signal=HUP"
+elif [ $(( 0x$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status) & 1 )) = 0 ]; then hup_default=""
+else hup_default=skip; fi
+if [ "$hup_default" = skip ]; then
+  echo "test_server.sh: SIGHUP is ignored here and env --default-signal is missing: SIGHUP case not run"
+else
+$hup_default "$KJIT" serve --cache-dir "$T/cache" 2>"$T/s3h.log" & P3=$!; pids+=($P3)
 wait_sock "$S" || fail "serve for SIGHUP did not come up: $(cat "$T/s3h.log")"
 kill -HUP $P3; wait $P3; rc=$?
 [ $rc = 0 ] || fail "serve after SIGHUP exited $rc: $(cat "$T/s3h.log")"
 [ ! -e "$S" ] || fail "socket left after SIGHUP"
 grep -q "SIGHUP" "$T/s3h.log" || fail "no word of SIGHUP: $(cat "$T/s3h.log")"
+fi
 # Started with SIGHUP ignored (nohup): it stays ignored and the server serves on.
 (trap '' HUP && exec "$KJIT" serve --cache-dir "$T/cache") 2>"$T/s3n.log" & P3=$!; pids+=($P3)
 wait_sock "$S" || fail "serve with SIGHUP ignored did not come up: $(cat "$T/s3n.log")"

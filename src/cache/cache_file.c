@@ -346,6 +346,17 @@ static void hold(int fd)
     (void)fcntl(fd, F_OFD_SETLK, &fl);
 }
 
+/* Ends hold() and closes fd (close's result): the lock is released first,
+ * since a close alone leaves it with a child forked meanwhile, which
+ * shares the descriptor (a killed writer's temp file would then look live
+ * to the tidying scan while the child lives). */
+static int release_close(int fd)
+{
+    struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET};
+    (void)fcntl(fd, F_OFD_SETLK, &fl);
+    return close(fd);
+}
+
 /* A named temp file, created and locked: mkstemp's job relative to dfd (the
  * directory checked at open, whatever its path names now). */
 static int make_temp(int dfd, const char *label, char out[KJIT__FILE_NAME_MAX])
@@ -452,7 +463,7 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
             kjit__log("cache: cannot name an unnamed file in %s (%s); writing named temp files instead", dir,
                       strerror(errno));
         if (!named)
-            close(fd); /* the file goes with its last descriptor */
+            release_close(fd); /* the file goes with its last descriptor */
     }
     if (!named) {
         fd = make_temp(dfd, label, tmp);
@@ -473,7 +484,7 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
     step = "rename";
     if (renameat(dfd, tmp, dfd, name) < 0)
         goto fail_unlink;
-    if (close(fd) < 0)
+    if (release_close(fd) < 0)
         kjit__log("cache: close of %s/%s after its fsync failed: %s", dir, name, strerror(errno));
     /* The entry is in place for every process; this only makes the rename
      * itself survive a crash, so a failure is worth a log line, no more. */
@@ -482,9 +493,9 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
     return 0;
 fail_unlink: {
     int e = errno;
-    if (fd >= 0)
-        close(fd);
     unlinkat(dfd, tmp, 0);
+    if (fd >= 0)
+        release_close(fd);
     errno = e;
 }
 fail:
