@@ -251,53 +251,6 @@ static int test_procs_size_cap(const char *dir)
     return 0;
 }
 
-/* A child that gets key 1 after delay_ms with a build of build_ms that
- * fails (fail) or not; exits 0 when the get's outcome matches. */
-static pid_t spawn_getter(const char *cdir, const char *counter, int delay_ms, int build_ms, int fail)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        sleep_ms(delay_ms);
-        kjit_cache *c;
-        if (kjit__cache_open(&c, cdir, 0) != KJIT_OK)
-            _exit(2);
-        fake f;
-        fake_init(&f, tkey(1));
-        f.sleep_ms = build_ms;
-        f.counter = counter;
-        f.fail = fail;
-        kjit_cache_blob b;
-        int rc = kjit__cache_get(c, f.key, "op", "sm_90", fake_build, &f, &b, NULL);
-        if (rc != fail)
-            printf("  getter: %s: %s\n", kjit_status_name(rc), kjit_last_error());
-        _exit(rc != fail ? 3 : !fail && blob_ok(&b, f.key, f.size) ? 4 : 0);
-    }
-    return pid;
-}
-
-/* A holds the lock and fails its build (so it unlinks the lock file and
- * publishes nothing); B was waiting on that file and takes over; D arrives
- * during B's build, after the unlink, so it creates a new lock file. B must
- * have noticed and moved to the new file, or B and D would both build. */
-static int test_procs_lock_handoff(const char *dir)
-{
-    char cdir[256], counter[256];
-    snprintf(cdir, sizeof cdir, "%s/c", dir);
-    snprintf(counter, sizeof counter, "%s/builds", dir);
-    kjit_cache *c;
-    ASSERT_OK(kjit__cache_open(&c, cdir, 0));
-    kjit__cache_close(c);
-    alarm(60);
-    pid_t a = spawn_getter(cdir, counter, 0, 400, KJIT_ECOMPILE);
-    pid_t b = spawn_getter(cdir, counter, 150, 600, 0);
-    pid_t d = spawn_getter(cdir, counter, 700, 0, 0);
-    int bad = reap(a, "A") | reap(b, "B") | reap(d, "D");
-    alarm(0);
-    ASSERT_EQ_INT(bad, 0);
-    ASSERT_EQ_INT(file_size(counter), 2); /* A's failed build and B's */
-    return verify_clean(cdir, 1);
-}
-
 /* A build that forks a process (a data loader's worker, say) which outlives
  * it by hold_ms: the child shares every descriptor the builder had open,
  * its lock on the key among them. */
@@ -319,12 +272,14 @@ static int forking_build(void *arg, char **lowered, void **image, size_t *len)
     return fake_build(&k->f, lowered, image, len);
 }
 
-/* In a child: one get of key 1 after delay_ms, with KJIT_CACHE_LOCK_WAIT_S
- * set to wait_s when nonzero and a build that forks a holder of hold_ms
- * when nonzero; exits 0 when the get is OK, from the origin want, within
+/* In a child: one get of key 1 after delay_ms, whose build takes build_ms
+ * and fails with status fail when that is nonzero, with
+ * KJIT_CACHE_LOCK_WAIT_S set to wait_s when not NULL and a build that forks
+ * a holder of hold_ms when nonzero; exits 0 when the get returns fail (OK
+ * when 0) with the right bytes, from the origin want (any when -1), within
  * max_ms of its start (0: any time). */
-static pid_t spawn_get(const char *cdir, const char *counter, int delay_ms, int build_ms, int hold_ms,
-                       const char *wait_s, kjit_cache_origin want, int max_ms)
+static pid_t spawn_get(const char *cdir, const char *counter, int delay_ms, int build_ms, int fail, int hold_ms,
+                       const char *wait_s, int want, int max_ms)
 {
     pid_t pid = fork();
     if (pid == 0) {
@@ -338,19 +293,22 @@ static pid_t spawn_get(const char *cdir, const char *counter, int delay_ms, int 
         fake_init(&k.f, tkey(1));
         k.f.sleep_ms = build_ms;
         k.f.counter = counter;
+        k.f.fail = fail;
         kjit_cache_blob b;
         kjit_cache_origin o = (kjit_cache_origin)-1;
         const double t0 = now_s();
         int rc = kjit__cache_get(c, k.f.key, "op", "sm_90", hold_ms ? forking_build : fake_build,
                                  hold_ms ? (void *)&k : (void *)&k.f, &b, &o);
         const int ms = (int)((now_s() - t0) * 1000);
-        if (rc != KJIT_OK) {
+        if (rc != fail) {
             printf("  getter: %s: %s\n", kjit_status_name(rc), kjit_last_error());
             _exit(3);
         }
+        if (fail)
+            _exit(0);
         if (blob_ok(&b, k.f.key, k.f.size))
             _exit(4);
-        if (o != want || (max_ms && ms > max_ms)) {
+        if ((want >= 0 && (int)o != want) || (max_ms && ms > max_ms)) {
             printf("  getter (delay %d ms): origin %d after %d ms, want origin %d within %d ms\n", delay_ms,
                    (int)o, ms, (int)want, max_ms);
             _exit(5);
@@ -360,6 +318,37 @@ static pid_t spawn_get(const char *cdir, const char *counter, int delay_ms, int 
     return pid;
 }
 
+/* dir/c made a cache directory, dir/builds the path of the build counter. */
+static int cache_and_counter(const char *dir, char cdir[256], char counter[256])
+{
+    snprintf(cdir, 256, "%s/c", dir);
+    snprintf(counter, 256, "%s/builds", dir);
+    kjit_cache *c;
+    ASSERT_OK(kjit__cache_open(&c, cdir, 0));
+    kjit__cache_close(c);
+    return 0;
+}
+
+
+/* A holds the lock and fails its build (so it unlinks the lock file and
+ * publishes nothing); B was waiting on that file and takes over; D arrives
+ * during B's build, after the unlink, so it creates a new lock file. B must
+ * have noticed and moved to the new file, or B and D would both build. */
+static int test_procs_lock_handoff(const char *dir)
+{
+    char cdir[256], counter[256];
+    CHECK(cache_and_counter(dir, cdir, counter));
+    alarm(60);
+    pid_t a = spawn_get(cdir, counter, 0, 400, KJIT_ECOMPILE, 0, NULL, -1, 0);
+    pid_t b = spawn_get(cdir, counter, 150, 600, 0, 0, NULL, -1, 0);
+    pid_t d = spawn_get(cdir, counter, 700, 0, 0, 0, NULL, -1, 0);
+    int bad = reap(a, "A") | reap(b, "B") | reap(d, "D");
+    alarm(0);
+    ASSERT_EQ_INT(bad, 0);
+    ASSERT_EQ_INT(file_size(counter), 2); /* A's failed build and B's */
+    return verify_clean(cdir, 1);
+}
+
 /* A builds key 1 (300 ms) and forks a process that lives 5 s on; B waits on
  * A's lock. A's release must not wait for A's child: B takes the entry from
  * disk right after A publishes, not when the child exits (a close alone
@@ -367,14 +356,10 @@ static pid_t spawn_get(const char *cdir, const char *counter, int delay_ms, int 
 static int test_procs_fork_in_build(const char *dir)
 {
     char cdir[256], counter[256];
-    snprintf(cdir, sizeof cdir, "%s/c", dir);
-    snprintf(counter, sizeof counter, "%s/builds", dir);
-    kjit_cache *c;
-    ASSERT_OK(kjit__cache_open(&c, cdir, 0));
-    kjit__cache_close(c);
+    CHECK(cache_and_counter(dir, cdir, counter));
     alarm(60);
-    pid_t a = spawn_get(cdir, counter, 0, 300, 5000, NULL, KJIT_FROM_COMPILE, 0);
-    pid_t b = spawn_get(cdir, counter, 100, 0, 0, NULL, KJIT_FROM_DISK, 2500);
+    pid_t a = spawn_get(cdir, counter, 0, 300, 0, 5000, NULL, KJIT_FROM_COMPILE, 0);
+    pid_t b = spawn_get(cdir, counter, 100, 0, 0, 0, NULL, KJIT_FROM_DISK, 2500);
     int bad = reap(a, "A") | reap(b, "B");
     alarm(0);
     ASSERT_EQ_INT(bad, 0);
@@ -389,11 +374,7 @@ static int test_procs_fork_in_build(const char *dir)
 static int test_procs_recheck_after_wait(const char *dir)
 {
     char cdir[256], counter[256];
-    snprintf(cdir, sizeof cdir, "%s/c", dir);
-    snprintf(counter, sizeof counter, "%s/builds", dir);
-    kjit_cache *c;
-    ASSERT_OK(kjit__cache_open(&c, cdir, 0));
-    kjit__cache_close(c);
+    CHECK(cache_and_counter(dir, cdir, counter));
     int note[2];
     ASSERT_EQ_INT(pipe(note), 0);
     alarm(60);
@@ -404,8 +385,8 @@ static int test_procs_recheck_after_wait(const char *dir)
     /* C: waits 0.1 + 3 s, builds 0.3 s: published at about 3.4 s. B: looks
      * at the disk first at 1.6 s (1.8 s before C's entry), then waits until
      * about 4.6 s (1.2 s after it): margins for a loaded machine. */
-    pid_t cc = spawn_get(cdir, counter, 100, 300, 0, "3", KJIT_FROM_COMPILE, 0);
-    pid_t b = spawn_get(cdir, counter, 1600, 0, 0, "3", KJIT_FROM_DISK, 0);
+    pid_t cc = spawn_get(cdir, counter, 100, 300, 0, 0, "3", KJIT_FROM_COMPILE, 0);
+    pid_t b = spawn_get(cdir, counter, 1600, 0, 0, 0, "3", KJIT_FROM_DISK, 0);
     int bad = reap(cc, "C") | reap(b, "B");
     int ws;
     ASSERT_EQ_INT(kill(a, SIGKILL), 0);

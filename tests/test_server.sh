@@ -5,6 +5,7 @@
 set -u
 KJIT=$1
 CLIENT_PY=$(cd "$(dirname "$0")/.." && pwd)/bindings/python/kjit/client.py
+UTIL_PY=$(cd "$(dirname "$0")" && pwd)/util
 T=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
@@ -392,7 +393,7 @@ grep -q "could not be written to the cache $CN" "$T/s6.log" || fail "no log line
 wait_sock "$T/d755/fd.sock" || fail "serve under ulimit -n 256: $(cat "$T/s7.log")"
 room=$(sed -n 's/.*open-file limit (256, ulimit -n) leaves room for \([0-9]*\) clients.*/\1/p' "$T/s7.log")
 [ -n "$room" ] && [ "$room" -ge 8 ] && [ "$room" -le 248 ] || fail "fd limit: $(cat "$T/s7.log")"
-python3 - "$CLIENT_PY" "$T/d755/fd.sock" "${room:-0}" $P7 <<'PY' || fail "clients past the open-file limit"
+python3 - "$CLIENT_PY" "$T/d755/fd.sock" "${room:-0}" $P7 "$UTIL_PY" <<'PY' || fail "clients past the open-file limit"
 import importlib.util, os, signal, socket, sys
 spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
 m = importlib.util.module_from_spec(spec)
@@ -411,31 +412,10 @@ assert held[0].hello["limits"]["max_clients"] == room, held[0].hello["limits"]
 # refused ones hold descriptors; before, accepts failed with EMFILE and
 # connections were dropped unanswered, or the accept loop spun for good).
 pid = int(sys.argv[4])
-os.kill(pid, signal.SIGSTOP)
-burst = []
-try:
-    for _ in range(150):
-        x = socket.socket(socket.AF_UNIX)
-        x.settimeout(30)
-        x.connect(sys.argv[2])
-        burst.append(x)
-finally:
-    os.kill(pid, signal.SIGCONT)
-answered = 0
-for x in burst:
-    data = b""
-    try:
-        while True:
-            b = x.recv(4096)
-            if not b:
-                break
-            data += b
-    except OSError:
-        pass
-    answered += b'"busy"' in data
-    if b'"busy"' not in data: print("not busy:", data[:300], file=sys.stderr)
-    x.close()
-assert answered == len(burst), f"{answered} of {len(burst)} refused connections were answered busy"
+sys.path.insert(0, sys.argv[5])
+from server_burst import burst_answered
+answered = burst_answered(sys.argv[2], pid, 150)
+assert answered == 150, f"{answered} of 150 refused connections were answered busy"
 for c in held:
     c.close()
 # Still serving. The slots free as the server reads the closes: on a loaded
@@ -491,37 +471,16 @@ lim=$((nfd + 20))
 (ulimit -n $lim && exec "$KJIT" serve --socket "$T/d755/fl.sock" --cache-dir "$T/cache") 2>"$T/s8.log" & P8=$!; pids+=($P8)
 wait_sock "$T/d755/fl.sock" || fail "serve under ulimit -n $lim: $(cat "$T/s8.log")"
 grep -q "leaves room for 1 clients" "$T/s8.log" || fail "fd limit $lim ($nfd held): $(cat "$T/s8.log")"
-python3 - "$CLIENT_PY" "$T/d755/fl.sock" $P8 <<'PY' || fail "a burst with fewer descriptors than busy slots (ulimit -n $lim, $nfd held)"
+python3 - "$CLIENT_PY" "$T/d755/fl.sock" $P8 "$UTIL_PY" <<'PY' || fail "a burst with fewer descriptors than busy slots (ulimit -n $lim, $nfd held)"
 import importlib.util, os, signal, socket, sys
 spec = importlib.util.spec_from_file_location("kjit_client", sys.argv[1])
 m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
 held = m.Client(sys.argv[2], timeout=20)
-pid = int(sys.argv[3])
-os.kill(pid, signal.SIGSTOP)
-burst = []
-try:
-    for _ in range(60):
-        x = socket.socket(socket.AF_UNIX)
-        x.settimeout(30)
-        x.connect(sys.argv[2])
-        burst.append(x)
-finally:
-    os.kill(pid, signal.SIGCONT)
-answered = 0
-for x in burst:
-    data = b""
-    try:
-        while True:
-            b = x.recv(4096)
-            if not b:
-                break
-            data += b
-    except OSError:
-        pass
-    answered += b'"busy"' in data
-    x.close()
-assert answered == len(burst), f"{answered} of {len(burst)} connections were answered busy (the rest closed unanswered)"
+sys.path.insert(0, sys.argv[4])
+from server_burst import burst_answered
+answered = burst_answered(sys.argv[2], int(sys.argv[3]), 60)
+assert answered == 60, f"{answered} of 60 connections were answered busy (the rest closed unanswered)"
 assert held.stats()["accept_pauses"] >= 1
 held.close()
 PY
