@@ -234,11 +234,11 @@ static double mono_s(void)
  * it while a copy of the descriptor lives on: a child forked meanwhile
  * (O_CLOEXEC acts at exec, not at fork) shares the open file and its lock
  * until it exits, and a waiter would poll until its deadline. */
-void kjit__ofd_unlock_close(int fd)
+int kjit__ofd_unlock_close(int fd)
 {
     struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET};
     (void)fcntl(fd, F_OFD_SETLK, &fl);
-    close(fd);
+    return close(fd);
 }
 
 /* Takes fd's write lock, polling until deadline (CLOCK_MONOTONIC seconds):

@@ -339,23 +339,15 @@ static void temp_name(const char *label, char out[KJIT__FILE_NAME_MAX])
 /* Held until the rename: what tells a tidying scan that a temp file is a
  * write in progress whatever its age (a stopped writer, a clock that
  * differs from the file system's). A file system without OFD locks leaves
- * the age alone to tell. */
+ * the age alone to tell. Ended by kjit__ofd_unlock_close, not a close
+ * alone: a child forked meanwhile would keep it (a killed writer's temp
+ * file would look live to the scan while the child lives). */
 static void hold(int fd)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     (void)fcntl(fd, F_OFD_SETLK, &fl);
 }
 
-/* Ends hold() and closes fd (close's result): the lock is released first,
- * since a close alone leaves it with a child forked meanwhile, which
- * shares the descriptor (a killed writer's temp file would then look live
- * to the tidying scan while the child lives). */
-static int release_close(int fd)
-{
-    struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET};
-    (void)fcntl(fd, F_OFD_SETLK, &fl);
-    return close(fd);
-}
 
 /* A named temp file, created and locked: mkstemp's job relative to dfd (the
  * directory checked at open, whatever its path names now). */
@@ -463,7 +455,7 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
             kjit__log("cache: cannot name an unnamed file in %s (%s); writing named temp files instead", dir,
                       strerror(errno));
         if (!named)
-            release_close(fd); /* the file goes with its last descriptor */
+            kjit__ofd_unlock_close(fd); /* the file goes with its last descriptor */
     }
     if (!named) {
         fd = make_temp(dfd, label, tmp);
@@ -484,7 +476,7 @@ int kjit__entry_publish(int dfd, const char *dir, const char *name, const char *
     step = "rename";
     if (renameat(dfd, tmp, dfd, name) < 0)
         goto fail_unlink;
-    if (release_close(fd) < 0)
+    if (kjit__ofd_unlock_close(fd) < 0)
         kjit__log("cache: close of %s/%s after its fsync failed: %s", dir, name, strerror(errno));
     /* The entry is in place for every process; this only makes the rename
      * itself survive a crash, so a failure is worth a log line, no more. */
@@ -495,7 +487,7 @@ fail_unlink: {
     int e = errno;
     unlinkat(dfd, tmp, 0);
     if (fd >= 0)
-        release_close(fd);
+        kjit__ofd_unlock_close(fd);
     errno = e;
 }
 fail:

@@ -79,9 +79,9 @@ int kjit__cache_locks_open(int dfd, const char *path);
  * keeps a stopped or hung holder from stopping every other process. */
 int kjit__cache_lock(int lockdfd, const char *dir, const char *hex, double wait_s);
 void kjit__cache_unlock(int lockdfd, const char *hex, int fd);
-/* Releases fd's OFD lock and closes fd: a descriptor a forked child shares
- * would otherwise keep the lock until the child exits. */
-void kjit__ofd_unlock_close(int fd);
+/* Releases fd's OFD lock and closes fd (close's result): a descriptor a
+ * forked child shares would otherwise keep the lock until the child exits. */
+int kjit__ofd_unlock_close(int fd);
 
 typedef struct kjit__scan {
     uint64_t entries, bytes, evicted, bad; /* bad: entries larger than the format allows, removed */
