@@ -197,6 +197,101 @@ class Loading(unittest.TestCase):
             _lib.Library(cdll, "<process>").kjit_norm_modulate_fwd  # noqa: B018
 
 
+def in_child(test, fn, timeout=20):
+    """Runs fn() in a forked child (bounded by SIGALRM: a lock inherited
+    held fails it); an exception there fails the test with its text."""
+    import signal
+    import traceback
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            signal.alarm(timeout)
+            fn()
+        except BaseException:  # noqa: BLE001 - reported to the parent
+            os.write(w, traceback.format_exc().encode())
+            code = 1
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        why = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        test.fail(f"the child died of signal {os.WTERMSIG(status)} (SIGALRM: it waited on a lock)")
+    test.assertEqual(os.WEXITSTATUS(status), 0, why)
+
+
+class Fork(unittest.TestCase):
+    """A process forked with kjit objects open (a trainer's data-loader
+    workers): the child does not use the parent's contexts or connections,
+    and says so, instead of calling into an inherited CUDA context (or a
+    lock another thread held at the fork)."""
+
+    @unittest.skipUnless(hasattr(os, "register_at_fork"), "no os.register_at_fork")
+    def test_a_context_is_not_used_in_a_forked_child(self):
+        c = core.Context(None, cache_dir="")
+        self.addCleanup(c.close)
+        arch, parent = c.arch, os.getpid()
+
+        def child():
+            for use in (lambda: c.handle, lambda: c.arch, lambda: c.cache_dir):
+                try:
+                    use()
+                except RuntimeError as e:
+                    assert f"belongs to process {parent}, of which this process ({os.getpid()}) is a fork" in \
+                        str(e), e
+                else:
+                    raise AssertionError("the parent's context was used")
+            c.close()  # not destroyed here: nothing to do, and no wait on the lock held at the fork
+            c.close()
+            own = core.Context(None, cache_dir="")  # a compile-only context of its own works
+            assert own.arch == arch, own.arch
+            own.close()
+
+        c._close_lock.acquire()  # as if another thread were closing it at the fork
+        try:
+            in_child(self, child)
+        finally:
+            c._close_lock.release()
+        self.assertEqual(c.arch, arch)  # the parent's context is untouched
+
+    @unittest.skipUnless(hasattr(os, "register_at_fork"), "no os.register_at_fork")
+    def test_no_device_context_after_a_parent_had_one(self):
+        # The child of a process with a device context cannot start CUDA: a
+        # device Context is refused there before the driver is asked. (No
+        # GPU here: a compile-only context stands in for the device one.)
+        c = core.Context(None, cache_dir="")
+        self.addCleanup(c.close)
+        c._on_device = True
+        closed = core.Context(None, cache_dir="")
+        closed.close()  # a closed context is not disowned: it stays "closed"
+
+        def child():
+            try:
+                core.Context(0, cache_dir="")
+            except RuntimeError as e:
+                assert f"is a fork of process {c._pid}, which had a kjit Context on a CUDA device" in str(e), e
+            else:
+                raise AssertionError("a device Context was made")
+            try:
+                closed.handle
+            except ValueError as e:
+                assert "closed" in str(e), e
+            core.Context(None, cache_dir="").close()
+            if torch is not None:
+                import kjit.ops
+                try:
+                    kjit.ops.context(0)
+                except RuntimeError as e:
+                    assert "forked after CUDA was initialized" in str(e), e
+                else:
+                    raise AssertionError("kjit.context made a context")
+
+        in_child(self, child)
+
+
 class ClientWithoutTorch(unittest.TestCase):
     @unittest.skipUnless(torch is None, "torch is installed")
     def test_run_names_what_it_needs(self):
@@ -646,6 +741,41 @@ class ClientEdges(unittest.TestCase):
             for t in ts:
                 t.join(30)
         self.assertEqual(errors, [])
+
+    def test_a_forked_child_does_not_use_the_parents_connection(self):
+        """A child forked with a Client open (a data-loader worker) shared the
+        parent's stream: its request went to the server and its reply could
+        be read by either process. Now the child's request raises, sends
+        nothing, and the parent's next request gets its own reply."""
+        from kjit import client
+        seen = []
+
+        def script(conn, read, frame):
+            for _ in range(2):
+                req = read()
+                seen.append(req["type"])
+                conn.sendall(frame({"id": req["id"], "ok": True}))
+
+        path = self.serve(script)
+        with client.Client(path, timeout=5) as c:
+            parent = os.getpid()
+
+            def child():
+                try:
+                    c.ping()
+                except client.ProtocolError as e:
+                    assert f"belongs to process {parent}, of which this process" in str(e), e
+                else:
+                    raise AssertionError("the child's ping was sent")
+                c.close()
+
+            c._lock.acquire()  # held by the parent at the fork: the child must not wait on it
+            try:
+                in_child(self, child)
+            finally:
+                c._lock.release()
+            self.assertTrue(c.ping()["ok"])
+        self.assertEqual(seen, ["ping"])
 
     def test_a_hello_with_bad_limits_is_a_protocol_error(self):
         from kjit import client

@@ -248,6 +248,16 @@ _lock = threading.Lock()
 _library = None
 
 
+def _reset_lock():
+    # A forked child: another thread of the parent may have held it.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_lock)
+
+
 def load():
     """The process's libkjit, loaded once (see candidates() for the order)."""
     global _library

@@ -27,6 +27,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 
 PROTO_VERSION = 1
 _HEADER = struct.Struct("<4sHHII")
@@ -216,6 +217,29 @@ def default_socket():
     return "/tmp/kjit-%d/kjit.sock" % os.geteuid()
 
 
+# Every Client of this process, so that a forked child can disown them.
+_live = weakref.WeakSet()
+
+
+def _forget_after_fork():
+    """In a forked child: a parent's connection is the parent's. The child
+    sharing its stream would interleave frames with the parent's requests
+    and take the parent's replies, and its CUDA event is the parent's. Each
+    is marked broken (a request raises ProtocolError naming the fork; close()
+    closes only the child's copy of the descriptor and destroys no event)."""
+    for cl in list(_live):
+        cl._lock = threading.RLock()  # another thread may have held it at the fork
+        cl._in_request = False
+        cl._event = None
+        cl._broken = cl._broken or (f"it belongs to process {cl._pid}, of which this process "
+                                    f"({os.getpid()}) is a fork")
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class Client:
     """One connection; one request at a time (threads sharing a Client take
     turns; one Client per thread lets their requests overlap).
@@ -225,6 +249,8 @@ class Client:
     the request starts it anew; None or 0: forever, as `kjit call --timeout
     0`); also how long the connect waits while the server's backlog is
     full (socket.timeout after it).
+    A process forked from the one that opened it does not use it (its
+    requests raise ProtocolError): the child opens its own.
     """
 
     def _connect(self):
@@ -274,6 +300,8 @@ class Client:
         self._mps_of = {}  # run(): {device ordinal: MPS or not}
         self._spin_s = _spin_us() * 1e-6
         self.last_order = None  # run()'s ordering the last time: "event" or "host"
+        self._pid = os.getpid()
+        _live.add(self)
         try:
             try:
                 self._connect()

@@ -13,6 +13,7 @@ import ctypes
 import os
 import numbers
 import threading
+import weakref
 
 from . import _lib
 from ._lib import LibraryError
@@ -325,6 +326,34 @@ def _bool_arg(fn, name, v):
     return bool(v)
 
 
+# Every open Context of this process, so that a forked child can disown them.
+_live = weakref.WeakSet()
+# In a forked child: the pid of the parent that held a device context at the
+# fork (CUDA was initialized there, so this process cannot use it).
+_cuda_forked_from = None
+
+
+def _forget_after_fork():
+    """In a forked child: the parent's contexts are not this process's (a
+    CUDA context does not survive fork, and a lock of kjit's may have been
+    held by another thread at the fork). Each is disowned, never destroyed
+    here: using it raises a RuntimeError that says so, and close() or its
+    collection does nothing."""
+    global _cuda_forked_from
+    for ctx in list(_live):
+        ctx._close_lock = threading.Lock()  # another thread may have held it at the fork
+        if ctx._handle is not None:
+            ctx._forked_from = ctx._pid
+            ctx._handle = None
+            if ctx._on_device:
+                _cuda_forked_from = ctx._pid
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class Context:
     """A kjit_ctx: one CUDA device's kernels and cache.
 
@@ -340,7 +369,12 @@ class Context:
 
     Without a CUDA driver the context is still created (compile-only) and op
     calls raise KjitError KJIT_ENODRIVER after checking their arguments.
-    Thread-safe; close() (or a with-block) releases it.
+    Thread-safe; close() (or a with-block) releases it. A process forked
+    from the one that made it does not use it (a CUDA context does not
+    survive fork): there it raises RuntimeError, and close() does nothing.
+    Nor does such a child make a device Context when the parent had one
+    (CUDA cannot start again in a child forked after it started): worker
+    processes that use CUDA start with multiprocessing's 'spawn' method.
     """
 
     def __init__(self, device=0, cache_dir=None, arch=None, index_check="off"):
@@ -355,16 +389,31 @@ class Context:
         opts.cache_dir = None if cache_dir is None else _c_path(cache_dir, "cache_dir")
         opts.arch = None if arch is None else _c_path(str(arch) if isinstance(arch, int) else arch, "arch")
         opts.index_check = _INDEX_CHECK[index_check]
+        if device is not None and _cuda_forked_from is not None:
+            raise RuntimeError(f"kjit Context(device={device}): this process ({os.getpid()}) is a fork of process "
+                               f"{_cuda_forked_from}, which had a kjit Context on a CUDA device: CUDA cannot be "
+                               "used in a child forked after it was initialized (start worker processes that "
+                               "use CUDA with multiprocessing's 'spawn' method); a compile-only Context "
+                               "(device=None) works")
         handle = ctypes.c_void_p()
         check(self._lib.kjit_ctx_create(ctypes.byref(handle), ctypes.byref(opts)), "kjit_ctx_create")
         self._handle = handle
         self._close_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._forked_from = None
+        self._on_device = bool(self._lib.kjit_ctx_has_device(handle))
         self.device = device
         self.index_check = index_check
+        _live.add(self)
 
     @property
     def handle(self):
         if self._handle is None:
+            if self._forked_from is not None:
+                raise RuntimeError(f"this kjit Context belongs to process {self._forked_from}, of which this "
+                                   f"process ({os.getpid()}) is a fork: it is not used here (a CUDA context "
+                                   "does not survive fork; worker processes that use CUDA start with "
+                                   "multiprocessing's 'spawn' method)")
             raise ValueError("the kjit Context is closed")
         return self._handle
 

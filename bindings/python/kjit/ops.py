@@ -44,6 +44,20 @@ _by_device = {}  # torch.device("cuda", i) -> its Context
 _by_ordinal = {}  # a tensor's get_device() -> its Context
 _contexts_lock = threading.Lock()
 
+
+def _forget_after_fork():
+    # In a forked child the parent's contexts are disowned (core.Context);
+    # their lock may have been held by another thread at the fork.
+    global _contexts_lock
+    _contexts_lock = threading.Lock()
+    _contexts.clear()
+    _by_device.clear()
+    _by_ordinal.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
 # How eager (not compiled) calls reach the kernels: "function" (the default)
 # or "custom_op" through the torch.library ops (the dispatcher and torch.library's autograd wrapper; the
 # registered backward calls the backward op's implementation itself), or
@@ -148,6 +162,10 @@ def context(device=None):
         given = int(tail) if tail.isdigit() else None
     if device is not None and given is not None and device.index != given:
         raise ValueError(f"kjit.context: device {key!r}: {given} is not a CUDA device index")
+    if core._cuda_forked_from is not None or getattr(torch.cuda, "_is_in_bad_fork", lambda: False)():
+        raise RuntimeError("kjit.context: this process was forked after CUDA was initialized in its parent, "
+                           "and CUDA cannot start again here: worker processes that use CUDA start with "
+                           "multiprocessing's 'spawn' method")
     if device is None or device.index is None:
         try:
             ordinal = torch.cuda.current_device()
