@@ -518,6 +518,13 @@ out=$("$KJIT" cache stats --cache-dir "$T/afile/sub" 2>&1); rc=$?
 out=$("$KJIT" prewarm --ops timestep_sinusoid --hidden 8 --arch sm_90 --cache-dir "$T/afile/sub" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "cannot create cache directory $T/afile/sub: a directory on its path is a file" ||
   fail "prewarm under a file: $rc $out"
+# ... and from kjit serve, whose start-up error kept its first 1023 bytes:
+# with a long path the reason was cut off.
+D1500=$(printf 'd%.0s' $(seq 1500))
+out=$(timeout 60 "$KJIT" serve --socket "$T/lp.sock" --cache-dir "$T/afile/$D1500" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | tail -n 1 | grep -q ": a directory on its path is a file$" ||
+  fail "serve with a long cache path under a file: $rc $(echo "$out" | tail -c 200)"
+[ -e "$T/lp.sock" ] && fail "a refused serve made its socket"
 # A directory in the tuning file's place: left as it is (no save can rename
 # over it), not "damaged, rebuilt by the next kjit tune".
 mkdir -m 700 "$T/tdir" "$T/tdir/tune.json"

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/error.h"
 #include "gpu/cuda_api.h"
 #include "jit/nvrtc_api.h"
 #include "kjit.h"
@@ -38,7 +39,7 @@ int kjit_cli_info(int argc, char **argv)
     cJSON_AddStringToObject(o, "nvrtc_library", ri.nvrtc_path);
     /* Why NVRTC is missing (a KJIT_NVRTC_LIBRARY that does not load, or
      * none found): named, not only "not found". */
-    char why[1024] = "";
+    char why[KJIT__ERROR_MAX] = "";
     if (!ri.nvrtc_major && !kjit__nvrtc()) snprintf(why, sizeof why, "%s", kjit_last_error());
     if (why[0]) cJSON_AddStringToObject(o, "nvrtc_error", why);
     cJSON *archs = cJSON_AddArrayToObject(o, "archs");

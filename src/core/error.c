@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static _Thread_local char last_error[4096];
+static _Thread_local char last_error[KJIT__ERROR_MAX];
 
 #define KJIT_NAME_CASE(name, code, msg) case KJIT_##name: return "KJIT_" #name;
 #define KJIT_STR_CASE(name, code, msg) case KJIT_##name: return msg;
@@ -33,19 +33,22 @@ const char *kjit_last_error(void) { return last_error; }
 
 void kjit__clear_error(void) { last_error[0] = '\0'; }
 
-/* A message longer than the buffer keeps its start and its end (the reason
- * usually comes last, after a long path), the middle replaced by "...";
- * cuts never split a UTF-8 sequence. */
-static void keep_ends(const char *msg, size_t len)
+void kjit__keep_ends(char *dst, size_t cap, const char *msg, size_t len)
 {
-    const size_t room = sizeof last_error - 1, head_want = room / 4, dots = 3;
+    const size_t room = cap - 1;
+    if (len <= room) {
+        memmove(dst, msg, len);
+        dst[len] = '\0';
+        return;
+    }
+    const size_t head_want = room / 4, dots = 3;
     size_t head = head_want, tail = len - (room - dots - head_want);
     while (head > 0 && ((unsigned char)msg[head] & 0xC0) == 0x80) --head;
     while (tail < len && ((unsigned char)msg[tail] & 0xC0) == 0x80) ++tail;
-    memcpy(last_error, msg, head);
-    memcpy(last_error + head, "...", dots);
-    memcpy(last_error + head + dots, msg + tail, len - tail);
-    last_error[head + dots + (len - tail)] = '\0';
+    memmove(dst, msg, head);
+    memcpy(dst + head, "...", dots);
+    memmove(dst + head + dots, msg + tail, len - tail);
+    dst[head + dots + (len - tail)] = '\0';
 }
 
 int kjit__fail(int status, const char *fmt, ...)
@@ -59,7 +62,7 @@ int kjit__fail(int status, const char *fmt, ...)
         char *whole = malloc((size_t)len + 1);
         if (whole) { /* else the first part stays, as formatted */
             vsnprintf(whole, (size_t)len + 1, fmt, again);
-            keep_ends(whole, (size_t)len);
+            kjit__keep_ends(last_error, sizeof last_error, whole, (size_t)len);
             free(whole);
         }
     }

@@ -5,8 +5,16 @@
 
 #include "kjit.h"
 
+/* The thread's message buffer, terminator included: a copy of
+ * kjit_last_error() in a buffer of this size is never cut. */
+#define KJIT__ERROR_MAX 4096
+
 /* Sets the thread-local message (printf format) and returns status. */
 int kjit__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Copies msg (len bytes) into dst of cap bytes (cap > 16), NUL-terminated:
+ * whole where it fits, else its start and its end (the reason usually comes
+ * last, after a long path) around "...", never splitting a UTF-8 sequence. */
+void kjit__keep_ends(char *dst, size_t cap, const char *msg, size_t len);
 /* Clears the message (call at the start of every public function). */
 void kjit__clear_error(void);
 /* Logs to stderr when KJIT_LOG is on (1, true, yes or on; a value that is

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "client/frame.h"
+#include "core/error.h"
 #include "server/server_internal.h"
 
 #define READ_CHUNK 4096
@@ -248,22 +249,45 @@ static void send_error(kjit_conn *c, int has_id, uint64_t id, const char *code, 
     cJSON_free(text);
 }
 
+/* An error reply's message: whole up to KJIT__ERROR_MAX - 1 bytes (a library
+ * message with a prefix), else its start and its end (where the reason is),
+ * never cut inside a UTF-8 sequence: the reply must stay valid JSON text. */
+static void format_message(char *msg, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    const int len = vsnprintf(msg, KJIT__ERROR_MAX, fmt, ap);
+    if (len >= KJIT__ERROR_MAX) {
+        char *whole = malloc((size_t)len + 1);
+        if (whole) {
+            vsnprintf(whole, (size_t)len + 1, fmt, again);
+            kjit__keep_ends(msg, KJIT__ERROR_MAX, whole, (size_t)len);
+            free(whole);
+        } else { /* the start, cut at a sequence's first byte */
+            size_t n = KJIT__ERROR_MAX - 1;
+            while (n > 0 && ((unsigned char)msg[n] & 0xC0) == 0x80) --n;
+            msg[n] = '\0';
+        }
+    }
+    va_end(again);
+}
+
 void kjit__conn_error(kjit_conn *c, int has_id, uint64_t id, const char *code, const char *fmt, ...)
 {
-    char msg[1024];
+    char msg[KJIT__ERROR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    format_message(msg, fmt, ap);
     va_end(ap);
     send_error(c, has_id, id, code, msg, 1);
 }
 
 void kjit__conn_fatal(kjit_conn *c, const char *code, const char *fmt, ...)
 {
-    char msg[1024];
+    char msg[KJIT__ERROR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    format_message(msg, fmt, ap);
     va_end(ap);
     send_error(c, 0, 0, code, msg, 0);
     if (c->closing) return;

@@ -33,14 +33,14 @@ typedef struct run_job {
     double t_frame, t_done;
     int graph; /* KJIT_RUN_DIRECT, _CAPTURED or _REPLAYED */
     int skipped; /* its client had gone when the lane came to it */
-    char message[1200];
+    char message[KJIT__ERROR_MAX + 64]; /* a status name, ": ", the library's message */
     uint8_t payload[];  /* the request's handles */
 } run_job;
 
 /* kjit__fail with a prefix in front of the thread's current message. */
 static int fail_in(int status, const char *what, int handle)
 {
-    char why[1024];
+    char why[KJIT__ERROR_MAX];
     snprintf(why, sizeof why, "%s", kjit_last_error());
     return kjit__fail(status, "%s (payload record %d): %s", what, handle, why);
 }

@@ -405,7 +405,7 @@ int kjit__server_run(const kjit_server_config *cfg)
         run_loop(s);
     } else {
         /* Keep the message: closing below must not overwrite it. */
-        char msg[1024];
+        char msg[KJIT__ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", kjit_last_error());
         kjit__listen_close(s);
         close_handle((uv_handle_t *)&s->sig_poll, &s->sig_open);

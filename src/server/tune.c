@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "core/tune_json.h"
 #include "server/server_internal.h"
 
@@ -25,7 +26,7 @@ struct kjit_tune_job {
     tune_waiter *w;
     int n_w, cap_w;
     int status;
-    char message[1200];
+    char message[KJIT__ERROR_MAX + 64]; /* a status name, ": ", the library's message */
     kjit_tune_result res;
 };
 
