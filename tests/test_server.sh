@@ -97,6 +97,25 @@ cmp -s "$T/cubin" "$T/kept.bin" || fail "call --payload-out with a payload-less 
   fail "call --payload-out to a pipe: exit $?"
 wait $!
 cmp -s "$T/cubin" "$T/piped.bin" || fail "call --payload-out to a pipe: not the cubin"
+# A write that fails (a file-size limit, a full device): an existing file is
+# left as it was (it was truncated, then cut at the limit), a new one is not
+# made (a 1024-byte ELF fragment was left), and no temporary file stays.
+COMPILE='{"type":"compile","op":"timestep_sinusoid","hidden":256,"dtype":"fp32"}'
+echo old >"$T/old.bin"
+for f in old.bin new.bin; do
+  out=$( (ulimit -f 1; trap '' XFSZ; exec "$KJIT" call --payload-out "$T/$f" "$COMPILE") 2>&1 >/dev/null); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q "cannot write $T/$f: File too large" || fail "call --payload-out $f past a file-size limit: $rc $out"
+done
+[ "$(cat "$T/old.bin")" = old ] || fail "a failed payload write changed the existing file"
+[ -e "$T/new.bin" ] && fail "a failed payload write left a new file"
+ls "$T" | grep -q '\.bin\.' && fail "a failed payload write left a temporary file: $(ls "$T")"
+out=$("$KJIT" call --payload-out /dev/full "$COMPILE" 2>&1 >/dev/null); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "cannot write /dev/full: No space left on device" || fail "call --payload-out /dev/full: $rc $out"
+# Replaced whole, the file keeps its mode, and a link stays a link to it.
+chmod 640 "$T/kept.bin" && ln -s kept.bin "$T/link.bin"
+"$KJIT" call --payload-out "$T/link.bin" "$COMPILE" >/dev/null || fail "call --payload-out through a link: exit $?"
+[ -L "$T/link.bin" ] && cmp -s "$T/cubin" "$T/kept.bin" && [ "$(stat -c %a "$T/kept.bin")" = 640 ] ||
+  fail "call --payload-out through a link: $(ls -l "$T/link.bin" "$T/kept.bin")"
 n=$("$KJIT" call --events '{"type":"prewarm","ops":"timestep_sinusoid","hidden":[8,16],"dtype":"bf16"}' | grep -c '"event"')
 [ "$n" = 2 ] || fail "prewarm printed $n events, want 2"
 

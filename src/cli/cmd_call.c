@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,12 +22,62 @@ static const char help[] =
     "  --socket PATH       (default: $KJIT_SERVER, else the server's default socket)\n"
     "  --timeout MS        give up when the reply (or each event) has not come whole\n"
     "                      within this long, 0: wait forever (default 600000)\n"
-    "  --payload-out FILE  write the reply's binary payload (cubins) there; left as it\n"
-    "                      was when the reply is an error or has no payload\n"
+    "  --payload-out FILE  write the reply's binary payload (cubins) there; a regular\n"
+    "                      file is replaced whole (through a temporary file beside\n"
+    "                      it), and left as it was when the reply is an error, has\n"
+    "                      no payload, or the write fails\n"
     "  --events            also print progress events, one line each, before the reply\n"
     "\n"
     "Exit status: 0 when the reply says ok, 1 when it is an error or no server\n"
     "answers, 2 on bad usage.\n";
+
+/* Writes n bytes to fd: 0, or an errno. */
+static int write_all(int fd, const char *p, size_t n)
+{
+    for (size_t off = 0; off < n;) {
+        const ssize_t w = write(fd, p + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? errno : EIO;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+/* The payload into the --payload-out file, open as pfd (closed here): 0, or
+ * an errno. A regular file is replaced whole: the bytes go to a temporary
+ * file beside it (beside the file a link names), renamed over it once
+ * written and closed, so a failed write (a full disk, a file-size limit) or
+ * a killed call leaves the file as it was, or no file where this call made
+ * it. Where no temporary file can be made there (a directory this user
+ * cannot write), and for other files (a FIFO, /dev/stdout), the bytes are
+ * written in place. */
+static int write_payload(int pfd, const char *path, int created, const char *p, size_t n)
+{
+    struct stat st;
+    int e = fstat(pfd, &st) != 0 ? errno : 0;
+    char *real = !e && S_ISREG(st.st_mode) ? realpath(path, NULL) : NULL;
+    char *tmp = real ? malloc(strlen(real) + 8) : NULL;
+    int tfd = -1;
+    if (tmp) {
+        sprintf(tmp, "%s.XXXXXX", real);
+        tfd = mkostemp(tmp, O_CLOEXEC);
+    }
+    if (tfd >= 0) {
+        e = fchmod(tfd, st.st_mode & 07777) != 0 ? errno : 0;
+        if (!e) e = write_all(tfd, p, n);
+        if (close(tfd) != 0 && !e) e = errno;
+        if (!e && rename(tmp, real) != 0) e = errno;
+        if (e) unlink(tmp);
+    } else if (!e) {
+        e = S_ISREG(st.st_mode) && ftruncate(pfd, 0) != 0 ? errno : 0;
+        if (!e) e = write_all(pfd, p, n);
+    }
+    if (close(pfd) != 0 && !e) e = errno;
+    if (e && created) unlink(path);
+    free(tmp);
+    free(real);
+    return e;
+}
 
 static void print_event(void *arg, const char *json)
 {
@@ -68,9 +119,9 @@ int kjit_cli_call(int argc, char **argv)
     if (kjit__request_parse(json, strlen(json), NULL, NULL) != KJIT_OK)
         return kjit_cli_usage_error("call", "%s", kjit_last_error());
     /* The payload file must be writable before anything is asked of the
-     * server. It stays open; an existing one is truncated only once a
-     * payload comes (and only a regular file: /dev/null or a pipe is
-     * written as it is), and one this call made (O_EXCL says so, also for a
+     * server. It stays open; an existing one is replaced only once a
+     * payload comes (write_payload; /dev/null or a pipe is written as it
+     * is), and one this call made (O_EXCL says so, also for a
      * dangling link, which is then refused, not followed) is removed when
      * none does. O_NONBLOCK: a FIFO without a reader is refused instead of
      * blocking the open; the writes then block as usual. */
@@ -118,17 +169,9 @@ int kjit_cli_call(int argc, char **argv)
     }
     puts(r.json);
     if (pfd >= 0) {
-        struct stat st;
-        int bad = fstat(pfd, &st) != 0 || (S_ISREG(st.st_mode) && ftruncate(pfd, 0) != 0);
-        for (size_t off = 0; !bad && off < r.payload_len;) {
-            const ssize_t w = write(pfd, (const char *)r.payload + off, r.payload_len - off);
-            if (w < 0 && errno == EINTR) continue;
-            bad = w <= 0;
-            off += w > 0 ? (size_t)w : 0;
-        }
-        bad |= close(pfd) != 0;
-        if (bad) {
-            fprintf(stderr, "kjit call: --payload-out: cannot write %s: %s\n", payload_out, strerror(errno));
+        const int e = write_payload(pfd, payload_out, created, (const char *)r.payload, r.payload_len);
+        if (e) {
+            fprintf(stderr, "kjit call: --payload-out: cannot write %s: %s\n", payload_out, strerror(e));
             rc = -1;
         }
     }
