@@ -382,6 +382,29 @@ out=$("$KJIT" serve --socket "$T/x/kjit.sock" --cache-dir "$T/cache" 2>&1); rc=$
 # ... and nothing is made beside it (a FILE.lock beside e.g. /etc/passwd is
 # another program's lock file).
 [ "$(ls -A "$T/x")" = kjit.sock ] || fail "the refused server left beside the file: $(ls -A "$T/x")"
+# Another program's live socket (no kjit lock held) is not displaced: its
+# owner still accepts, and the refused server made no cache directory (the
+# cache was made before the socket was looked at).
+mkdir -m 700 "$T/fl"
+python3 -c "
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8)
+open(sys.argv[1] + '.up', 'w').close(); time.sleep(30)" "$T/fl/k.sock" & PL=$!; pids+=($PL)
+for _ in $(seq 200); do [ -e "$T/fl/k.sock.up" ] && break; sleep 0.05; done
+out=$(timeout 20 "$KJIT" serve --socket "$T/fl/k.sock" --cache-dir "$T/fl/cache" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "a server is already listening on $T/fl/k.sock" || fail "serve over a live foreign socket: $rc $out"
+python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])" "$T/fl/k.sock" ||
+  fail "the foreign socket no longer accepts"
+[ -e "$T/fl/cache" ] && fail "a serve refused at its socket made its cache directory"
+kill $PL 2>/dev/null; wait $PL 2>/dev/null
+# A socket directory that cannot be made, or is a file: named, nothing made.
+echo x >"$T/sockfile"
+for a in "$T/no/such/k.sock|cannot create socket directory $T/no/such: No such file or directory" \
+         "$T/sockfile/k.sock|socket directory $T/sockfile is not a directory"; do
+  out=$(timeout 20 "$KJIT" serve --socket "${a%%|*}" --cache-dir "$T/nc" 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -qF "${a#*|}" || fail "serve --socket ${a%%|*}: $rc $out"
+  [ -e "$T/nc" ] && fail "serve --socket ${a%%|*} made its cache directory"
+done
 # A directory that exists keeps its mode (the server never chmods what it
 # did not create); one writable by others without the sticky bit is refused.
 mkdir -m 755 "$T/d755"
