@@ -1117,6 +1117,62 @@ static void test_fork_during_save(const char *base)
     CHECK_EQ_INT(stray_files(dir), 0);
 }
 
+/* A save that fails (the process's file-size limit: the temp file's write
+ * fails) returns KJIT_EIO naming the step, and leaves the old file as it was
+ * and no temp file; one whose lock cannot be opened (a directory in its
+ * place) fails before anything is written. */
+static void test_failed_save(const char *base)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/fail", base);
+    CHECK(mkdir(dir, 0700) == 0);
+    kjit_tune_entry first = entry(DEV, 1, 5376, KJIT_BF16, 2, 1, 4, 2, 1);
+    CHECK_STATUS(kjit__tune_file_update(dir, &first, 1), KJIT_OK);
+    char *before = read_text(dir);
+    CHECK(before != NULL);
+    if (!before) return;
+    /* The old file fits the limit; the new one, with 8 entries more, not. */
+    const rlim_t cap = (rlim_t)strlen(before) + 64;
+    kjit_tune_entry more[8];
+    for (int i = 0; i < 8; ++i) more[i] = entry(DEV, 1, 1024 * (i + 1), KJIT_F16, 1, 0, 0, 0, 0);
+    int report[2];
+    CHECK(pipe(report) == 0);
+    const pid_t child = fork();
+    if (child == 0) {
+        /* EFBIG from the write instead of SIGXFSZ. */
+        signal(SIGXFSZ, SIG_IGN);
+        const struct rlimit lim = {cap, cap};
+        int ok = setrlimit(RLIMIT_FSIZE, &lim) == 0 && kjit__tune_file_update(dir, more, 8) == KJIT_EIO &&
+                 strstr(kjit_last_error(), ": write failed: File too large") != NULL;
+        if (!ok) fprintf(stderr, "failed save: %s\n", kjit_last_error());
+        const char c = ok ? '1' : '0';
+        _exit(write(report[1], &c, 1) == 1 ? 0 : 2);
+    }
+    char c = '0';
+    CHECK(child > 0 && read(report[0], &c, 1) == 1);
+    close(report[0]);
+    close(report[1]);
+    if (child > 0) waitpid(child, NULL, 0);
+    CHECK(c == '1');
+    char *after = read_text(dir);
+    CHECK(before && after && !strcmp(before, after));
+    CHECK_EQ_INT(stray_files(dir), 0);
+    free(before);
+    free(after);
+
+    char dir2[4300], lock[4400];
+    snprintf(dir2, sizeof dir2, "%s/nolock", base);
+    snprintf(lock, sizeof lock, "%s/%s", dir2, KJIT_TUNE_LOCK);
+    CHECK(mkdir(dir2, 0700) == 0 && mkdir(lock, 0700) == 0);
+    CHECK_STATUS(kjit__tune_file_update(dir2, &first, 1), KJIT_EIO);
+    CHECK(strstr(kjit_last_error(), "cannot open the lock") != NULL);
+    char *none = read_text(dir2);
+    CHECK(none == NULL);
+    free(none);
+    CHECK_EQ_INT(stray_files(dir2), 0);
+    rmdir(lock);
+}
+
 /* The public calls on a context without a GPU. */
 static void test_ctx(const char *dir)
 {
@@ -1471,6 +1527,7 @@ int main(int argc, char **argv)
     test_tuned_or_not();
     test_unreadable(sub[1]);
     test_fork_during_save(sub[0]);
+    test_failed_save(sub[0]);
     kjit_test_rmtree(dir);
     free(dir);
     return kjit_test_result("test_tune_file");
