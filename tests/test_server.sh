@@ -118,6 +118,26 @@ chmod 640 "$T/kept.bin" && ln -s kept.bin "$T/link.bin"
   fail "call --payload-out through a link: $(ls -l "$T/link.bin" "$T/kept.bin")"
 n=$("$KJIT" call --events '{"type":"prewarm","ops":"timestep_sinusoid","hidden":[8,16],"dtype":"bf16"}' | grep -c '"event"')
 [ "$n" = 2 ] || fail "prewarm printed $n events, want 2"
+# A template that does not compile (KJIT_TEMPLATE_DIR): compile and prewarm
+# requests fail with compile_failed and NVRTC's words; the prewarm's other
+# op is still built, and its reply counts and lists the failure.
+TD=$T/tmpl
+cp -r "$(dirname "$0")/../kernel_templates" "$TD" && echo '#error broken' >>"$TD/timestep_sinusoid.cuh"
+KJIT_TEMPLATE_DIR=$TD "$KJIT" serve --socket "$T/bt.sock" --cache-dir "$T/cache-bt" 2>"$T/bt.log" & PB=$!; pids+=($PB)
+wait_sock "$T/bt.sock" || fail "serve with a broken template: $(cat "$T/bt.log")"
+out=$("$KJIT" call --socket "$T/bt.sock" "$COMPILE"); rc=$?
+[ $rc = 1 ] && [ "$(echo "$out" | field '["error"]["code"]')" = compile_failed ] &&
+  echo "$out" | grep -q 'NVRTC_ERROR_COMPILATION.*#error directive: broken' || fail "compile of a broken template: $rc $out"
+out=$("$KJIT" call --socket "$T/bt.sock" --events \
+  '{"type":"prewarm","ops":["timestep_sinusoid","adaln_row_gather"],"hidden":[256],"dtype":"fp32"}'); rc=$?
+[ $rc = 1 ] && [ "$(echo "$out" | grep -c '"event"')" = 2 ] || fail "prewarm with a broken template: $rc $out"
+ev=$(echo "$out" | grep '"adaln_row_gather"') && [ "$(echo "$ev" | field '["ok"]')" = True ] ||
+  fail "prewarm with a broken template: the other op: $out"
+last=$(echo "$out" | tail -n 1)
+[ "$(echo "$last" | field '["error"]["code"]')" = compile_failed ] && [ "$(echo "$last" | field '["failed"]')" = 1 ] &&
+  [ "$(echo "$last" | field '["failures"][0]["op"]')" = timestep_sinusoid ] &&
+  echo "$last" | grep -q '"1 of 2 combinations failed' || fail "prewarm with a broken template: reply $last"
+kill -TERM $PB; wait $PB
 
 # The Python client.
 # KJIT_SPIN_US: the client polls for its runs' replies (its default on 4+ CPUs).
