@@ -24,7 +24,8 @@ done
 # Settings from the environment that are not what they claim are refused by
 # name before anything starts (KJIT_TUNE=maybe must not mean "on").
 for kv in KJIT_RUN_GRAPH=maybe KJIT_SERVE_MEMO_MAX=abc KJIT_SERVE_MEMO_MAX=0 KJIT_TUNE=maybe KJIT_PDL=enable \
-          KJIT_SPIN_US=abc KJIT_SPIN_US=-1 UV_THREADPOOL_SIZE=0 UV_THREADPOOL_SIZE=abc UV_THREADPOOL_SIZE=2000; do
+          KJIT_SPIN_US=abc KJIT_SPIN_US=-1 UV_THREADPOOL_SIZE=0 UV_THREADPOOL_SIZE=abc UV_THREADPOOL_SIZE=2000 \
+          KJIT_CACHE_LOCK_WAIT_S=abc KJIT_CACHE_LOCK_WAIT_S=-1 KJIT_CACHE_LOCK_WAIT_S=86401; do
   err=$(env "$kv" timeout 60 "$KJIT" serve --socket "$T/env.sock" 2>&1 >/dev/null); rc=$?
   [ $rc = 1 ] || fail "$kv kjit serve exited $rc, want 1"
   case "$err" in *"${kv%=*}='${kv#*=}'"*) ;; *) fail "$kv kjit serve: message does not name it: $err" ;; esac
@@ -759,18 +760,28 @@ for args in "prewarm --cache-dir --json|--cache-dir needs a value" "prewarm --op
             "cache stats --cache-dir --json|--cache-dir needs a value" "call --socket --events {}|--socket needs a value" \
             "serve --max-clients --socket x|--max-clients needs a value" "serve --idle-timeout _5|expected seconds" \
             "serve --idle-timeout 0.0001|below the 1 ms resolution" "tune --hidden 12abc|'12abc' is not a size" \
-            "help --version|unknown command '--version'"; do
+            "help --version|unknown command '--version'" "call {} {}|one JSON request only" \
+            "call --timeout -1 {}|--timeout '-1': expected milliseconds" "call --timeout x {}|--timeout 'x': expected" \
+            "call --payload-out $T {}|--payload-out '$T': cannot write it: Is a directory" \
+            "cache|missing subcommand: stats, ls, verify or clear" "cache bogus|unknown subcommand 'bogus'" \
+            "serve --socket $T/s4 --max-pending 0|--max-pending '0': expected 1..4096" \
+            "serve --socket $T/s4 --allow-uid $(seq -s, 1 20) --allow-uid $(seq -s, 21 40)|more than 32 ids in all" \
+            "prewarm --ops timestep_sinusoid --hidden 8 --dtype int32|--dtype: 'int32' is not one of fp32, bf16, fp16" \
+            "tune --ops norm_modulate --hidden 256 --dtype int32|--dtype: 'int32' is not one of" \
+            "prewarm --ops _|--ops '': expected a comma list of op names"; do
   a=${args%%|*}; want=${args#*|}
   # (_: a leading space in the value)
   case "$a" in
     *" _256") out=$("$KJIT" prewarm --hidden " 256" --cache-dir "$T/never2" 2>&1) ;;
     *" _5") out=$(timeout 10 "$KJIT" serve --idle-timeout " 5" 2>&1) ;;
+    *"--ops _") out=$("$KJIT" prewarm --ops "" 2>&1) ;;
     *) out=$(timeout 10 "$KJIT" $a 2>&1) ;;
   esac
   rc=$?
   [ $rc = 2 ] && echo "$out" | grep -qF -- "$want" || fail "kjit $a: $rc $out"
 done
 [ -e "$T/never2" ] || [ -e ./--json ] && fail "a refused option value created a directory"
+[ -e "$T/s4" ] && fail "a serve refused for its options made its socket"
 # kjit help CMD is kjit CMD --help.
 [ "$("$KJIT" help prewarm)" = "$("$KJIT" prewarm --help)" ] || fail "kjit help prewarm"
 "$KJIT" help | grep -q "kjit help <command>" || fail "kjit help"
