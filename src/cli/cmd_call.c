@@ -22,10 +22,10 @@ static const char help[] =
     "  --socket PATH       (default: $KJIT_SERVER, else the server's default socket)\n"
     "  --timeout MS        give up when the reply (or each event) has not come whole\n"
     "                      within this long, 0: wait forever (default 600000)\n"
-    "  --payload-out FILE  write the reply's binary payload (cubins) there; a regular\n"
-    "                      file is replaced whole (through a temporary file beside\n"
-    "                      it), and left as it was when the reply is an error, has\n"
-    "                      no payload, or the write fails\n"
+    "  --payload-out FILE  write the reply's binary payload (cubins) there: a file of\n"
+    "                      yours with one name is replaced whole (through a temporary\n"
+    "                      file beside it), others written in place; left as it was\n"
+    "                      when the reply is an error or has no payload\n"
     "  --events            also print progress events, one line each, before the reply\n"
     "\n"
     "Exit status: 0 when the reply says ok, 1 when it is an error or no server\n"
@@ -44,38 +44,49 @@ static int write_all(int fd, const char *p, size_t n)
 }
 
 /* The payload into the --payload-out file, open as pfd (closed here): 0, or
- * an errno. A regular file is replaced whole: the bytes go to a temporary
- * file beside it (beside the file a link names), renamed over it once
- * written and closed, so a failed write (a full disk, a file-size limit) or
- * a killed call leaves the file as it was, or no file where this call made
- * it. Where no temporary file can be made there (a directory this user
- * cannot write), and for other files (a FIFO, /dev/stdout), the bytes are
- * written in place. */
+ * an errno. A file of this user's, named directly (no link) and with no
+ * other name (one link), is replaced whole: the bytes go to a temporary
+ * file beside it, renamed over it once written and closed, so a failed
+ * write (a full disk, a file-size limit) or a killed call leaves it as it
+ * was, or no file where this call made it. Every other file is written in
+ * place (truncated first if regular), as the user would see it written:
+ * through a link (/dev/stdout among them), to a file with other names or of
+ * another owner (a rename would part the names, or change the owner), and
+ * where no temporary file can be made or renamed there. */
 static int write_payload(int pfd, const char *path, int created, const char *p, size_t n)
 {
-    struct stat st;
+    struct stat st, named;
     int e = fstat(pfd, &st) != 0 ? errno : 0;
-    char *real = !e && S_ISREG(st.st_mode) ? realpath(path, NULL) : NULL;
-    char *tmp = real ? malloc(strlen(real) + 8) : NULL;
+    const int whole = !e && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == geteuid() &&
+                      lstat(path, &named) == 0 && S_ISREG(named.st_mode) && named.st_dev == st.st_dev &&
+                      named.st_ino == st.st_ino;
+    char *tmp = whole ? malloc(strlen(path) + 8) : NULL;
     int tfd = -1;
     if (tmp) {
-        sprintf(tmp, "%s.XXXXXX", real);
+        sprintf(tmp, "%s.XXXXXX", path);
         tfd = mkostemp(tmp, O_CLOEXEC);
     }
+    int done = 0;
     if (tfd >= 0) {
         e = fchmod(tfd, st.st_mode & 07777) != 0 ? errno : 0;
         if (!e) e = write_all(tfd, p, n);
         if (close(tfd) != 0 && !e) e = errno;
-        if (!e && rename(tmp, real) != 0) e = errno;
-        if (e) unlink(tmp);
-    } else if (!e) {
-        e = S_ISREG(st.st_mode) && ftruncate(pfd, 0) != 0 ? errno : 0;
+        done = !e && rename(tmp, path) == 0;
+        if (!done) unlink(tmp);
+        if (!done && e) { /* the bytes themselves could not be written */
+            close(pfd);
+            if (created) unlink(path);
+            free(tmp);
+            return e;
+        }
+    }
+    free(tmp);
+    if (!done) {
+        e = !e && S_ISREG(st.st_mode) && ftruncate(pfd, 0) != 0 ? errno : e;
         if (!e) e = write_all(pfd, p, n);
     }
     if (close(pfd) != 0 && !e) e = errno;
     if (e && created) unlink(path);
-    free(tmp);
-    free(real);
     return e;
 }
 
