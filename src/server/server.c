@@ -241,11 +241,6 @@ static void on_sweep(uv_timer_t *t)
 
 static int start(kjit_server *s)
 {
-    /* The socket first: a server refused there (another one serving, a
-     * socket directory that cannot be made) has created no cache
-     * directory. Clients that connect meanwhile wait in the backlog. */
-    int rc = kjit__listen_open(s);
-    if (rc) return rc;
     kjit_ctx_options o;
     kjit_ctx_options_init(&o);
     o.cache_dir = s->cfg.cache_dir;
@@ -253,11 +248,13 @@ static int start(kjit_server *s)
      * after it), instead of reading outside a client's table. */
     o.index_check = KJIT_INDEX_CHECK_ASYNC;
     /* Device 0 when there is one (run and tune need it); compile-only otherwise. */
-    if ((rc = kjit_ctx_create(&s->ctx, &o))) return rc;
+    int rc = kjit_ctx_create(&s->ctx, &o);
+    if (rc) return rc;
     /* This is where compiles happen, even with KJIT_SERVER set (perhaps to
      * this very socket). */
     kjit__remote_off(s->ctx);
     if ((rc = kjit__arch_parse(kjit_ctx_arch(s->ctx), &s->default_sm))) return rc;
+    if ((rc = kjit__listen_open(s))) return rc;
     if (s->sig_fd < 0) return kjit__fail(KJIT_EIO, "signalfd for SIGTERM, SIGINT and SIGHUP failed");
     int r = uv_poll_init(&s->loop, &s->sig_poll, s->sig_fd);
     if (r) return kjit__fail(KJIT_EIO, "uv_poll_init (signals): %s", uv_strerror(r));
