@@ -198,8 +198,10 @@ class Loading(unittest.TestCase):
 
 
 def in_child(test, fn, timeout=20):
-    """Runs fn() in a forked child (bounded by SIGALRM: a lock inherited
-    held fails it); an exception there fails the test with its text."""
+    """Runs fn() in a forked child; an exception there fails the test with
+    its text, and a child that has not finished within timeout seconds (a
+    lock inherited held, in the fork hooks or in fn) is killed and fails it."""
+    import select
     import signal
     import traceback
     r, w = os.pipe()
@@ -208,7 +210,6 @@ def in_child(test, fn, timeout=20):
         os.close(r)
         code = 0
         try:
-            signal.alarm(timeout)
             fn()
         except BaseException:  # noqa: BLE001 - reported to the parent
             os.write(w, traceback.format_exc().encode())
@@ -216,11 +217,39 @@ def in_child(test, fn, timeout=20):
         os._exit(code)
     os.close(w)
     with os.fdopen(r, "rb") as f:
+        if not select.select([f], [], [], timeout)[0]:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            test.fail(f"the child did not finish within {timeout} s (it waited on a lock held at the fork?)")
         why = f.read().decode()
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
-        test.fail(f"the child died of signal {os.WTERMSIG(status)} (SIGALRM: it waited on a lock)")
+        test.fail(f"the child died of signal {os.WTERMSIG(status)}")
     test.assertEqual(os.WEXITSTATUS(status), 0, why)
+
+
+class held_elsewhere:
+    """A with-block in which another thread holds lock (as a thread of the
+    process may at a fork: the child has no such thread, and a lock that
+    remembers its owner by thread id would not be re-entered by mistake)."""
+
+    def __init__(self, lock):
+        import threading
+        self.lock, self.taken, self.go = lock, threading.Event(), threading.Event()
+        self.t = threading.Thread(target=self._hold, daemon=True)
+
+    def _hold(self):
+        with self.lock:
+            self.taken.set()
+            self.go.wait(30)
+
+    def __enter__(self):
+        self.t.start()
+        assert self.taken.wait(10)
+
+    def __exit__(self, *exc):
+        self.go.set()
+        self.t.join(10)
 
 
 class Fork(unittest.TestCase):
@@ -250,11 +279,8 @@ class Fork(unittest.TestCase):
             assert own.arch == arch, own.arch
             own.close()
 
-        c._close_lock.acquire()  # as if another thread were closing it at the fork
-        try:
+        with held_elsewhere(c._close_lock):  # as if another thread were closing it at the fork
             in_child(self, child)
-        finally:
-            c._close_lock.release()
         self.assertEqual(c.arch, arch)  # the parent's context is untouched
 
     @unittest.skipUnless(hasattr(os, "register_at_fork"), "no os.register_at_fork")
@@ -262,17 +288,16 @@ class Fork(unittest.TestCase):
         # The child of a process with a device context cannot start CUDA: a
         # device Context is refused there before the driver is asked. (No
         # GPU here: a compile-only context stands in for the device one.)
-        c = core.Context(None, cache_dir="")
-        self.addCleanup(c.close)
-        c._on_device = True
         closed = core.Context(None, cache_dir="")
         closed.close()  # a closed context is not disowned: it stays "closed"
+        core._cuda_started(os.getpid())  # as a device Context does, even one closed since
+        self.addCleanup(setattr, core, "_cuda_pid", None)
 
         def child():
             try:
                 core.Context(0, cache_dir="")
             except RuntimeError as e:
-                assert f"is a fork of process {c._pid}, which had a kjit Context on a CUDA device" in str(e), e
+                assert f"is a fork of process {os.getppid()}, which had a kjit Context on a CUDA device" in str(e), e
             else:
                 raise AssertionError("a device Context was made")
             try:
@@ -751,10 +776,9 @@ class ClientEdges(unittest.TestCase):
         seen = []
 
         def script(conn, read, frame):
-            for _ in range(2):
-                req = read()
-                seen.append(req["type"])
-                conn.sendall(frame({"id": req["id"], "ok": True}))
+            req = read()  # the parent's ping: the child's must not come
+            seen.append(req["type"])
+            conn.sendall(frame({"id": req["id"], "ok": True}))
 
         path = self.serve(script)
         with client.Client(path, timeout=5) as c:
@@ -769,11 +793,8 @@ class ClientEdges(unittest.TestCase):
                     raise AssertionError("the child's ping was sent")
                 c.close()
 
-            c._lock.acquire()  # held by the parent at the fork: the child must not wait on it
-            try:
+            with held_elsewhere(c._lock):  # a request in flight on another thread at the fork
                 in_child(self, child)
-            finally:
-                c._lock.release()
             self.assertTrue(c.ping()["ok"])
         self.assertEqual(seen, ["ping"])
 

@@ -328,8 +328,10 @@ def _bool_arg(fn, name, v):
 
 # Every open Context of this process, so that a forked child can disown them.
 _live = weakref.WeakSet()
-# In a forked child: the pid of the parent that held a device context at the
-# fork (CUDA was initialized there, so this process cannot use it).
+# The pid of this process once it has made a device Context (CUDA started
+# here), and in a forked child the pid of such a parent (or grandparent):
+# CUDA cannot start again in this process.
+_cuda_pid = None
 _cuda_forked_from = None
 
 
@@ -339,19 +341,24 @@ def _forget_after_fork():
     held by another thread at the fork). Each is disowned, never destroyed
     here: using it raises a RuntimeError that says so, and close() or its
     collection does nothing."""
-    global _cuda_forked_from
+    global _cuda_forked_from, _cuda_pid
+    if _cuda_pid is not None:  # also where its device contexts were closed
+        _cuda_forked_from, _cuda_pid = _cuda_pid, None
     for ctx in list(_live):
         ctx._close_lock = threading.Lock()  # another thread may have held it at the fork
         if ctx._handle is not None:
             ctx._forked_from = ctx._pid
             ctx._handle = None
-            if ctx._on_device:
-                _cuda_forked_from = ctx._pid
     _live.clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _cuda_started(pid):
+    global _cuda_pid
+    _cuda_pid = pid
 
 
 class Context:
@@ -372,8 +379,8 @@ class Context:
     Thread-safe; close() (or a with-block) releases it. A process forked
     from the one that made it does not use it (a CUDA context does not
     survive fork): there it raises RuntimeError, and close() does nothing.
-    Nor does such a child make a device Context when the parent had one
-    (CUDA cannot start again in a child forked after it started): worker
+    Nor does such a child make a device Context when the parent had made
+    one (CUDA cannot start again in a child forked after it started): worker
     processes that use CUDA start with multiprocessing's 'spawn' method.
     """
 
@@ -401,7 +408,8 @@ class Context:
         self._close_lock = threading.Lock()
         self._pid = os.getpid()
         self._forked_from = None
-        self._on_device = bool(self._lib.kjit_ctx_has_device(handle))
+        if self._lib.kjit_ctx_has_device(handle):
+            _cuda_started(self._pid)
         self.device = device
         self.index_check = index_check
         _live.add(self)
