@@ -1148,11 +1148,13 @@ static void test_failed_save(const char *base)
         const char c = ok ? '1' : '0';
         _exit(write(report[1], &c, 1) == 1 ? 0 : 2);
     }
+    close(report[1]); /* a child that dies before it writes ends the read */
     char c = '0';
     CHECK(child > 0 && read(report[0], &c, 1) == 1);
     close(report[0]);
-    close(report[1]);
-    if (child > 0) waitpid(child, NULL, 0);
+    int status = -1;
+    if (child > 0) waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     CHECK(c == '1');
     char *after = read_text(dir);
     CHECK(before && after && !strcmp(before, after));

@@ -385,7 +385,7 @@ static int request_frames(kjit_client *c, char *text, size_t len, const void *pa
     int rc = send_all(c, iov, payload_len ? 3 : 2);
     /* A server that refuses a connection says why and closes; our send may
      * lose that race, but the reason is still there to read. */
-    char sent_error[512];
+    char sent_error[KJIT__ERROR_MAX];
     snprintf(sent_error, sizeof sent_error, "%s", kjit_last_error());
     int send_rc = rc;
     while (rc == KJIT_OK || send_rc) {

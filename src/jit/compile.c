@@ -93,7 +93,7 @@ int kjit__jit_compile_with(const char *template_name, const char *name_expr, int
     const kjit_template_file *main_file = NULL;
     rc = kjit__template_find(template_name, &main_file);
     if (rc) {
-        char why[512];
+        char why[KJIT__ERROR_MAX];
         snprintf(why, sizeof why, "%s", kjit_last_error());
         return kjit__fail(rc, "%s for sm_%d: %s", name_expr, sm, why);
     }

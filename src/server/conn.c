@@ -263,10 +263,14 @@ static void format_message(char *msg, const char *fmt, va_list ap)
             vsnprintf(whole, (size_t)len + 1, fmt, again);
             kjit__keep_ends(msg, KJIT__ERROR_MAX, whole, (size_t)len);
             free(whole);
-        } else { /* the start, cut at a sequence's first byte */
-            size_t n = KJIT__ERROR_MAX - 1;
-            while (n > 0 && ((unsigned char)msg[n] & 0xC0) == 0x80) --n;
-            msg[n] = '\0';
+        } else { /* the start, less a last sequence that the cut left incomplete */
+            size_t j = KJIT__ERROR_MAX - 1; /* the text's length as cut */
+            while (j > 0 && ((unsigned char)msg[j - 1] & 0xC0) == 0x80) --j;
+            if (j > 0) {
+                const unsigned char lead = (unsigned char)msg[j - 1];
+                const size_t want = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+                if (KJIT__ERROR_MAX - 1 - (j - 1) < want) msg[j - 1] = '\0';
+            }
         }
     }
     va_end(again);
