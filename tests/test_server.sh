@@ -98,8 +98,8 @@ cmp -s "$T/cubin" "$T/kept.bin" || fail "call --payload-out with a payload-less 
 wait $!
 cmp -s "$T/cubin" "$T/piped.bin" || fail "call --payload-out to a pipe: not the cubin"
 # A write that fails (a file-size limit, a full device): an existing file is
-# left as it was (it was truncated, then cut at the limit), a new one is not
-# made (a 1024-byte ELF fragment was left), and no temporary file stays.
+# left as it was and a new one is not made (both used to hold a 1024-byte
+# ELF fragment), and no temporary file stays.
 COMPILE='{"type":"compile","op":"timestep_sinusoid","hidden":256,"dtype":"fp32"}'
 echo old >"$T/old.bin"
 for f in old.bin new.bin; do
