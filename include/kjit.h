@@ -30,8 +30,10 @@
  *   written), and a process may fork with a context open: the descriptors
  *   the child inherits keep none of the cache's or the tuning file's locks
  *   once the parent's call that took them has returned. A child does not
- *   use the parent's context (CUDA does not survive fork): it creates its
- *   own.
+ *   use the parent's context (CUDA does not survive fork): there every call
+ *   on it returns KJIT_EINVAL naming the fork, and kjit_ctx_destroy of it
+ *   does nothing; the child creates its own (a compile-only one where the
+ *   parent had started CUDA, which cannot start again in the child).
  */
 #ifndef KJIT_H
 #define KJIT_H
@@ -160,7 +162,9 @@ KJIT_API int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts);
  * and graphs that captured its ops must be destroyed first (their kernels
  * and workspaces go with it). Not while a stream of the device is captured
  * in the global mode, nor while the calling thread captures one: the wait
- * would end that capture. */
+ * would end that capture. In a process forked from the one that made ctx
+ * it does nothing (no CUDA call there; the child's copy of the memory goes
+ * at its exit). */
 KJIT_API void kjit_ctx_destroy(kjit_ctx *ctx);
 /* 1 when ops can run (driver and device present). */
 KJIT_API int kjit_ctx_has_device(const kjit_ctx *ctx);

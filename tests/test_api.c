@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kjit.h"
 #include "test_util.h"
@@ -722,6 +724,59 @@ static void adaln_operands(kjit_ctx *ctx)
     printf("adaln operands: %d single-operand calls checked\n", checked);
 }
 
+/* One call in a forked child: refused with KJIT_EINVAL naming the fork. */
+static int refused_in_child(int rc, const char *what)
+{
+    if (rc == KJIT_EINVAL && strstr(kjit_last_error(), "is a fork: a context is not used in a forked child")) return 1;
+    fprintf(stderr, "child: %s gave %s: %s\n", what, kjit_status_name(rc), kjit_last_error());
+    return 0;
+}
+
+/* A context used in a process forked from the one that made it (a
+ * trainer's data-loader worker) is refused, whatever the call, instead of
+ * calling into CUDA's state or a lock another thread held at the fork; its
+ * destroy there does nothing; a context of the child's own works, and so
+ * does the parent's. */
+static void forked_child(kjit_ctx *ctx, const char *dir)
+{
+    kjit_kernel_spec spec;
+    int n = 0;
+    CHECK_STATUS(kjit_op_kernels("timestep_sinusoid", 256, KJIT_F32, &spec, 1, &n), KJIT_OK);
+    int report[2];
+    CHECK(pipe(report) == 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        kjit_op_config c;
+        kjit_cache_counters cc;
+        int ok = refused_in_child(kjit_kernel_build(ctx, &spec, NULL, NULL), "kjit_kernel_build");
+        ok &= refused_in_child(kjit_timestep_sinusoid(ctx, (float *)0x1000, 4, 256, (void *)0x2000, 256, KJIT_F32,
+                                                      NULL, NULL), "kjit_timestep_sinusoid");
+        ok &= refused_in_child(kjit_op_config_get(ctx, "norm_modulate", 5376, KJIT_BF16, &c), "kjit_op_config_get");
+        ok &= refused_in_child(kjit_ctx_cache_counters(ctx, &cc), "kjit_ctx_cache_counters");
+        ok &= refused_in_child(kjit_tune(ctx, "norm_modulate", 5376, KJIT_BF16, NULL), "kjit_tune");
+        kjit_ctx_destroy(ctx); /* nothing: the parent's */
+        kjit_ctx_options o;
+        kjit_ctx_options_init(&o);
+        o.device = KJIT_NO_DEVICE;
+        o.cache_dir = dir;
+        kjit_ctx *own = NULL;
+        ok &= kjit_ctx_create(&own, &o) == KJIT_OK && kjit_op_config_get(own, "norm_modulate", 5376, KJIT_BF16, &c) == 0;
+        kjit_ctx_destroy(own);
+        const char r = ok ? '1' : '0';
+        _exit(write(report[1], &r, 1) == 1 ? 0 : 2);
+    }
+    close(report[1]);
+    char r = '0';
+    CHECK(pid > 0 && read(report[0], &r, 1) == 1);
+    close(report[0]);
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(r == '1');
+    kjit_op_config c;
+    CHECK_STATUS(kjit_op_config_get(ctx, "norm_modulate", 5376, KJIT_BF16, &c), KJIT_OK);
+}
+
 int main(void)
 {
     char *dir = kjit_test_tmpdir();
@@ -740,6 +795,7 @@ int main(void)
         adaln_args(ctx);
         adaln_operands(ctx);
         overlaps(ctx);
+        forked_child(ctx, dir);
         kjit_ctx_destroy(ctx);
     }
     kjit_test_rmtree(dir);

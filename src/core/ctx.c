@@ -3,10 +3,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/fork_gen.h"
 #include "core/remote.h"
 #include "core/spin.h"
 #include "jit/compile.h"
@@ -117,6 +119,9 @@ int kjit_ctx_create(kjit_ctx **out, const kjit_ctx_options *opts)
     if (rc0) return rc0;
     kjit_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return kjit__fail(KJIT_ENOMEM, "kjit_ctx_create: out of memory");
+    kjit__fork_watch();
+    ctx->pid = (int)getpid();
+    ctx->fork_gen = kjit__fork_gen();
     ctx->device = opts->device;
     ctx->index_check = opts->index_check;
     pthread_rwlock_init(&ctx->lock, NULL);
@@ -154,9 +159,19 @@ fail:
     return rc;
 }
 
+int kjit__ctx_owned(const kjit_ctx *ctx)
+{
+    if (ctx->fork_gen == kjit__fork_gen()) return KJIT_OK;
+    return kjit__fail(KJIT_EINVAL, "this kjit context was made by process %d, of which this process (%d) is a fork: "
+                                   "a context is not used in a forked child (CUDA's state does not survive fork): "
+                                   "make one in this process", ctx->pid, (int)getpid());
+}
+
 void kjit_ctx_destroy(kjit_ctx *ctx)
 {
-    if (!ctx) return;
+    /* In a forked child: nothing (no CUDA call there; its memory is the
+     * child's copy, gone at exit). */
+    if (!ctx || ctx->fork_gen != kjit__fork_gen()) return;
     const kjit_cu_api *cu = ctx->has_gpu ? kjit__cu() : NULL;
     int pushed = 0;
     if (cu && kjit__ctx_enter(ctx, &pushed) == KJIT_OK) {
@@ -203,6 +218,8 @@ int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out)
 {
     kjit__clear_error();
     if (!ctx || !out) return kjit__fail(KJIT_EINVAL, "kjit_ctx_cache_counters: %s is NULL", ctx ? "out" : "ctx");
+    int rc = kjit__ctx_owned(ctx);
+    if (rc) return rc;
     kjit_cache_stats s;
     kjit__cache_counters(ctx->cache, &s); /* no directory scan: called per request by kjit serve */
     out->mem_hits = s.mem_hits;
@@ -219,6 +236,8 @@ int kjit_ctx_cache_counters(kjit_ctx *ctx, kjit_cache_counters *out)
 int kjit__ctx_enter(kjit_ctx *ctx, int *pushed)
 {
     *pushed = 0;
+    int rc = kjit__ctx_owned(ctx);
+    if (rc) return rc;
     if (!ctx->has_gpu) return kjit__fail(KJIT_ENODRIVER, "%s", ctx->no_gpu_reason);
     const kjit_cu_api *cu = kjit__cu();
     CUcontext cur = NULL;
@@ -388,10 +407,12 @@ static int cache_fetch(kjit_ctx *ctx, const char *template_file, const char *lab
 int kjit__ctx_build(kjit_ctx *ctx, const char *template_file, const char *label,
                     const char *name_expr, int sm, kjit_kernel_image *out)
 {
+    int rc = kjit__ctx_owned(ctx);
+    if (rc) return rc;
     kjit_cache_blob blob;
     kjit_cache_origin origin;
     kjit_cache_key key;
-    int rc = cache_fetch(ctx, template_file, label, name_expr, sm, &blob, &origin, &key);
+    rc = cache_fetch(ctx, template_file, label, name_expr, sm, &blob, &origin, &key);
     if (rc == KJIT_OK && out) {
         out->lowered_name = blob.lowered_name;
         out->cubin = blob.image;
@@ -434,6 +455,8 @@ int kjit__ctx_kernel_smem(kjit_ctx *ctx, const char *template_file, const char *
      * kernels' static part is under 8 KiB where they take dynamic shared
      * memory (the finisher's 14 KiB is all static). */
     const unsigned need = smem > 40 * 1024 ? smem : 0;
+    int rc0 = kjit__ctx_owned(ctx);
+    if (rc0) return rc0;
     const uint64_t h = XXH3_64bits(name_expr, strlen(name_expr));
     pthread_rwlock_rdlock(&ctx->lock);
     if (ctx->n_slots) {

@@ -74,7 +74,16 @@ struct kjit_ctx {
      * kernel not in the cache fails with KJIT_ENOTFOUND instead of being
      * compiled, or asked of a server, and then not stored. */
     int lookup_only;
+    /* The process that made it, and the forks counted there then
+     * (fork_gen.h): a call from a forked child is refused. */
+    int pid;
+    unsigned fork_gen;
 };
+
+/* KJIT_EINVAL, naming both processes, when this process is a fork of the
+ * one that made ctx (a CUDA context does not survive fork, and the child's
+ * copies of its locks may be held by threads the child does not have). */
+int kjit__ctx_owned(const kjit_ctx *ctx);
 
 /* Makes ctx's CUDA context current on this thread; *pushed says whether to
  * pop it in kjit__ctx_leave. KJIT_ENODRIVER for a compile-only context. */

@@ -324,8 +324,9 @@ int kjit_op_config_get(kjit_ctx *ctx, const char *op, int hidden, kjit_dtype dty
 {
     kjit__clear_error();
     if (!ctx || !out) return kjit__fail(KJIT_EINVAL, "kjit_op_config_get: %s is NULL", ctx ? "out" : "ctx");
-    int mode, rc = kjit__tune_key_check("kjit_op_config_get", op, hidden, dtype, &mode);
+    int mode, rc = kjit__ctx_owned(ctx);
     if (rc) return rc;
+    if ((rc = kjit__tune_key_check("kjit_op_config_get", op, hidden, dtype, &mode))) return rc;
     kjit_adaln_config c;
     int source = KJIT_CONFIG_DEFAULT;
     if (kjit__adaln_fast_hidden(hidden)) {
