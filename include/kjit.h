@@ -30,9 +30,10 @@
  *   written), and a process may fork with a context open: the descriptors
  *   the child inherits keep none of the cache's or the tuning file's locks
  *   once the parent's call that took them has returned. A child does not
- *   use the parent's context (CUDA does not survive fork): there every call
- *   on it returns KJIT_EINVAL naming the fork, and kjit_ctx_destroy of it
- *   does nothing; the child creates its own (a compile-only one where the
+ *   use the parent's context (CUDA does not survive fork): there a call
+ *   that would build, load, launch, tune or read its counters or configs
+ *   returns KJIT_EINVAL naming the fork (after its own argument checks),
+ *   and kjit_ctx_destroy of it does nothing; the child creates its own (a compile-only one where the
  *   parent had started CUDA, which cannot start again in the child).
  */
 #ifndef KJIT_H
