@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kjit.h"
@@ -762,17 +761,9 @@ static void forked_child(kjit_ctx *ctx, const char *dir)
         kjit_ctx *own = NULL;
         ok &= kjit_ctx_create(&own, &o) == KJIT_OK && kjit_op_config_get(own, "norm_modulate", 5376, KJIT_BF16, &c) == 0;
         kjit_ctx_destroy(own);
-        const char r = ok ? '1' : '0';
-        _exit(write(report[1], &r, 1) == 1 ? 0 : 2);
+        kjit_test_child_exit(report[1], ok);
     }
-    close(report[1]);
-    char r = '0';
-    CHECK(pid > 0 && read(report[0], &r, 1) == 1);
-    close(report[0]);
-    int status = -1;
-    if (pid > 0) waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK(r == '1');
+    CHECK(kjit_test_child_passed(pid, report[0], report[1]));
     kjit_op_config c;
     CHECK_STATUS(kjit_op_config_get(ctx, "norm_modulate", 5376, KJIT_BF16, &c), KJIT_OK);
 }

@@ -1145,17 +1145,9 @@ static void test_failed_save(const char *base)
         int ok = setrlimit(RLIMIT_FSIZE, &lim) == 0 && kjit__tune_file_update(dir, more, 8) == KJIT_EIO &&
                  strstr(kjit_last_error(), ": write failed: File too large") != NULL;
         if (!ok) fprintf(stderr, "failed save: %s\n", kjit_last_error());
-        const char c = ok ? '1' : '0';
-        _exit(write(report[1], &c, 1) == 1 ? 0 : 2);
+        kjit_test_child_exit(report[1], ok);
     }
-    close(report[1]); /* a child that dies before it writes ends the read */
-    char c = '0';
-    CHECK(child > 0 && read(report[0], &c, 1) == 1);
-    close(report[0]);
-    int status = -1;
-    if (child > 0) waitpid(child, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK(c == '1');
+    CHECK(kjit_test_child_passed(child, report[0], report[1]));
     char *after = read_text(dir);
     CHECK(before && after && !strcmp(before, after));
     CHECK_EQ_INT(stray_files(dir), 0);

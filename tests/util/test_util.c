@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int kjit_test_failures;
@@ -45,3 +46,21 @@ uint64_t kjit_test_seed(const char *name)
     printf("%s: seed %llu (KJIT_TEST_SEED to replay)\n", name, (unsigned long long)s);
     return s;
 }
+
+void kjit_test_child_exit(int w, int ok)
+{
+    const char c = ok ? '1' : '0';
+    _exit(write(w, &c, 1) == 1 ? 0 : 2);
+}
+
+int kjit_test_child_passed(int pid, int r, int w)
+{
+    close(w);
+    char c = '0';
+    const int got = pid > 0 && read(r, &c, 1) == 1;
+    close(r);
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    return got && c == '1' && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+

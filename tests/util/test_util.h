@@ -58,4 +58,12 @@ void kjit_test_rmtree(const char *path);
 /* A seed from the clock unless KJIT_TEST_SEED is set; printed for replay. */
 uint64_t kjit_test_seed(const char *name);
 
+/* A check run in a forked child: the child ends with
+ * kjit_test_child_exit(w, ok), writing its verdict to the pipe's write end
+ * w; the parent calls kjit_test_child_passed(pid, r, w), which closes w
+ * (so that a child dead before it wrote ends the read), reads the verdict
+ * from r, reaps the child and returns 1 when it passed and exited 0. */
+void kjit_test_child_exit(int w, int ok) __attribute__((noreturn));
+int kjit_test_child_passed(int pid, int r, int w);
+
 #endif
