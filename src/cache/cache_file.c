@@ -13,6 +13,7 @@
 #endif
 #include "cache/cache_internal.h"
 #include "core/error.h"
+#include "core/file_write.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -179,20 +180,6 @@ static int read_full(int fd, void *buf, size_t n)
     return 0;
 }
 
-static int write_full(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 #define BAD(...) (snprintf(why, why_len, __VA_ARGS__), rc = KJIT_EBADENTRY)
 
@@ -398,8 +385,8 @@ static int link_temp(int fd, int dfd, const char *label, char out[KJIT__FILE_NAM
 
 static int write_entry(int fd, const uint8_t *h, const kjit__image *img, size_t name_len)
 {
-    return write_full(fd, h, KJIT__HDR_SIZE) < 0 || write_full(fd, img->lowered, name_len) < 0 ||
-                   write_full(fd, img->image, img->image_len) < 0
+    return kjit__write_full(fd, h, KJIT__HDR_SIZE) < 0 || kjit__write_full(fd, img->lowered, name_len) < 0 ||
+                   kjit__write_full(fd, img->image, img->image_len) < 0
                ? -1
                : 0;
 }

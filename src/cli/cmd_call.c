@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/file_write.h"
 #include "client/request.h"
 #include "kjit_client.h"
 
@@ -30,18 +31,6 @@ static const char help[] =
     "\n"
     "Exit status: 0 when the reply says ok, 1 when it is an error or no server\n"
     "answers, 2 on bad usage.\n";
-
-/* Writes n bytes to fd: 0, or an errno. */
-static int write_all(int fd, const char *p, size_t n)
-{
-    for (size_t off = 0; off < n;) {
-        const ssize_t w = write(fd, p + off, n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return w < 0 ? errno : EIO;
-        off += (size_t)w;
-    }
-    return 0;
-}
 
 /* The payload into the --payload-out file, open as pfd (closed here): 0, or
  * an errno. A file of this user's, named directly (no link) and with no
@@ -69,7 +58,7 @@ static int write_payload(int pfd, const char *path, int created, const char *p, 
     int done = 0;
     if (tfd >= 0) {
         e = fchmod(tfd, st.st_mode & 07777) != 0 ? errno : 0;
-        if (!e) e = write_all(tfd, p, n);
+        if (!e) e = kjit__write_full(tfd, p, n) ? errno : 0;
         if (close(tfd) != 0 && !e) e = errno;
         done = !e && rename(tmp, path) == 0;
         if (!done) unlink(tmp);
@@ -83,7 +72,7 @@ static int write_payload(int pfd, const char *path, int created, const char *p, 
     free(tmp);
     if (!done) {
         e = !e && S_ISREG(st.st_mode) && ftruncate(pfd, 0) != 0 ? errno : e;
-        if (!e) e = write_all(pfd, p, n);
+        if (!e) e = kjit__write_full(pfd, p, n) ? errno : 0;
     }
     if (close(pfd) != 0 && !e) e = errno;
     if (e && created) unlink(path);

@@ -159,9 +159,12 @@ fail:
     return rc;
 }
 
+/* 1 in a process forked from the one that made ctx. */
+static int forked(const kjit_ctx *ctx) { return ctx->fork_gen != kjit__fork_gen(); }
+
 int kjit__ctx_owned(const kjit_ctx *ctx)
 {
-    if (ctx->fork_gen == kjit__fork_gen()) return KJIT_OK;
+    if (!forked(ctx)) return KJIT_OK;
     return kjit__fail(KJIT_EINVAL, "this kjit context was made by process %d, of which this process (%d) is a fork: "
                                    "a context is not used in a forked child (CUDA's state does not survive fork): "
                                    "make one in this process", ctx->pid, (int)getpid());
@@ -171,7 +174,7 @@ void kjit_ctx_destroy(kjit_ctx *ctx)
 {
     /* In a forked child: nothing (no CUDA call there; its memory is the
      * child's copy, gone at exit). */
-    if (!ctx || ctx->fork_gen != kjit__fork_gen()) return;
+    if (!ctx || forked(ctx)) return;
     const kjit_cu_api *cu = ctx->has_gpu ? kjit__cu() : NULL;
     int pushed = 0;
     if (cu && kjit__ctx_enter(ctx, &pushed) == KJIT_OK) {
@@ -455,8 +458,6 @@ int kjit__ctx_kernel_smem(kjit_ctx *ctx, const char *template_file, const char *
      * kernels' static part is under 8 KiB where they take dynamic shared
      * memory (the finisher's 14 KiB is all static). */
     const unsigned need = smem > 40 * 1024 ? smem : 0;
-    int rc0 = kjit__ctx_owned(ctx);
-    if (rc0) return rc0;
     const uint64_t h = XXH3_64bits(name_expr, strlen(name_expr));
     pthread_rwlock_rdlock(&ctx->lock);
     if (ctx->n_slots) {

@@ -82,7 +82,10 @@ struct kjit_ctx {
 
 /* KJIT_EINVAL, naming both processes, when this process is a fork of the
  * one that made ctx (a CUDA context does not survive fork, and the child's
- * copies of its locks may be held by threads the child does not have). */
+ * copies of its locks may be held by threads the child does not have).
+ * Checked where a call first uses the context: kjit__ctx_enter (every op
+ * and the tuner, before any kernel lookup, so not again per launch),
+ * kjit__ctx_build, the counters and the configs. */
 int kjit__ctx_owned(const kjit_ctx *ctx);
 
 /* Makes ctx's CUDA context current on this thread; *pushed says whether to

@@ -51,22 +51,36 @@ void kjit__keep_ends(char *dst, size_t cap, const char *msg, size_t len)
     dst[head + dots + (len - tail)] = '\0';
 }
 
-int kjit__fail(int status, const char *fmt, ...)
+void kjit__vformat_ends(char *dst, size_t cap, const char *fmt, va_list ap)
 {
-    va_list ap, again;
-    va_start(ap, fmt);
+    va_list again;
     va_copy(again, ap);
-    const int len = vsnprintf(last_error, sizeof last_error, fmt, ap);
-    va_end(ap);
-    if (len >= (int)sizeof last_error) {
+    const int len = vsnprintf(dst, cap, fmt, ap);
+    if (len >= 0 && (size_t)len >= cap) {
         char *whole = malloc((size_t)len + 1);
-        if (whole) { /* else the first part stays, as formatted */
+        if (whole) {
             vsnprintf(whole, (size_t)len + 1, fmt, again);
-            kjit__keep_ends(last_error, sizeof last_error, whole, (size_t)len);
+            kjit__keep_ends(dst, cap, whole, (size_t)len);
             free(whole);
+        } else { /* the start, less a last sequence that the cut left incomplete */
+            size_t j = cap - 1; /* the text's length as cut */
+            while (j > 0 && ((unsigned char)dst[j - 1] & 0xC0) == 0x80) --j;
+            if (j > 0) {
+                const unsigned char lead = (unsigned char)dst[j - 1];
+                const size_t want = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+                if (cap - 1 - (j - 1) < want) dst[j - 1] = '\0';
+            }
         }
     }
     va_end(again);
+}
+
+int kjit__fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kjit__vformat_ends(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
     kjit__log("%s: %s", kjit_status_name(status), last_error);
     return status;
 }

@@ -3,6 +3,9 @@
 #ifndef KJIT_ERROR_H
 #define KJIT_ERROR_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 #include "kjit.h"
 
 /* The thread's message buffer, terminator included: a copy of
@@ -15,6 +18,10 @@ int kjit__fail(int status, const char *fmt, ...) __attribute__((format(printf, 2
  * whole where it fits, else its start and its end (the reason usually comes
  * last, after a long path) around "...", never splitting a UTF-8 sequence. */
 void kjit__keep_ends(char *dst, size_t cap, const char *msg, size_t len);
+/* vsnprintf into dst of cap bytes, a text too long kept by kjit__keep_ends
+ * (without memory for the whole: its start, less a last UTF-8 sequence
+ * the cut left incomplete). kjit__fail's formatting. */
+void kjit__vformat_ends(char *dst, size_t cap, const char *fmt, va_list ap);
 /* Clears the message (call at the start of every public function). */
 void kjit__clear_error(void);
 /* Logs to stderr when KJIT_LOG is on (1, true, yes or on; a value that is

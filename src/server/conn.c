@@ -249,39 +249,12 @@ static void send_error(kjit_conn *c, int has_id, uint64_t id, const char *code, 
     cJSON_free(text);
 }
 
-/* An error reply's message: whole up to KJIT__ERROR_MAX - 1 bytes (a library
- * message with a prefix), else its start and its end (where the reason is),
- * never cut inside a UTF-8 sequence: the reply must stay valid JSON text. */
-static void format_message(char *msg, const char *fmt, va_list ap)
-{
-    va_list again;
-    va_copy(again, ap);
-    const int len = vsnprintf(msg, KJIT__ERROR_MAX, fmt, ap);
-    if (len >= KJIT__ERROR_MAX) {
-        char *whole = malloc((size_t)len + 1);
-        if (whole) {
-            vsnprintf(whole, (size_t)len + 1, fmt, again);
-            kjit__keep_ends(msg, KJIT__ERROR_MAX, whole, (size_t)len);
-            free(whole);
-        } else { /* the start, less a last sequence that the cut left incomplete */
-            size_t j = KJIT__ERROR_MAX - 1; /* the text's length as cut */
-            while (j > 0 && ((unsigned char)msg[j - 1] & 0xC0) == 0x80) --j;
-            if (j > 0) {
-                const unsigned char lead = (unsigned char)msg[j - 1];
-                const size_t want = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-                if (KJIT__ERROR_MAX - 1 - (j - 1) < want) msg[j - 1] = '\0';
-            }
-        }
-    }
-    va_end(again);
-}
-
 void kjit__conn_error(kjit_conn *c, int has_id, uint64_t id, const char *code, const char *fmt, ...)
 {
     char msg[KJIT__ERROR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    format_message(msg, fmt, ap);
+    kjit__vformat_ends(msg, sizeof msg, fmt, ap); /* valid UTF-8: the reply is JSON text */
     va_end(ap);
     send_error(c, has_id, id, code, msg, 1);
 }
@@ -291,7 +264,7 @@ void kjit__conn_fatal(kjit_conn *c, const char *code, const char *fmt, ...)
     char msg[KJIT__ERROR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    format_message(msg, fmt, ap);
+    kjit__vformat_ends(msg, sizeof msg, fmt, ap);
     va_end(ap);
     send_error(c, 0, 0, code, msg, 0);
     if (c->closing) return;

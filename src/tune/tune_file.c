@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/file_read.h"
+#include "core/file_write.h"
 
 /* An entry is ~0.5 KB: 4 MiB holds thousands of (device, op, hidden,
  * dtype) results, and bounds what a damaged or hostile file costs (the
@@ -453,17 +454,6 @@ char *kjit__tune_print(const kjit_tune_list *l)
 
 /* ---- publish ------------------------------------------------------------ */
 
-static int write_full(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w, n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Copies the file at path into the new file fd, whole. */
 static int copy_into(const char *path, int fd)
 {
@@ -478,7 +468,7 @@ static int copy_into(const char *path, int fd)
             rc = r < 0 ? -1 : 0;
             break;
         }
-        if ((rc = write_full(fd, buf, (size_t)r)) != 0) break;
+        if ((rc = kjit__write_full(fd, buf, (size_t)r)) != 0) break;
     }
     const int err = errno;
     close(in);
@@ -534,7 +524,7 @@ static int publish(const char *dir, const char *path, char *tmp, const char *tex
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) return kjit__fail(KJIT_EIO, "tuning file: cannot create a temp file in %s: %s", dir, strerror(errno));
     const char *step = "write";
-    if (write_full(fd, text, strlen(text)) == 0 && write_full(fd, "\n", 1) == 0) {
+    if (kjit__write_full(fd, text, strlen(text)) == 0 && kjit__write_full(fd, "\n", 1) == 0) {
         step = "fsync";
         if (fsync(fd) == 0) {
             step = "close";
