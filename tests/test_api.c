@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ftw.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -723,6 +724,21 @@ static void adaln_operands(kjit_ctx *ctx)
     printf("adaln operands: %d single-operand calls checked\n", checked);
 }
 
+static long files_under;
+static int count_file(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)path, (void)st, (void)ftw;
+    files_under += type == FTW_F;
+    return 0;
+}
+
+/* The regular files under dir (the cache's entries, temp and lock files). */
+static long count_files(const char *dir)
+{
+    files_under = 0;
+    return nftw(dir, count_file, 16, FTW_PHYS) == 0 ? files_under : -1;
+}
+
 /* One call in a forked child: refused with KJIT_EINVAL naming the fork. */
 static int refused_in_child(int rc, const char *what)
 {
@@ -741,6 +757,7 @@ static void forked_child(kjit_ctx *ctx, const char *dir)
     kjit_kernel_spec spec;
     int n = 0;
     CHECK_STATUS(kjit_op_kernels("timestep_sinusoid", 256, KJIT_F32, &spec, 1, &n), KJIT_OK);
+    const long files_before = count_files(dir);
     int report[2];
     CHECK(pipe(report) == 0);
     const pid_t pid = fork();
@@ -764,6 +781,7 @@ static void forked_child(kjit_ctx *ctx, const char *dir)
         kjit_test_child_exit(report[1], ok);
     }
     CHECK(kjit_test_child_passed(pid, report[0], report[1]));
+    CHECK_EQ_INT(count_files(dir), files_before); /* the refused build wrote nothing into the cache */
     kjit_op_config c;
     CHECK_STATUS(kjit_op_config_get(ctx, "norm_modulate", 5376, KJIT_BF16, &c), KJIT_OK);
 }
